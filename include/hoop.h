@@ -1,0 +1,145 @@
+/* hoop.h - collective communication without MPI.
+ *
+ * The only public header of libhoop. Every function returns a hoop_status_t;
+ * on failure hoop_last_error() gives a sentence, kept per thread, that names
+ * the rank, the peer and the operation. The library never aborts, never exits
+ * and never writes to stdout (its log goes to stderr, see HOOP_LOG_LEVEL).
+ *
+ * A communicator is used by one thread at a time: collectives on the same
+ * communicator must not be called concurrently.
+ */
+#ifndef HOOP_H
+#define HOOP_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define HOOP_API __attribute__((visibility("default")))
+#else
+#define HOOP_API
+#endif
+
+#define HOOP_VERSION_MAJOR 0
+#define HOOP_VERSION_MINOR 1
+#define HOOP_VERSION_PATCH 0
+
+typedef enum hoop_status {
+    HOOP_OK = 0,
+    HOOP_ERR_INVALID = 1,     /* bad argument or configuration */
+    HOOP_ERR_TIMEOUT = 2,     /* a deadline passed (HOOP_TIMEOUT, HOOP_BOOTSTRAP_TIMEOUT) */
+    HOOP_ERR_PEER = 3,        /* a peer closed, died, or broke the protocol */
+    HOOP_ERR_MISMATCH = 4,    /* ranks called different things */
+    HOOP_ERR_UNSUPPORTED = 5, /* the machine cannot do what was asked */
+    HOOP_ERR_SYSTEM = 6,      /* a system call or allocation failed */
+    HOOP_ERR_ABORTED = 7,     /* the communicator was aborted */
+} hoop_status_t;
+
+typedef enum hoop_dtype {
+    HOOP_I8 = 0,
+    HOOP_U8,
+    HOOP_I32,
+    HOOP_U32,
+    HOOP_I64,
+    HOOP_U64,
+    HOOP_F16,  /* IEEE 754 binary16; reduced in f32, rounded to nearest even */
+    HOOP_BF16, /* bfloat16; reduced in f32, rounded to nearest even */
+    HOOP_F32,
+    HOOP_F64,
+    HOOP_DTYPE_COUNT
+} hoop_dtype_t;
+
+typedef enum hoop_op {
+    HOOP_SUM = 0,
+    HOOP_PROD,
+    HOOP_MIN,
+    HOOP_MAX,
+    HOOP_AVG, /* sum divided by the number of ranks; integers truncate toward zero */
+    HOOP_OP_COUNT
+} hoop_op_t;
+
+typedef struct hoop_comm hoop_comm_t;
+
+/* Configuration of a communicator. Call hoop_config_init() first: it marks
+ * every field "unset", and an unset field is read from the environment
+ * (HOOP_RANK, HOOP_SIZE, HOOP_ROOT, HOOP_TOKEN, ...) or takes its default. */
+typedef struct hoop_config {
+    size_t struct_size;        /* sizeof(hoop_config_t), set by hoop_config_init */
+    int rank;                  /* this process's rank, 0..size-1; -1 = unset */
+    int size;                  /* number of ranks; -1 = unset */
+    const char *root;          /* "host:port" of the rendezvous root (rank 0); NULL = unset */
+    const char *token;         /* job secret every connection must present; NULL = unset */
+    double bootstrap_timeout_s;/* deadline to form the communicator; <= 0 = unset */
+    double timeout_s;          /* deadline of one collective; <= 0 = unset */
+    size_t chunk_bytes;        /* ring chunk size; 0 = unset */
+    int pipeline_depth;        /* chunks in flight per direction; 0 = unset */
+} hoop_config_t;
+
+/* Fill cfg with "unset" everywhere. */
+HOOP_API void hoop_config_init(hoop_config_t *cfg);
+
+/* Create a communicator. cfg may be NULL: everything then comes from the
+ * environment, and with no HOOP_* variables at all the result is a one-rank
+ * communicator (said in the log). Every rank of the job must call it; it
+ * returns once all ranks have met at the root and connected their ring
+ * neighbours, or with HOOP_ERR_TIMEOUT naming the ranks that never arrived.
+ * *comm is set only on success. */
+HOOP_API hoop_status_t hoop_comm_init(hoop_comm_t **comm, const hoop_config_t *cfg);
+
+/* Close every connection and free everything. NULL is accepted. Not
+ * collective: it does not wait for the other ranks. */
+HOOP_API hoop_status_t hoop_comm_destroy(hoop_comm_t *comm);
+
+/* Rank and size, and the same within this machine (ranks whose hosts match),
+ * or -1 for a NULL communicator. */
+HOOP_API int hoop_comm_rank(const hoop_comm_t *comm);
+HOOP_API int hoop_comm_size(const hoop_comm_t *comm);
+HOOP_API int hoop_comm_local_rank(const hoop_comm_t *comm);
+HOOP_API int hoop_comm_local_size(const hoop_comm_t *comm);
+
+/* Name of the transport in use ("tcp/io_uring", ...). */
+HOOP_API const char *hoop_comm_transport(const hoop_comm_t *comm);
+
+/* Element-wise reduction of count elements across all ranks; every rank gets
+ * the same result, bit for bit. In place when sendbuf == recvbuf; otherwise
+ * the buffers must not overlap. Blocking. count may be 0 (buffers may then be
+ * NULL). After an error other than HOOP_ERR_INVALID the communicator is
+ * broken: destroy it. */
+HOOP_API hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                      size_t count, hoop_dtype_t dtype, hoop_op_t op);
+
+/* The last error of this thread, as a sentence ("" if none). Valid until the
+ * next hoop call on this thread. */
+HOOP_API const char *hoop_last_error(void);
+
+/* Short names: "success", "invalid argument", ...; "i8", "f32", ...; "sum", ... */
+HOOP_API const char *hoop_status_str(hoop_status_t status);
+HOOP_API const char *hoop_dtype_str(hoop_dtype_t dtype);
+HOOP_API const char *hoop_op_str(hoop_op_t op);
+
+/* Bytes per element of dtype, 0 for an unknown dtype. */
+HOOP_API size_t hoop_dtype_size(hoop_dtype_t dtype);
+
+/* Parse a name as printed by hoop_dtype_str/hoop_op_str; -1 if unknown. */
+HOOP_API int hoop_dtype_parse(const char *name);
+HOOP_API int hoop_op_parse(const char *name);
+
+/* Conversions used by the f16 and bf16 reductions (round to nearest even),
+ * exported so that callers can build inputs and check results. */
+HOOP_API float hoop_f16_to_f32(unsigned short h);
+HOOP_API unsigned short hoop_f32_to_f16(float f);
+HOOP_API float hoop_bf16_to_f32(unsigned short h);
+HOOP_API unsigned short hoop_f32_to_bf16(float f);
+
+/* The HOOP_* variables: count, and for index i its name, default and one line
+ * of documentation. Returns NULL past the end. */
+HOOP_API int hoop_param_count(void);
+HOOP_API const char *hoop_param_info(int i, const char **default_value, const char **doc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HOOP_H */
