@@ -1,0 +1,159 @@
+/* comm.c - creating and destroying communicators. */
+#include "collectives/comm.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/param.h"
+#include "common/status.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HOOP_CHUNK_MIN 64
+#define HOOP_CHUNK_MAX (1ull << 30)
+#define HOOP_DEPTH_MAX 64
+
+void hoop_config_init(hoop_config_t *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->struct_size = sizeof(*cfg);
+    cfg->rank = -1;
+    cfg->size = -1;
+}
+
+static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, size_t *chunk,
+                                   int *depth)
+{
+    hoop_status_t st;
+    unsigned long long v;
+    if (cfg && cfg->timeout_s > 0)
+        c->timeout_s = cfg->timeout_s;
+    else if ((st = hoop_param_double("HOOP_TIMEOUT", 0.001, 1e7, &c->timeout_s)))
+        return st;
+    if (cfg && cfg->chunk_bytes) {
+        if (cfg->chunk_bytes < HOOP_CHUNK_MIN || cfg->chunk_bytes > HOOP_CHUNK_MAX)
+            return hoop_error(HOOP_ERR_INVALID, "chunk_bytes %zu is outside %d..%llu",
+                              cfg->chunk_bytes, HOOP_CHUNK_MIN, HOOP_CHUNK_MAX);
+        *chunk = cfg->chunk_bytes;
+    } else {
+        if ((st = hoop_param_u64("HOOP_CHUNK_BYTES", HOOP_CHUNK_MIN, HOOP_CHUNK_MAX, &v)))
+            return st;
+        *chunk = (size_t)v;
+    }
+    if (cfg && cfg->pipeline_depth) {
+        if (cfg->pipeline_depth < 1 || cfg->pipeline_depth > HOOP_DEPTH_MAX)
+            return hoop_error(HOOP_ERR_INVALID, "pipeline_depth %d is outside 1..%d",
+                              cfg->pipeline_depth, HOOP_DEPTH_MAX);
+        *depth = cfg->pipeline_depth;
+    } else {
+        if ((st = hoop_param_u64("HOOP_PIPELINE_DEPTH", 1, HOOP_DEPTH_MAX, &v)))
+            return st;
+        *depth = (int)v;
+    }
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
+{
+    if (!out)
+        return hoop_error(HOOP_ERR_INVALID, "hoop_comm_init: the output pointer is NULL");
+    if (cfg && cfg->struct_size != sizeof(*cfg))
+        return hoop_error(HOOP_ERR_INVALID,
+                          "hoop_comm_init: cfg->struct_size is %zu, not %zu: initialise the "
+                          "config with hoop_config_init()", cfg->struct_size, sizeof(*cfg));
+    hoop_param_warn_unknown();
+
+    struct hoop_boot_cfg bcfg;
+    hoop_status_t st = hoop_boot_cfg_resolve(cfg, &bcfg);
+    if (st)
+        return st;
+    hoop_comm_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory", bcfg.rank);
+    c->rank = bcfg.rank;
+    c->size = bcfg.size;
+    size_t chunk = 0;
+    int depth = 0;
+    if ((st = comm_tunables(c, cfg, &chunk, &depth))) {
+        hoop_error(st, "rank %d: %s", c->rank, hoop_last_error());
+        goto err_free;
+    }
+    const char *tname = hoop_param_str("HOOP_TRANSPORT");
+    const struct hoop_transport_ops *ops = hoop_transport_find(tname);
+    if (!ops) {
+        st = hoop_error(HOOP_ERR_UNSUPPORTED,
+                        "rank %d: HOOP_TRANSPORT=%s is not available; this build has: tcp",
+                        c->rank, tname);
+        goto err_free;
+    }
+    uint64_t deadline = hoop_deadline_after(bcfg.timeout_s);
+    if (c->size > 1) {
+        if ((st = hoop_ring_open(&c->ring, ops, c->rank, c->size, bcfg.token, chunk, depth)))
+            goto err_free;
+        snprintf(c->transport, sizeof(c->transport), "%s", ops->describe(c->ring.tp));
+    } else {
+        snprintf(c->transport, sizeof(c->transport), "none (one rank)");
+    }
+    if ((st = hoop_bootstrap_init(&c->bs, &bcfg, hoop_ring_listen, &c->ring)))
+        goto err_ring;
+    for (int r = 0; r < c->size; r++)
+        if (c->bs.peers[r].host_id == c->bs.peers[c->rank].host_id) {
+            if (r < c->rank)
+                c->local_rank++;
+            c->local_size++;
+        }
+    if (c->size > 1 && (st = hoop_ring_connect(&c->ring, c->bs.peers, c->bs.comm_id, deadline)))
+        goto err_boot;
+    HOOP_INFO("rank %d of %d (local %d of %d) on %s: communicator ready over %s", c->rank, c->size,
+              c->local_rank, c->local_size, c->bs.peers[c->rank].host, c->transport);
+    *out = c;
+    return HOOP_OK;
+
+err_boot:
+    hoop_bootstrap_fini(&c->bs);
+err_ring:
+    if (c->size > 1)
+        hoop_ring_close(&c->ring);
+err_free:
+    free(c);
+    return st;
+}
+
+hoop_status_t hoop_comm_destroy(hoop_comm_t *c)
+{
+    if (!c)
+        return HOOP_OK;
+    if (c->size > 1)
+        hoop_ring_close(&c->ring);
+    hoop_bootstrap_fini(&c->bs);
+    free(c);
+    return HOOP_OK;
+}
+
+int hoop_comm_rank(const hoop_comm_t *c)
+{
+    return c ? c->rank : -1;
+}
+
+int hoop_comm_size(const hoop_comm_t *c)
+{
+    return c ? c->size : -1;
+}
+
+int hoop_comm_local_rank(const hoop_comm_t *c)
+{
+    return c ? c->local_rank : -1;
+}
+
+int hoop_comm_local_size(const hoop_comm_t *c)
+{
+    return c ? c->local_size : -1;
+}
+
+const char *hoop_comm_transport(const hoop_comm_t *c)
+{
+    return c ? c->transport : "none";
+}

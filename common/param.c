@@ -1,0 +1,150 @@
+/* param.c - the table of HOOP_* variables and their parsing. */
+#include "common/param.h"
+#include "common/log.h"
+#include "common/status.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct hoop_param {
+    const char *name;
+    const char *def;
+    const char *doc;
+};
+
+static const struct hoop_param hoop_params[] = {
+    {"HOOP_RANK", "", "Rank of this process, 0..HOOP_SIZE-1. Set by hooprun."},
+    {"HOOP_SIZE", "", "Number of ranks in the job. Unset with HOOP_RANK unset: a one-rank job."},
+    {"HOOP_ROOT", "", "host:port of the rendezvous root; rank 0 listens there, the others connect."},
+    {"HOOP_TOKEN", "", "Job secret (at most 32 bytes) every connection must present; hooprun makes a random one per job."},
+    {"HOOP_BOOTSTRAP_TIMEOUT", "120", "Seconds to form a communicator before failing with the ranks that never arrived."},
+    {"HOOP_TIMEOUT", "300", "Seconds one collective may take before it fails with HOOP_ERR_TIMEOUT."},
+    {"HOOP_TRANSPORT", "tcp", "Data transport. Only tcp exists so far."},
+    {"HOOP_CHUNK_BYTES", "1M", "Ring chunk size in bytes (K/M/G suffixes); the unit of pipelining."},
+    {"HOOP_PIPELINE_DEPTH", "4", "Chunks in flight per direction (receive slots of HOOP_CHUNK_BYTES each)."},
+    {"HOOP_TCP_NSOCKS", "1", "TCP sockets per ring neighbour; chunks are striped across them."},
+    {"HOOP_TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF of data sockets in bytes; 0 keeps the kernel's autotuning."},
+    {"HOOP_TCP_USER_TIMEOUT", "30", "Seconds unacknowledged data may wait before TCP declares the peer dead (TCP_USER_TIMEOUT)."},
+    {"HOOP_URING_ENTRIES", "64", "Submission queue entries of each io_uring."},
+    {"HOOP_LOG_LEVEL", "warn", "Log on stderr: error, warn, info or debug."},
+};
+
+#define HOOP_NPARAMS ((int)(sizeof(hoop_params) / sizeof(hoop_params[0])))
+
+static const struct hoop_param *hoop_param_find(const char *name)
+{
+    for (int i = 0; i < HOOP_NPARAMS; i++)
+        if (strcmp(hoop_params[i].name, name) == 0)
+            return &hoop_params[i];
+    return NULL;
+}
+
+int hoop_param_count(void)
+{
+    return HOOP_NPARAMS;
+}
+
+const char *hoop_param_info(int i, const char **default_value, const char **doc)
+{
+    if (i < 0 || i >= HOOP_NPARAMS)
+        return NULL;
+    if (default_value)
+        *default_value = hoop_params[i].def;
+    if (doc)
+        *doc = hoop_params[i].doc;
+    return hoop_params[i].name;
+}
+
+int hoop_param_is_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v;
+}
+
+const char *hoop_param_str(const char *name)
+{
+    const char *v = getenv(name);
+    if (v && *v)
+        return v;
+    const struct hoop_param *p = hoop_param_find(name);
+    return p ? p->def : "";
+}
+
+hoop_status_t hoop_param_parse_u64(const char *name, const char *text, unsigned long long min,
+                                   unsigned long long max, unsigned long long *out)
+{
+    const char *s = text;
+    while (isspace((unsigned char)*s))
+        s++;
+    if (!isdigit((unsigned char)*s))
+        goto bad;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        goto bad;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (*end != '\0' || (shift && v > (~0ULL >> shift)))
+        goto bad;
+    v <<= shift;
+    if (v < min || v > max)
+        goto bad;
+    *out = v;
+    return HOOP_OK;
+bad:
+    return hoop_error(HOOP_ERR_INVALID, "%s='%s' is not a whole number between %llu and %llu", name,
+                      text, min, max);
+}
+
+hoop_status_t hoop_param_parse_double(const char *name, const char *text, double min, double max,
+                                      double *out)
+{
+    errno = 0;
+    char *end;
+    double v = strtod(text, &end);
+    if (errno || end == text || *end != '\0' || !isfinite(v) || v < min || v > max)
+        return hoop_error(HOOP_ERR_INVALID, "%s='%s' is not a number between %g and %g", name, text,
+                          min, max);
+    *out = v;
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_param_u64(const char *name, unsigned long long min, unsigned long long max,
+                             unsigned long long *out)
+{
+    return hoop_param_parse_u64(name, hoop_param_str(name), min, max, out);
+}
+
+hoop_status_t hoop_param_double(const char *name, double min, double max, double *out)
+{
+    return hoop_param_parse_double(name, hoop_param_str(name), min, max, out);
+}
+
+extern char **environ;
+
+void hoop_param_warn_unknown(void)
+{
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "HOOP_", 5) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+        int known = 0;
+        for (int i = 0; i < HOOP_NPARAMS && !known; i++)
+            known = strlen(hoop_params[i].name) == len && strncmp(hoop_params[i].name, *e, len) == 0;
+        /* Variables of the test suite and tools are not the library's. */
+        if (!known && strncmp(*e, "HOOP_TEST_", 10) != 0 && strncmp(*e, "HOOP_BUILD_DIR", len) != 0 &&
+            strncmp(*e, "HOOP_SOURCE_DIR", len) != 0)
+            HOOP_WARN("unknown variable %.*s is ignored (ring_bench --params lists the known ones)",
+                      (int)len, *e);
+    }
+}

@@ -1,0 +1,130 @@
+/* wire.c - hello codec and bounded byte buffers. */
+#include "common/wire.h"
+
+#include <errno.h>
+#include <string.h>
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+void hoop_hello_encode(const struct hoop_hello *h, uint8_t out[HOOP_HELLO_BYTES])
+{
+    put_le(out + 0, HOOP_WIRE_MAGIC, 4);
+    put_le(out + 4, HOOP_WIRE_VERSION, 2);
+    put_le(out + 6, h->kind, 2);
+    memcpy(out + 8, h->token, HOOP_TOKEN_BYTES);
+    put_le(out + 40, h->rank, 4);
+    put_le(out + 44, h->size, 4);
+    put_le(out + 48, h->comm_id, 8);
+    put_le(out + 56, h->aux, 4);
+    put_le(out + 60, h->body_len, 4);
+}
+
+int hoop_hello_decode(const uint8_t in[HOOP_HELLO_BYTES], size_t max_body, struct hoop_hello *h)
+{
+    struct hoop_hello t;
+    t.magic = (uint32_t)get_le(in, 4);
+    t.version = (uint16_t)get_le(in + 4, 2);
+    t.kind = (uint16_t)get_le(in + 6, 2);
+    if (t.magic != HOOP_WIRE_MAGIC)
+        return -EPROTO;
+    if (t.version != HOOP_WIRE_VERSION)
+        return -EPROTONOSUPPORT;
+    if (t.kind < HOOP_HELLO_JOIN || t.kind > HOOP_HELLO_DATA)
+        return -EPROTO;
+    memcpy(t.token, in + 8, HOOP_TOKEN_BYTES);
+    t.rank = (uint32_t)get_le(in + 40, 4);
+    t.size = (uint32_t)get_le(in + 44, 4);
+    t.comm_id = get_le(in + 48, 8);
+    t.aux = (uint32_t)get_le(in + 56, 4);
+    t.body_len = (uint32_t)get_le(in + 60, 4);
+    if (t.body_len > max_body)
+        return -EMSGSIZE;
+    *h = t;
+    return 0;
+}
+
+const char *hoop_hello_strerror(int code)
+{
+    switch (-code) {
+    case EPROTO: return "not a hoop hello (bad magic or kind)";
+    case EPROTONOSUPPORT: return "hoop wire protocol version differs";
+    case EMSGSIZE: return "announced message length is too large";
+    default: return "malformed hello";
+    }
+}
+
+int hoop_token_from_string(const char *s, uint8_t out[HOOP_TOKEN_BYTES])
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n > HOOP_TOKEN_BYTES)
+        return -EINVAL;
+    memset(out, 0, HOOP_TOKEN_BYTES);
+    if (n)
+        memcpy(out, s, n);
+    return 0;
+}
+
+int hoop_token_equal(const uint8_t a[HOOP_TOKEN_BYTES], const uint8_t b[HOOP_TOKEN_BYTES])
+{
+    uint8_t diff = 0;
+    for (int i = 0; i < HOOP_TOKEN_BYTES; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+static uint8_t *buf_take(struct hoop_buf *b, size_t n)
+{
+    if (b->bad || n > b->len - b->pos) {
+        b->bad = 1;
+        return NULL;
+    }
+    uint8_t *p = b->p + b->pos;
+    b->pos += n;
+    return p;
+}
+
+#define HOOP_BUF_INT(bits, bytes)                                    \
+    void hoop_buf_put_u##bits(struct hoop_buf *b, uint##bits##_t v)  \
+    {                                                                \
+        uint8_t *p = buf_take(b, bytes);                             \
+        if (p)                                                       \
+            put_le(p, v, bytes);                                     \
+    }                                                                \
+    uint##bits##_t hoop_buf_get_u##bits(struct hoop_buf *b)          \
+    {                                                                \
+        uint8_t *p = buf_take(b, bytes);                             \
+        return p ? (uint##bits##_t)get_le(p, bytes) : 0;             \
+    }
+
+HOOP_BUF_INT(8, 1)
+HOOP_BUF_INT(16, 2)
+HOOP_BUF_INT(32, 4)
+HOOP_BUF_INT(64, 8)
+
+void hoop_buf_put_bytes(struct hoop_buf *b, const void *src, size_t n)
+{
+    uint8_t *p = buf_take(b, n);
+    if (p && n)
+        memcpy(p, src, n);
+}
+
+void hoop_buf_get_bytes(struct hoop_buf *b, void *dst, size_t n)
+{
+    uint8_t *p = buf_take(b, n);
+    if (p && n)
+        memcpy(dst, p, n);
+    else if (n)
+        memset(dst, 0, n);
+}

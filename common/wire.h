@@ -1,0 +1,74 @@
+/* wire.h - the versioned hello that opens every connection, and a bounded
+ * little-endian codec for the messages behind it.
+ *
+ * Hello (64 bytes, little endian):
+ *   0  u32 magic "HOOP"     4  u16 version      6  u16 kind
+ *   8  u8  token[32]       40  u32 rank        44  u32 size
+ *  48  u64 comm id         56  u32 aux         60  u32 body length
+ * A body of `body length` bytes follows; its reader bounds it before use. */
+#ifndef HOOP_COMMON_WIRE_H
+#define HOOP_COMMON_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define HOOP_WIRE_MAGIC 0x504f4f48u /* bytes 'H' 'O' 'O' 'P' */
+#define HOOP_WIRE_VERSION 1
+#define HOOP_HELLO_BYTES 64
+#define HOOP_TOKEN_BYTES 32
+
+enum hoop_hello_kind {
+    HOOP_HELLO_JOIN = 1,   /* rank -> root: body = this rank's info */
+    HOOP_HELLO_TABLE = 2,  /* root -> rank: body = every rank's info */
+    HOOP_HELLO_REFUSE = 3, /* root -> rank: body = the reason, a sentence */
+    HOOP_HELLO_DATA = 4,   /* data connection: aux = socket index */
+};
+
+struct hoop_hello {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t kind;
+    uint8_t token[HOOP_TOKEN_BYTES];
+    uint32_t rank;
+    uint32_t size;
+    uint64_t comm_id;
+    uint32_t aux;
+    uint32_t body_len;
+};
+
+void hoop_hello_encode(const struct hoop_hello *h, uint8_t out[HOOP_HELLO_BYTES]);
+
+/* Decode and check magic, version and kind; 0 or a negative code:
+ * -EPROTO (not a hoop hello), -EPROTONOSUPPORT (other version), -EMSGSIZE
+ * (body longer than max_body). Fields are filled only on success. */
+int hoop_hello_decode(const uint8_t in[HOOP_HELLO_BYTES], size_t max_body, struct hoop_hello *h);
+
+/* A short description of why decode failed, for logs. */
+const char *hoop_hello_strerror(int code);
+
+/* Token: the job's secret string (<= 32 bytes), zero-padded. */
+int hoop_token_from_string(const char *s, uint8_t out[HOOP_TOKEN_BYTES]);
+/* Constant-time comparison: 1 when equal. */
+int hoop_token_equal(const uint8_t a[HOOP_TOKEN_BYTES], const uint8_t b[HOOP_TOKEN_BYTES]);
+
+/* Bounded writer/reader. A write past the end, or a read past the end,
+ * sets `bad` and does nothing, so a message is checked once at the end. */
+struct hoop_buf {
+    uint8_t *p;
+    size_t len;
+    size_t pos;
+    int bad;
+};
+
+void hoop_buf_put_u8(struct hoop_buf *b, uint8_t v);
+void hoop_buf_put_u16(struct hoop_buf *b, uint16_t v);
+void hoop_buf_put_u32(struct hoop_buf *b, uint32_t v);
+void hoop_buf_put_u64(struct hoop_buf *b, uint64_t v);
+void hoop_buf_put_bytes(struct hoop_buf *b, const void *src, size_t n);
+uint8_t hoop_buf_get_u8(struct hoop_buf *b);
+uint16_t hoop_buf_get_u16(struct hoop_buf *b);
+uint32_t hoop_buf_get_u32(struct hoop_buf *b);
+uint64_t hoop_buf_get_u64(struct hoop_buf *b);
+void hoop_buf_get_bytes(struct hoop_buf *b, void *dst, size_t n);
+
+#endif

@@ -1,0 +1,76 @@
+/* ring.c - the ring's connections and its reusable memory. */
+#include "ring/ring.h"
+#include "common/log.h"
+#include "common/status.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+hoop_status_t hoop_ring_open(struct hoop_ring *r, const struct hoop_transport_ops *ops, int rank,
+                             int size, const uint8_t *token, size_t chunk_bytes, int depth)
+{
+    memset(r, 0, sizeof(*r));
+    r->ops = ops;
+    r->rank = rank;
+    r->size = size;
+    r->next = (rank + 1) % size;
+    r->prev = (rank + size - 1) % size;
+    r->chunk_bytes = chunk_bytes;
+    r->depth = depth;
+    /* Touch the slots now: a first-touch page fault inside a collective
+     * costs more than the transfer it delays. */
+    size_t bytes = chunk_bytes * (size_t)depth;
+    r->scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    r->sreq = calloc((size_t)depth, sizeof(*r->sreq));
+    r->rreq = calloc((size_t)depth, sizeof(*r->rreq));
+    if (!r->scratch || !r->sreq || !r->rreq) {
+        hoop_ring_close(r);
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory for %d ring slots of %zu bytes",
+                          rank, depth, chunk_bytes);
+    }
+    memset(r->scratch, 0, bytes);
+    struct hoop_tp_params p = {.rank = rank, .size = size, .token = token};
+    hoop_status_t st = ops->create(&p, &r->tp);
+    if (st)
+        hoop_ring_close(r);
+    return st;
+}
+
+hoop_status_t hoop_ring_listen(void *ring, const struct sockaddr *local, socklen_t len,
+                               uint8_t *handle, uint16_t *handle_len)
+{
+    struct hoop_ring *r = ring;
+    return r->ops->listen(r->tp, local, len, handle, handle_len);
+}
+
+hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *peers,
+                                uint64_t comm_id, uint64_t deadline_ns)
+{
+    const struct hoop_peer *n = &peers[r->next], *p = &peers[r->prev];
+    snprintf(r->next_desc, sizeof(r->next_desc), "rank %d (%s)", r->next, n->host);
+    snprintf(r->prev_desc, sizeof(r->prev_desc), "rank %d (%s)", r->prev, p->host);
+    /* Connect first: every listener exists before the table is handed out,
+     * so the connect completes in the peer's backlog and nobody waits on
+     * anybody's accept. */
+    hoop_status_t st = r->ops->connect(r->tp, r->next, n->host, n->handle, n->handle_len, comm_id,
+                                       deadline_ns, &r->tx);
+    if (st)
+        return st;
+    return r->ops->accept(r->tp, r->prev, p->host, comm_id, deadline_ns, &r->rx);
+}
+
+void hoop_ring_close(struct hoop_ring *r)
+{
+    if (r->ops && r->tp) {
+        if (r->tx)
+            r->ops->close(r->tx);
+        if (r->rx)
+            r->ops->close(r->rx);
+        r->ops->destroy(r->tp);
+    }
+    free(r->scratch);
+    free(r->sreq);
+    free(r->rreq);
+    memset(r, 0, sizeof(*r));
+}

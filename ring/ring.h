@@ -1,0 +1,50 @@
+/* ring.h - a ring of ranks: each sends to next = rank+1 and receives from
+ * prev = rank-1 through the transport, and the schedules that run on it. */
+#ifndef HOOP_RING_H
+#define HOOP_RING_H
+
+#include "bootstrap/bootstrap.h"
+#include "transport/transport.h"
+#include "hoop.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct hoop_ring {
+    const struct hoop_transport_ops *ops;
+    void *tp;
+    void *tx; /* connection to next */
+    void *rx; /* connection from prev */
+    int rank;
+    int size;
+    int next;
+    int prev;
+    char next_desc[HOOP_HOSTNAME_MAX + 32]; /* "rank 3 (host)" for sentences */
+    char prev_desc[HOOP_HOSTNAME_MAX + 32];
+    size_t chunk_bytes;
+    int depth;
+    uint8_t *scratch; /* depth receive slots of chunk_bytes, reused by every call */
+    struct hoop_tp_req *sreq;
+    struct hoop_tp_req *rreq;
+    uint64_t seq; /* collectives run so far */
+};
+
+/* Create the transport and the reusable buffers (before the bootstrap). */
+hoop_status_t hoop_ring_open(struct hoop_ring *r, const struct hoop_transport_ops *ops, int rank,
+                             int size, const uint8_t *token, size_t chunk_bytes, int depth);
+/* A hoop_boot_handle_fn: listen and publish the handle (ctx = the ring). */
+hoop_status_t hoop_ring_listen(void *ring, const struct sockaddr *local, socklen_t len,
+                               uint8_t *handle, uint16_t *handle_len);
+/* Connect to next and accept prev, after the bootstrap. */
+hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *peers,
+                                uint64_t comm_id, uint64_t deadline_ns);
+void hoop_ring_close(struct hoop_ring *r);
+
+/* Chunked, pipelined ring allreduce: reduce-scatter then allgather, N-1
+ * steps each. Needs size >= 2 and count >= 1. On failure the transport is
+ * cancelled: the ring must not be used again. */
+hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
+                                  size_t count, hoop_dtype_t dtype, hoop_op_t op,
+                                  double timeout_s);
+
+#endif

@@ -1,0 +1,67 @@
+/* transport.h - the one interface between the ring and the wire.
+ *
+ * An ops table with a leading size (so it can grow), filled with designated
+ * initialisers. Set-up calls (create, listen, connect, accept) return a
+ * hoop_status_t and leave a sentence; data calls return 0 or -errno and
+ * never block: isend/irecv queue a request, progress moves the engine and
+ * waits (until the deadline) for at least one completion, and the caller
+ * reads req->state. A transport may have several requests queued per
+ * connection; it keeps their order on the wire (the k-th isend on one side
+ * pairs with the k-th irecv on the other). */
+#ifndef HOOP_TRANSPORT_H
+#define HOOP_TRANSPORT_H
+
+#include "hoop.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define HOOP_REQ_PENDING 1
+
+struct hoop_tp_req {
+    void *buf;                 /* set by the caller */
+    size_t len;                /* set by the caller */
+    size_t done;               /* bytes moved so far */
+    int state;                 /* HOOP_REQ_PENDING, 0 when complete, or -errno */
+    struct hoop_tp_req *next;  /* the transport's queue */
+};
+
+struct hoop_tp_params {
+    int rank;
+    int size;
+    const uint8_t *token; /* HOOP_TOKEN_BYTES, presented on every connection */
+};
+
+struct hoop_transport_ops {
+    size_t size; /* sizeof(struct hoop_transport_ops) */
+    const char *name;
+    hoop_status_t (*create)(const struct hoop_tp_params *p, void **tp);
+    /* Listen on the interface of `local`; fill an opaque handle that others
+     * pass to connect (<= HOOP_HANDLE_MAX bytes). */
+    hoop_status_t (*listen)(void *tp, const struct sockaddr *local, socklen_t len, uint8_t *handle,
+                            uint16_t *handle_len);
+    hoop_status_t (*connect)(void *tp, int peer, const char *peer_host, const uint8_t *handle,
+                             uint16_t handle_len, uint64_t comm_id, uint64_t deadline_ns,
+                             void **conn);
+    hoop_status_t (*accept)(void *tp, int peer, const char *peer_host, uint64_t comm_id,
+                            uint64_t deadline_ns, void **conn);
+    int (*isend)(void *conn, struct hoop_tp_req *req);
+    int (*irecv)(void *conn, struct hoop_tp_req *req);
+    /* Returns the number of requests completed (0 at the deadline), or -errno. */
+    int (*progress)(void *tp, uint64_t deadline_ns);
+    /* Shut every connection and wait until no request can touch its buffer
+     * again; queued requests end with -ECANCELED. The transport is then
+     * only good for close/destroy. */
+    void (*cancel)(void *tp);
+    void (*close)(void *conn);
+    void (*destroy)(void *tp);
+    const char *(*describe)(void *tp);
+};
+
+/* The transport called `name` (HOOP_TRANSPORT), or NULL. */
+const struct hoop_transport_ops *hoop_transport_find(const char *name);
+
+extern const struct hoop_transport_ops hoop_transport_tcp;
+
+#endif
