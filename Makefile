@@ -1,6 +1,7 @@
 # hoop - build, test, install.
 #   make                 libhoop.so / libhoop.a, hooprun, ring_bench (in build/)
 #   make test            build and run the whole test suite
+#   make bench           4-rank ring_bench on this machine (BENCH_ARGS=...)
 #   make install PREFIX=/usr/local
 #   make CC=clang        any C11 compiler; warnings are errors
 CC       ?= cc
@@ -35,7 +36,7 @@ LIB_SO   := $(BUILD)/libhoop.so.$(VERSION)
 PROGS    := $(BUILD)/hooprun $(BUILD)/ring_bench
 TESTBIN  := $(BUILD)/hoop_tests
 
-.PHONY: all clean install test check-deps
+.PHONY: all clean install test bench
 all: $(LIB_A) $(LIB_SO) $(PROGS)
 
 # The reduction kernels are the hot loop: let the compiler vectorise them.
@@ -74,7 +75,12 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(wildcard include/*.h */*.h tests/*.h) Makefi
 # The suite starts real ranks as processes; the tests find hooprun and
 # ring_bench through HOOP_BUILD_DIR.
 test: all $(TESTBIN)
-	HOOP_BUILD_DIR=$(abspath $(BUILD)) $(TESTBIN) --jobs 2 $(TEST_ARGS)
+	HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR) $(TESTBIN) --jobs 2 $(TEST_ARGS)
+
+# The main job: a 4-rank allreduce benchmark on this machine.
+BENCH_ARGS ?= -b 8 -e 256M -f 4
+bench: all
+	$(BUILD)/hooprun -np 4 $(BUILD)/ring_bench $(BENCH_ARGS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
