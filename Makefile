@@ -28,6 +28,7 @@ LDLIBS   := $(URING_LIBS) -pthread -lm
 
 LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c ring/*.c collectives/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+LIB_HDRS := $(wildcard include/*.h common/*.h bootstrap/*.h transport/*.h ring/*.h collectives/*.h)
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
@@ -42,7 +43,7 @@ all: $(LIB_A) $(LIB_SO) $(PROGS)
 # The reduction kernels are the hot loop: let the compiler vectorise them.
 $(BUILD)/obj/ring/reduce.o: OPT := -O3
 
-$(BUILD)/obj/%.o: %.c $(wildcard include/*.h */*.h) Makefile
+$(BUILD)/obj/%.o: %.c $(LIB_HDRS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_CFLAGS) -c $< -o $@
 
@@ -67,7 +68,7 @@ $(BUILD)/ring_bench: bench/ring_bench.c $(LIB_A) include/hoop.h
 $(TESTBIN): $(TEST_OBJS) $(LIB_A)
 	$(CC) $(ALL_CFLAGS) -o $@ $(TEST_OBJS) $(LIB_A) $(CRIT_LIBS) $(LDLIBS) $(LDFLAGS)
 
-$(BUILD)/obj/tests/%.o: tests/%.c $(wildcard include/*.h */*.h tests/*.h) Makefile
+$(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
