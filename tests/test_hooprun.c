@@ -1,0 +1,502 @@
+/* test_hooprun.c - the launcher, run as a program the way users run it.
+ *
+ * hooprun is started with fork/exec and its stdout and stderr captured
+ * separately; every run has its own deadline on top of --timeout, so that a
+ * launcher that hangs fails the test instead of stalling the suite.
+ */
+#include <criterion/criterion.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Far above what any run here needs, far below Criterion's own timeout. */
+#define RUN_LIMIT_S 40.0
+
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
+struct run {
+    int status;       /* exit code, 128+signal, or -1 when it had to be killed */
+    double elapsed_s;
+    struct buf out, err;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void buf_append(struct buf *b, const char *p, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
+        b->p = realloc(b->p, cap);
+        cr_assert(b->p != NULL, "out of memory");
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void run_free(struct run *r)
+{
+    free(r->out.p);
+    free(r->err.p);
+}
+
+static const char *hooprun_path(void)
+{
+    static char path[4096];
+    const char *dir = getenv("HOOP_BUILD_DIR");
+    if (!dir || !*dir)
+        cr_skip_test("HOOP_BUILD_DIR is not set, so the built hooprun cannot be found "
+                     "(run the suite with 'make test')");
+    snprintf(path, sizeof path, "%s/hooprun", dir);
+    cr_assert(access(path, X_OK) == 0, "%s is not an executable: %s", path, strerror(errno));
+    return path;
+}
+
+static bool all_present(const char *text, const char *const *needles)
+{
+    for (size_t i = 0; needles[i]; i++)
+        if (!strstr(text, needles[i]))
+            return false;
+    return true;
+}
+
+/* Run hooprun with args (NULL-terminated, without argv[0]). If wait_for is
+ * given, sig is sent to hooprun once its stdout holds every one of those
+ * strings. */
+static void run_hooprun_sig(struct run *res, const char *const *wait_for, int sig,
+                            const char *const *args)
+{
+    const char *argv[64];
+    size_t n = 0;
+    argv[n++] = hooprun_path();
+    for (size_t i = 0; args[i]; i++) {
+        cr_assert(n < 63, "too many arguments");
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+
+    memset(res, 0, sizeof *res);
+    buf_append(&res->out, "", 0);
+    buf_append(&res->err, "", 0);
+    int out[2], err[2];
+    cr_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+    double start = now_s();
+    pid_t pid = fork();
+    cr_assert(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul < 0 || dup2(nul, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
+            _exit(126);
+        execv(argv[0], (char *const *)argv);
+        _exit(126);
+    }
+    close(out[1]);
+    close(err[1]);
+
+    struct pollfd pf[2] = {{.fd = out[0], .events = POLLIN}, {.fd = err[0], .events = POLLIN}};
+    struct buf *dst[2] = {&res->out, &res->err};
+    bool signalled = wait_for == NULL, exited = false, killed = false;
+    int status = 0;
+    while (pf[0].fd >= 0 || pf[1].fd >= 0 || !exited) {
+        double left = start + RUN_LIMIT_S - now_s();
+        if (left <= 0 && !killed) {
+            kill(pid, SIGKILL);
+            killed = true;
+        }
+        if (killed && left < -5.0)
+            break; /* even its pipes stay open: give up on them */
+        if (!exited) {
+            pid_t w = waitpid(pid, &status, WNOHANG);
+            if (w == pid)
+                exited = true;
+        }
+        /* Short polls, since the child's exit is not among the events. */
+        int pr = poll(pf, 2, 20);
+        if (pr < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < 2; i++) {
+            if (pf[i].fd < 0 || !pf[i].revents)
+                continue;
+            char chunk[8192];
+            ssize_t got = read(pf[i].fd, chunk, sizeof chunk);
+            if (got > 0) {
+                buf_append(dst[i], chunk, (size_t)got);
+            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+                close(pf[i].fd);
+                pf[i].fd = -1;
+            }
+        }
+        if (!signalled && all_present(res->out.p, wait_for)) {
+            kill(pid, sig);
+            signalled = true;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (pf[i].fd >= 0)
+            close(pf[i].fd);
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    res->elapsed_s = now_s() - start;
+    if (killed)
+        res->status = -1;
+    else if (WIFEXITED(status))
+        res->status = WEXITSTATUS(status);
+    else
+        res->status = 128 + WTERMSIG(status);
+    cr_assert(!killed, "hooprun did not finish within %.0f s\nstdout:\n%s\nstderr:\n%s",
+              RUN_LIMIT_S, res->out.p, res->err.p);
+}
+
+static void run_hooprun(struct run *res, const char *const *args)
+{
+    run_hooprun_sig(res, NULL, 0, args);
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static size_t count_lines(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        if (*s == '\n')
+            n++;
+    return n;
+}
+
+static bool is_token(const char *t)
+{
+    if (strlen(t) != 32)
+        return false;
+    for (; *t; t++)
+        if (!isdigit((unsigned char)*t) && !(*t >= 'a' && *t <= 'f'))
+            return false;
+    return true;
+}
+
+/* Gone, or a zombie waiting for a parent that may never reap it. */
+static bool process_gone(pid_t pid, double within_s)
+{
+    double end = now_s() + within_s;
+    for (;;) {
+        if (kill(pid, 0) < 0 && errno == ESRCH)
+            return true;
+        char path[64], stat[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            return true;
+        size_t n = fread(stat, 1, sizeof stat - 1, f);
+        fclose(f);
+        stat[n] = '\0';
+        const char *paren = strrchr(stat, ')');
+        if (paren && (paren[2] == 'Z' || paren[2] == 'X'))
+            return true;
+        if (now_s() > end)
+            return false;
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
+    }
+}
+
+static const char *token_of(const char *line)
+{
+    const char *t = strstr(line, "token=");
+    return t ? t + 6 : "";
+}
+
+Test(hooprun, environment_of_every_rank, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "3", "sh", "-c",
+                         "echo rank=$HOOP_RANK size=$HOOP_SIZE root=$HOOP_ROOT token=$HOOP_TOKEN"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert_eq(count_lines(r.out.p), 3, "expected 3 lines, got:\n%s", r.out.p);
+
+    bool seen[3] = {false, false, false};
+    char root0[64] = "", token0[64] = "";
+    char *save = NULL;
+    for (char *line = strtok_r(r.out.p, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        int tag, rank, size;
+        char root[64], token[64];
+        int got = sscanf(line, "[%d] rank=%d size=%d root=%63s token=%63s", &tag, &rank, &size, root,
+                         token);
+        cr_assert_eq(got, 5, "unexpected line '%s'", line);
+        cr_assert(tag >= 0 && tag < 3 && !seen[tag], "bad or repeated tag in '%s'", line);
+        seen[tag] = true;
+        cr_assert_eq(rank, tag, "line tagged %d says rank %d", tag, rank);
+        cr_assert_eq(size, 3, "size %d in '%s'", size, line);
+        cr_assert(strncmp(root, "127.0.0.1:", 10) == 0 && atoi(root + 10) > 0,
+                  "bad root in '%s'", line);
+        cr_assert(is_token(token), "token '%s' is not 32 lowercase hex digits", token);
+        if (!root0[0]) {
+            strcpy(root0, root);
+            strcpy(token0, token);
+        }
+        cr_assert_str_eq(root, root0, "ranks disagree on the root");
+        cr_assert_str_eq(token, token0, "ranks disagree on the token");
+    }
+    run_free(&r);
+}
+
+Test(hooprun, every_job_gets_its_own_token, .timeout = 60)
+{
+    struct run a, b;
+    const char *const *args = ARGS("--timeout", "30", "-np", "1", "sh", "-c", "echo token=$HOOP_TOKEN");
+    run_hooprun(&a, args);
+    run_hooprun(&b, args);
+    cr_assert(a.status == 0 && b.status == 0, "exit statuses %d and %d", a.status, b.status);
+    char ta[64] = "", tb[64] = "";
+    sscanf(token_of(a.out.p), "%63s", ta);
+    sscanf(token_of(b.out.p), "%63s", tb);
+    cr_assert(is_token(ta) && is_token(tb), "bad tokens in '%s' and '%s'", a.out.p, b.out.p);
+    cr_assert_str_neq(ta, tb, "two jobs got the same token %s", ta);
+    run_free(&a);
+    run_free(&b);
+}
+
+Test(hooprun, no_tag_leaves_lines_alone, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "--no-tag", "-np", "2", "sh", "-c", "echo hello $HOOP_RANK"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    bool a = strcmp(r.out.p, "hello 0\nhello 1\n") == 0;
+    bool b = strcmp(r.out.p, "hello 1\nhello 0\n") == 0;
+    cr_assert(a || b, "unexpected output:\n%s", r.out.p);
+    run_free(&r);
+}
+
+Test(hooprun, failing_rank_stops_the_others, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "3", "sh", "-c",
+                         "if [ \"$HOOP_RANK\" = 1 ]; then exit 3; fi; sleep 100"));
+    cr_assert_eq(r.status, 3, "exit status %d, expected the failed rank's 3\nstderr:\n%s", r.status,
+                 r.err.p);
+    cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s to stop the job", r.elapsed_s);
+    cr_assert(strstr(r.err.p, "rank 1 exited with status 3"), "stderr does not name rank 1:\n%s",
+              r.err.p);
+    run_free(&r);
+}
+
+/* The pid in dir/name, or 0; the file goes away either way. */
+static int take_pid(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int pid = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    unlink(path);
+    snprintf(path, sizeof path, "%s/%s.tmp", dir, name);
+    unlink(path);
+    return pid;
+}
+
+/* Both a rank that is stopped and the rank that failed leave a background
+ * process in their group; neither may outlive the job. */
+Test(hooprun, stopping_a_rank_stops_its_descendants, .timeout = 60)
+{
+    const char *tmpdir = getenv("TMPDIR");
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/hooprun-test-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+    cr_assert(mkdtemp(dir) != NULL, "mkdtemp %s: %s", dir, strerror(errno));
+    /* Rank 1 fails only once rank 0's background sleep is known, so that
+     * the sleep is certainly running when the job is stopped. */
+    const char *script = "d=$1; if [ \"$HOOP_RANK\" = 0 ]; then "
+                         "sleep 100 & echo $! > $d/p0.tmp; mv $d/p0.tmp $d/p0; wait; "
+                         "else while [ ! -s $d/p0 ]; do sleep 0.05; done; "
+                         "sleep 100 & echo $! > $d/p1.tmp; mv $d/p1.tmp $d/p1; exit 4; fi";
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "sh", "-c", script, "sh", dir));
+    int pid[2] = {take_pid(dir, "p0"), take_pid(dir, "p1")};
+    rmdir(dir);
+    bool gone[2];
+    for (int i = 0; i < 2; i++) {
+        gone[i] = pid[i] <= 0 || process_gone(pid[i], 3.0);
+        if (!gone[i])
+            kill(pid[i], SIGKILL);
+    }
+    cr_assert(pid[0] > 0 && pid[1] > 0, "a rank never wrote its sleep's pid\nstderr:\n%s", r.err.p);
+    cr_assert_eq(r.status, 4, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert(gone[0], "the background process %d of the stopped rank 0 survived the job", pid[0]);
+    cr_assert(gone[1], "the background process %d of the failed rank 1 survived the job", pid[1]);
+    cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s", r.elapsed_s);
+    run_free(&r);
+}
+
+Test(hooprun, rank_killed_by_signal, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "sh", "-c",
+                         "if [ \"$HOOP_RANK\" = 1 ]; then kill -9 $$; fi; sleep 100"));
+    cr_assert_eq(r.status, 128 + SIGKILL, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s to stop the job", r.elapsed_s);
+    cr_assert(strstr(r.err.p, "rank 1 was killed by signal SIGKILL (9)"),
+              "stderr does not name the rank and the signal:\n%s", r.err.p);
+    run_free(&r);
+}
+
+Test(hooprun, stderr_goes_to_stderr, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "sh", "-c",
+                         "echo out$HOOP_RANK; echo err$HOOP_RANK >&2"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert(strstr(r.out.p, "[0] out0\n") && strstr(r.out.p, "[1] out1\n"), "stdout:\n%s", r.out.p);
+    cr_assert(strstr(r.err.p, "[0] err0\n") && strstr(r.err.p, "[1] err1\n"), "stderr:\n%s", r.err.p);
+    cr_assert(!strstr(r.out.p, "err"), "stderr leaked into stdout:\n%s", r.out.p);
+    cr_assert(!strstr(r.err.p, "out"), "stdout leaked into stderr:\n%s", r.err.p);
+    run_free(&r);
+}
+
+Test(hooprun, missing_program, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "/nonexistent/hoop-no-such-program"));
+    cr_assert_neq(r.status, 0, "a missing program counted as success");
+    cr_assert(strstr(r.err.p, "cannot run '/nonexistent/hoop-no-such-program'"),
+              "no 'cannot run' message on stderr:\n%s", r.err.p);
+    run_free(&r);
+}
+
+Test(hooprun, unfinished_last_line_is_forwarded, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "1", "printf", "abc"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert_str_eq(r.out.p, "[0] abc\n");
+    run_free(&r);
+
+    run_hooprun(&r, ARGS("--timeout", "30", "--no-tag", "-np", "1", "printf", "abc"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert_str_eq(r.out.p, "abc");
+    run_free(&r);
+}
+
+Test(hooprun, long_line_comes_in_tagged_pieces, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "1", "sh", "-c",
+                         "head -c 150000 /dev/zero | tr '\\000' x; echo; echo end"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    size_t xs = 0, lines = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(r.out.p, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        cr_assert(strncmp(line, "[0] ", 4) == 0, "untagged piece '%.20s...'", line);
+        size_t len = strlen(line + 4);
+        cr_assert_leq(len, 64 * 1024, "a piece of %zu bytes", len);
+        if (strcmp(line + 4, "end") != 0)
+            xs += strspn(line + 4, "x");
+        lines++;
+    }
+    cr_assert_eq(xs, 150000, "%zu of 150000 bytes came through", xs);
+    cr_assert_eq(lines, 4, "expected 3 pieces and 'end', got %zu lines", lines);
+    run_free(&r);
+}
+
+/* Ranks that write a lot and exit at once: everything still in the pipes
+ * must come out, in order for each rank. */
+Test(hooprun, no_output_is_lost, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "4", "sh", "-c", "seq 1 20000; seq 1 3000 >&2"));
+    cr_assert_eq(r.status, 0, "exit status %d", r.status);
+    struct run *rr = &r;
+    struct buf *bufs[2] = {&rr->out, &rr->err};
+    int expect[2] = {20000, 3000};
+    for (int b = 0; b < 2; b++) {
+        int last[4] = {0, 0, 0, 0};
+        char *save = NULL;
+        for (char *line = strtok_r(bufs[b]->p, "\n", &save); line;
+             line = strtok_r(NULL, "\n", &save)) {
+            int rank, v;
+            cr_assert(sscanf(line, "[%d] %d", &rank, &v) == 2 && rank >= 0 && rank < 4,
+                      "unexpected line '%s'", line);
+            cr_assert_eq(v, last[rank] + 1, "rank %d: %d after %d", rank, v, last[rank]);
+            last[rank] = v;
+        }
+        for (int k = 0; k < 4; k++)
+            cr_assert_eq(last[k], expect[b], "rank %d: %s ended at %d", k, b ? "stderr" : "stdout",
+                         last[k]);
+    }
+    run_free(&r);
+}
+
+Test(hooprun, timeout_stops_the_job, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "1", "-np", "2", "sleep", "100"));
+    cr_assert_neq(r.status, 0, "a timed out job counted as success");
+    cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s", r.elapsed_s);
+    cr_assert(strstr(r.err.p, "timeout"), "stderr does not say why:\n%s", r.err.p);
+    run_free(&r);
+}
+
+Test(hooprun, sigterm_stops_the_job, .timeout = 60)
+{
+    struct run r;
+    run_hooprun_sig(&r, ARGS("[0] up", "[1] up"), SIGTERM,
+                    ARGS("--timeout", "30", "-np", "2", "sh", "-c", "echo up; sleep 100"));
+    cr_assert_eq(r.status, 128 + SIGTERM, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s", r.elapsed_s);
+    run_free(&r);
+}
+
+Test(hooprun, port_option_sets_the_root, .timeout = 60)
+{
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "--port", "45678", "-np", "2", "sh", "-c",
+                         "echo $HOOP_ROOT"));
+    cr_assert_eq(r.status, 0, "exit status %d", r.status);
+    cr_assert(strstr(r.out.p, "[0] 127.0.0.1:45678\n") && strstr(r.out.p, "[1] 127.0.0.1:45678\n"),
+              "stdout:\n%s", r.out.p);
+    run_free(&r);
+}
+
+Test(hooprun, bad_usage_exits_2, .timeout = 60)
+{
+    const char *const *cases[] = {
+        ARGS("--bogus", "-np", "2", "true"),
+        ARGS("-np", "0", "true"),
+        ARGS("-np", "4097", "true"),
+        ARGS("-np", "two", "true"),
+        ARGS("-np", "2"),
+        ARGS("true"),
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct run r;
+        run_hooprun(&r, cases[i]);
+        cr_assert_eq(r.status, 2, "case %zu: exit status %d\nstderr:\n%s", i, r.status, r.err.p);
+        cr_assert(strstr(r.err.p, "usage"), "case %zu: no usage on stderr:\n%s", i, r.err.p);
+        cr_assert_eq(r.out.len, 0, "case %zu: wrote to stdout:\n%s", i, r.out.p);
+        run_free(&r);
+    }
+}
