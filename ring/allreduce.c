@@ -237,11 +237,15 @@ fail:;
                           on_recv ? r->prev_desc : r->next_desc, rbytes_left, r->prev_desc,
                           sbytes_left, r->next_desc);
     }
-    const char *peer = failed_dir == 0 ? r->next_desc : r->prev_desc;
+    char what[HOOP_HOSTNAME_MAX + 64];
+    if (failed_dir == 0)
+        snprintf(what, sizeof(what), "send to %s", r->next_desc);
+    else if (failed_dir == 1)
+        snprintf(what, sizeof(what), "receive from %s", r->prev_desc);
+    else
+        snprintf(what, sizeof(what), "waiting on %s and %s", r->prev_desc, r->next_desc);
     return hoop_error(hoop_status_from_errno(err),
-                      "rank %d: allreduce #%llu (%zu x %s %s) failed in %s: %s %s %s: %s", r->rank,
+                      "rank %d: allreduce #%llu (%zu x %s %s) failed in %s: %s: %s", r->rank,
                       (unsigned long long)seq, count, hoop_dtype_str(dtype), hoop_op_str(op), step,
-                      failed_dir == 0 ? "send to" : failed_dir == 1 ? "receive from" : "progress with",
-                      failed_dir < 0 ? "neighbours" : "", failed_dir < 0 ? "" : peer,
-                      hoop_errno_str(err));
+                      what, hoop_errno_str(err));
 }

@@ -1,0 +1,395 @@
+/* harness.c - see harness.h. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How much of a failed child's stderr goes into the report: enough for the
+ * library's last messages, small enough for several ranks to fit. */
+#define STDERR_TAIL 1536
+
+double harness_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int harness_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof addr;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
+        getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
+        port = ntohs(addr.sin_port);
+    close(fd);
+    return port;
+}
+
+void harness_token(int port, char *buf, size_t len)
+{
+    snprintf(buf, len, "hoop-test-token-%d", port);
+}
+
+bool harness_job_init(harness_job_t *job)
+{
+    memset(job, 0, sizeof *job);
+    job->port = harness_free_port();
+    if (job->port <= 0) {
+        snprintf(job->report, sizeof job->report, "no free loopback port: %s", strerror(errno));
+        return false;
+    }
+    snprintf(job->root, sizeof job->root, "127.0.0.1:%d", job->port);
+    harness_token(job->port, job->token, sizeof job->token);
+    job->start_s = harness_now();
+    return true;
+}
+
+void harness_make_config(hoop_config_t *cfg, const hoop_config_t *base, int rank, int size,
+                         const char *root, const char *token)
+{
+    hoop_config_init(cfg);
+    if (base) {
+        cfg->bootstrap_timeout_s = base->bootstrap_timeout_s;
+        cfg->timeout_s = base->timeout_s;
+        cfg->chunk_bytes = base->chunk_bytes;
+        cfg->pipeline_depth = base->pipeline_depth;
+        if (base->token)
+            token = base->token;
+    }
+    if (cfg->bootstrap_timeout_s <= 0)
+        cfg->bootstrap_timeout_s = 30.0;
+    if (cfg->timeout_s <= 0)
+        cfg->timeout_s = 60.0;
+    cfg->rank = rank;
+    cfg->size = size;
+    cfg->root = root;
+    cfg->token = token;
+}
+
+int harness_fail(int rank, const char *what, hoop_status_t st)
+{
+    fprintf(stderr, "rank %d: %s: %s [%s]\n", rank, what, hoop_last_error(), hoop_status_str(st));
+    return 1;
+}
+
+int harness_failf(int rank, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "rank %d: %s\n", rank, buf);
+    return 1;
+}
+
+/* The child side of a spawn: detach from everything the Criterion worker set
+ * up that could turn a rank's crash or exit into a report of the worker. */
+static void child_setup(int memfd, pid_t parent)
+{
+    /* A rank must not outlive the test (e.g. when Criterion kills the worker
+     * at its timeout): it would hold ports and CPU for the rest of the run. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(98);
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL, SIGPIPE,
+                               SIGTERM, SIGALRM, SIGINT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        signal(sigs[i], SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (memfd >= 0)
+        dup2(memfd, STDERR_FILENO);
+}
+
+static harness_proc_t *new_proc(harness_job_t *job, int rank)
+{
+    if (job->nprocs >= HARNESS_MAX_PROCS)
+        return NULL;
+    harness_proc_t *p = &job->procs[job->nprocs];
+    memset(p, 0, sizeof *p);
+    p->rank = rank;
+    p->pid = -1;
+    p->memfd = memfd_create("hoop-rank-stderr", MFD_CLOEXEC);
+    return p;
+}
+
+typedef struct rank_ctx {
+    const harness_job_t *job;
+    const hoop_config_t *base;
+    harness_rank_fn fn;
+    void *arg;
+} rank_ctx_t;
+
+static int run_rank(int rank, int size, const rank_ctx_t *ctx)
+{
+    hoop_config_t cfg;
+    harness_make_config(&cfg, ctx->base, rank, size, ctx->job->root, ctx->job->token);
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st != HOOP_OK)
+        return harness_fail(rank, "hoop_comm_init", st);
+    if (comm == NULL)
+        return harness_failf(rank, "hoop_comm_init returned HOOP_OK and a NULL communicator");
+    if (hoop_comm_rank(comm) != rank || hoop_comm_size(comm) != size) {
+        harness_failf(rank, "communicator says rank %d of %d, expected rank %d of %d",
+                      hoop_comm_rank(comm), hoop_comm_size(comm), rank, size);
+        hoop_comm_destroy(comm);
+        return 1;
+    }
+    int rc = ctx->fn(comm, rank, size, ctx->arg);
+    st = hoop_comm_destroy(comm);
+    if (st != HOOP_OK && rc == 0)
+        rc = harness_fail(rank, "hoop_comm_destroy", st);
+    return rc;
+}
+
+/* Shared by both spawn flavours: exactly one of fn / raw is set. */
+static pid_t spawn(harness_job_t *job, int rank, int size, const rank_ctx_t *ctx,
+                   harness_raw_fn raw, void *raw_arg)
+{
+    harness_proc_t *p = new_proc(job, rank);
+    if (!p)
+        return -1;
+    pid_t parent = getpid();
+    fflush(NULL); /* or the child would write the parent's pending output again */
+    pid_t pid = fork();
+    if (pid < 0) {
+        if (p->memfd >= 0)
+            close(p->memfd);
+        return -1;
+    }
+    if (pid == 0) {
+        child_setup(p->memfd, parent);
+        int rc = ctx ? run_rank(rank, size, ctx) : raw(rank, size, job->port, raw_arg);
+        fflush(NULL);
+        /* _exit: the Criterion worker's atexit handlers belong to the worker. */
+        _exit(rc & 0xff);
+    }
+    p->pid = pid;
+    job->nprocs++;
+    return pid;
+}
+
+pid_t harness_spawn_rank(harness_job_t *job, int rank, int size, const hoop_config_t *base,
+                         harness_rank_fn fn, void *arg)
+{
+    rank_ctx_t ctx = {job, base, fn, arg};
+    return spawn(job, rank, size, &ctx, NULL, NULL);
+}
+
+pid_t harness_spawn_raw(harness_job_t *job, int rank, int size, harness_raw_fn fn, void *arg)
+{
+    return spawn(job, rank, size, NULL, fn, arg);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static void record(harness_proc_t *p, int status, double now, double start)
+{
+    p->done = true;
+    p->elapsed_s = now - start;
+    if (WIFEXITED(status)) {
+        p->exit_code = WEXITSTATUS(status);
+        p->signal = 0;
+    } else if (WIFSIGNALED(status)) {
+        p->exit_code = -1;
+        p->signal = WTERMSIG(status);
+    }
+}
+
+static bool proc_ok(const harness_proc_t *p)
+{
+    return p->done && !p->hung && p->signal == 0 && p->exit_code == 0;
+}
+
+static void append(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t len, const char *fmt, ...)
+{
+    size_t used = strlen(buf);
+    if (used + 1 >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
+}
+
+static void append_stderr_tail(char *buf, size_t len, int memfd)
+{
+    if (memfd < 0)
+        return;
+    off_t size = lseek(memfd, 0, SEEK_END);
+    if (size <= 0)
+        return;
+    off_t from = size > STDERR_TAIL ? size - STDERR_TAIL : 0;
+    char tail[STDERR_TAIL + 1];
+    ssize_t n = pread(memfd, tail, (size_t)(size - from), from);
+    if (n <= 0)
+        return;
+    tail[n] = '\0';
+    append(buf, len, "  --- stderr%s ---\n%s%s", from > 0 ? " (tail)" : "", tail,
+           tail[n - 1] == '\n' ? "" : "\n");
+}
+
+bool harness_wait(harness_job_t *job, double deadline_s, double grace_s)
+{
+    if (deadline_s <= 0)
+        deadline_s = HARNESS_DEFAULT_DEADLINE_S;
+    double deadline = job->start_s + deadline_s;
+    bool failed = false;
+    int first_failed = -1;
+    for (;;) {
+        int running = 0;
+        double now = harness_now();
+        for (int i = 0; i < job->nprocs; i++) {
+            harness_proc_t *p = &job->procs[i];
+            if (p->done)
+                continue;
+            int status;
+            pid_t r = waitpid(p->pid, &status, WNOHANG);
+            if (r == p->pid) {
+                record(p, status, now, job->start_s);
+                if (!proc_ok(p) && !failed) {
+                    failed = true;
+                    first_failed = p->rank;
+                    if (grace_s > 0 && now + grace_s < deadline)
+                        deadline = now + grace_s;
+                }
+            } else if (r < 0 && errno == ECHILD) {
+                p->done = true;
+                p->exit_code = -1;
+            } else {
+                running++;
+            }
+        }
+        if (running == 0 || harness_now() >= deadline)
+            break;
+        sleep_ms(5);
+    }
+    for (int i = 0; i < job->nprocs; i++) {
+        harness_proc_t *p = &job->procs[i];
+        if (p->done)
+            continue;
+        kill(p->pid, SIGKILL);
+        int status;
+        while (waitpid(p->pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        p->done = true;
+        p->hung = true;
+        p->exit_code = -1;
+        p->signal = SIGKILL;
+        p->elapsed_s = harness_now() - job->start_s;
+    }
+
+    bool all_ok = true;
+    job->report[0] = '\0';
+    for (int i = 0; i < job->nprocs; i++) {
+        harness_proc_t *p = &job->procs[i];
+        if (proc_ok(p))
+            continue;
+        all_ok = false;
+        if (p->hung && first_failed >= 0 && grace_s > 0)
+            append(job->report, sizeof job->report,
+                   "rank %d (pid %d) still running %.0f s after rank %d failed: killed after "
+                   "%.1f s\n",
+                   p->rank, (int)p->pid, grace_s, first_failed, p->elapsed_s);
+        else if (p->hung)
+            append(job->report, sizeof job->report,
+                   "rank %d (pid %d) hung: killed at the %.0f s deadline\n", p->rank,
+                   (int)p->pid, p->elapsed_s);
+        else if (p->signal)
+            append(job->report, sizeof job->report,
+                   "rank %d (pid %d) died of signal %d (%s) after %.1f s\n", p->rank,
+                   (int)p->pid, p->signal, strsignal(p->signal), p->elapsed_s);
+        else
+            append(job->report, sizeof job->report,
+                   "rank %d (pid %d) failed: exit code %d after %.1f s\n", p->rank,
+                   (int)p->pid, p->exit_code, p->elapsed_s);
+        append_stderr_tail(job->report, sizeof job->report, p->memfd);
+    }
+    for (int i = 0; i < job->nprocs; i++) {
+        if (job->procs[i].memfd >= 0) {
+            close(job->procs[i].memfd);
+            job->procs[i].memfd = -1;
+        }
+    }
+    return all_ok;
+}
+
+static void copy_report(const harness_job_t *job, char *report, size_t report_len)
+{
+    if (report && report_len > 0)
+        snprintf(report, report_len, "%s", job->report);
+}
+
+bool harness_run(int size, const hoop_config_t *base, harness_rank_fn fn, void *arg,
+                 double deadline_s, char *report, size_t report_len)
+{
+    static harness_job_t job; /* 8 KiB report: keep it off the worker's stack */
+    if (!harness_job_init(&job)) {
+        copy_report(&job, report, report_len);
+        return false;
+    }
+    bool spawned = true;
+    for (int r = 0; r < size; r++)
+        if (harness_spawn_rank(&job, r, size, base, fn, arg) < 0)
+            spawned = false;
+    bool ok = harness_wait(&job, deadline_s, 15.0);
+    if (!spawned) {
+        ok = false;
+        append(job.report, sizeof job.report, "could not start all %d ranks: %s\n", size,
+               strerror(errno));
+    }
+    copy_report(&job, report, report_len);
+    return ok;
+}
+
+bool harness_run_raw(int size, harness_raw_fn fn, void *arg, double deadline_s, char *report,
+                     size_t report_len)
+{
+    static harness_job_t job;
+    if (!harness_job_init(&job)) {
+        copy_report(&job, report, report_len);
+        return false;
+    }
+    bool spawned = true;
+    for (int r = 0; r < size; r++)
+        if (harness_spawn_raw(&job, r, size, fn, arg) < 0)
+            spawned = false;
+    bool ok = harness_wait(&job, deadline_s, 15.0);
+    if (!spawned) {
+        ok = false;
+        append(job.report, sizeof job.report, "could not start all %d ranks: %s\n", size,
+               strerror(errno));
+    }
+    copy_report(&job, report, report_len);
+    return ok;
+}

@@ -1,0 +1,102 @@
+/* harness.h - start real ranks as processes over loopback for the tests.
+ *
+ * Every rank is a forked child of the Criterion test process. Children never
+ * use Criterion asserts (a failed assert in a child would be reported as if
+ * it came from a different process, or not at all); they exit with a code,
+ * and the parent turns codes, signals and hangs into one report to assert on.
+ */
+#ifndef HOOP_TESTS_HARNESS_H
+#define HOOP_TESTS_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "hoop.h"
+
+#define HARNESS_MAX_PROCS 16
+#define HARNESS_DEFAULT_DEADLINE_S 120.0
+
+/* Per-rank body run after hoop_comm_init succeeded. Return 0 on success;
+ * on failure print what went wrong to stderr (harness_fail helps). */
+typedef int (*harness_rank_fn)(hoop_comm_t *comm, int rank, int size, void *arg);
+
+/* Per-process body that forms (or fails to form) its communicator itself;
+ * port is the root's port on 127.0.0.1. The return value is the exit code. */
+typedef int (*harness_raw_fn)(int rank, int size, int port, void *arg);
+
+typedef struct harness_proc {
+    pid_t pid;
+    int rank;
+    int memfd;       /* the child's stderr, kept for the report */
+    bool done;
+    bool hung;       /* killed by the harness at the deadline */
+    int exit_code;   /* valid when done, not hung and signal == 0 */
+    int signal;      /* the signal that ended the child, 0 if it exited */
+    double elapsed_s;/* from spawn to exit */
+} harness_proc_t;
+
+typedef struct harness_job {
+    int port;
+    char root[64];   /* "127.0.0.1:PORT" */
+    char token[64];  /* per port, so that a stray rank of another job cannot join */
+    int nprocs;
+    double start_s;
+    harness_proc_t procs[HARNESS_MAX_PROCS];
+    char report[8192];
+} harness_job_t;
+
+/* A port that was free on 127.0.0.1 a moment ago, or -1. */
+int harness_free_port(void);
+
+/* Monotonic clock in seconds. */
+double harness_now(void);
+
+/* Pick a port and a token. Returns false if no port could be found. */
+bool harness_job_init(harness_job_t *job);
+
+/* Start one process of the job. harness_spawn_rank builds a hoop_config_t
+ * from base (bootstrap_timeout_s, timeout_s, chunk_bytes, pipeline_depth,
+ * token; base may be NULL) plus rank, size and the job's root, and calls fn
+ * between hoop_comm_init and hoop_comm_destroy. Return the pid or -1. */
+pid_t harness_spawn_rank(harness_job_t *job, int rank, int size, const hoop_config_t *base,
+                         harness_rank_fn fn, void *arg);
+pid_t harness_spawn_raw(harness_job_t *job, int rank, int size, harness_raw_fn fn, void *arg);
+
+/* Wait for every process until deadline_s after the job started (<= 0: the
+ * default). Once one process has failed, the others get grace_s more before
+ * they are killed, so that a broken job does not sit out the whole deadline
+ * (<= 0: no grace period, wait for the deadline). Stragglers are SIGKILLed.
+ * Fills job->report with one line per process that failed, crashed or hung,
+ * followed by the tail of its stderr. Returns true when every process exited
+ * with 0. */
+bool harness_wait(harness_job_t *job, double deadline_s, double grace_s);
+
+/* Build a job of size ranks that all run fn; report receives the failure
+ * description. Returns true when every rank succeeded. */
+bool harness_run(int size, const hoop_config_t *base, harness_rank_fn fn, void *arg,
+                 double deadline_s, char *report, size_t report_len);
+
+/* Same with harness_raw_fn, one process per rank 0..size-1. */
+bool harness_run_raw(int size, harness_raw_fn fn, void *arg, double deadline_s, char *report,
+                     size_t report_len);
+
+/* For children: print "rank R: what: hoop_last_error()" to stderr and
+ * return 1, so that "return harness_fail(...)" reads naturally. */
+int harness_fail(int rank, const char *what, hoop_status_t st);
+
+/* For children: printf-style message prefixed with the rank; returns 1. */
+int harness_failf(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The token harness_spawn_rank uses for a job on port, so that raw children
+ * can join a job or deliberately present a different token. */
+void harness_token(int port, char *buf, size_t len);
+
+/* Fill cfg as harness_spawn_rank does (unset timeouts become 30 s to form the
+ * communicator and 60 s per collective, so that a stuck library reports an
+ * error before the harness has to kill it); for raw children that want the
+ * normal config with one change. root and token must outlive cfg. */
+void harness_make_config(hoop_config_t *cfg, const hoop_config_t *base, int rank, int size,
+                         const char *root, const char *token);
+
+#endif /* HOOP_TESTS_HARNESS_H */
