@@ -237,7 +237,7 @@ fail:;
                           on_recv ? r->prev_desc : r->next_desc, rbytes_left, r->prev_desc,
                           sbytes_left, r->next_desc);
     }
-    char what[HOOP_HOSTNAME_MAX + 64];
+    char what[2 * sizeof(r->next_desc) + 32];
     if (failed_dir == 0)
         snprintf(what, sizeof(what), "send to %s", r->next_desc);
     else if (failed_dir == 1)
