@@ -35,6 +35,7 @@ struct hoop_boot_cfg {
     uint16_t root_port;
     uint8_t token[HOOP_TOKEN_BYTES];
     double timeout_s;
+    const char *launcher; /* where rank and size came from, see hoop_comm_launcher */
 };
 
 /* Resolve rank, size, root, token and timeout from cfg (set fields) and the

@@ -16,6 +16,9 @@ hoop_status_t hoop_boot_cfg_resolve(const hoop_config_t *cfg, struct hoop_boot_c
     out->rank = -1;
     out->size = -1;
 
+    out->launcher = "hoop";
+    if (cfg && (cfg->rank >= 0 || cfg->size >= 0))
+        out->launcher = "config";
     if (cfg && cfg->rank >= 0)
         out->rank = cfg->rank;
     else if (hoop_param_is_set("HOOP_RANK")) {
@@ -41,6 +44,7 @@ hoop_status_t hoop_boot_cfg_resolve(const hoop_config_t *cfg, struct hoop_boot_c
         HOOP_WARN("no rank variables found (HOOP_RANK, HOOP_SIZE unset): this is a one-rank job");
         out->rank = 0;
         out->size = 1;
+        out->launcher = "none";
     } else if (out->rank < 0 || out->size < 0) {
         return hoop_error(HOOP_ERR_INVALID,
                           "found %s=%d but no %s: set both rank and size (HOOP_RANK, HOOP_SIZE)",

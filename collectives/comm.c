@@ -75,6 +75,7 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory", bcfg.rank);
     c->rank = bcfg.rank;
     c->size = bcfg.size;
+    c->launcher = bcfg.launcher;
     size_t chunk = 0;
     int depth = 0;
     if ((st = comm_tunables(c, cfg, &chunk, &depth))) {
@@ -156,4 +157,9 @@ int hoop_comm_local_size(const hoop_comm_t *c)
 const char *hoop_comm_transport(const hoop_comm_t *c)
 {
     return c ? c->transport : "none";
+}
+
+const char *hoop_comm_launcher(const hoop_comm_t *c)
+{
+    return c ? c->launcher : "none";
 }

@@ -19,6 +19,7 @@ struct hoop_comm {
     hoop_status_t broken;
     char broken_why[256];
     char transport[48];
+    const char *launcher;
 };
 
 /* Checks shared by every collective; 0 when the call may go ahead. */

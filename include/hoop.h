@@ -103,6 +103,10 @@ HOOP_API int hoop_comm_local_size(const hoop_comm_t *comm);
 /* Name of the transport in use ("tcp/io_uring", ...). */
 HOOP_API const char *hoop_comm_transport(const hoop_comm_t *comm);
 
+/* Where rank and size came from: "config", "hoop", "horovod", "torchrun",
+ * "openmpi", "pmi", "slurm" or "none" (a one-rank job with no variables). */
+HOOP_API const char *hoop_comm_launcher(const hoop_comm_t *comm);
+
 /* Element-wise reduction of count elements across all ranks; every rank gets
  * the same result, bit for bit. In place when sendbuf == recvbuf; otherwise
  * the buffers must not overlap. Blocking. count may be 0 (buffers may then be
@@ -110,6 +114,48 @@ HOOP_API const char *hoop_comm_transport(const hoop_comm_t *comm);
  * broken: destroy it. */
 HOOP_API hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
                                       size_t count, hoop_dtype_t dtype, hoop_op_t op);
+
+/* Every rank gets block `rank` (recvcount elements) of the element-wise
+ * reduction of all ranks' sendbuf (size * recvcount elements). Ring: each
+ * rank sends (N-1)/N of sendbuf. In place when
+ * recvbuf == (char *)sendbuf + rank * recvcount * element size. */
+HOOP_API hoop_status_t hoop_reduce_scatter(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                           size_t recvcount, hoop_dtype_t dtype, hoop_op_t op);
+
+/* recvbuf (size * sendcount elements) gets every rank's sendbuf, rank r's
+ * at block r. Ring. In place when
+ * sendbuf == (char *)recvbuf + rank * sendcount * element size. */
+HOOP_API hoop_status_t hoop_allgather(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                      size_t sendcount, hoop_dtype_t dtype);
+
+/* Like allgather with a count per rank: rank r contributes recvcounts[r]
+ * elements, placed at element offset displs[r] of recvbuf (blocks must not
+ * overlap). Every rank passes the same recvcounts and displs. In place when
+ * sendbuf == (char *)recvbuf + displs[rank] * element size. */
+HOOP_API hoop_status_t hoop_allgatherv(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                       const size_t *recvcounts, const size_t *displs,
+                                       hoop_dtype_t dtype);
+
+/* root's sendbuf (count elements) lands in every rank's recvbuf. sendbuf is
+ * read on root only (in place there when sendbuf == recvbuf). Pipelined
+ * chain root -> root+1 -> ...: each rank sends the buffer once. */
+HOOP_API hoop_status_t hoop_broadcast(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                      size_t count, hoop_dtype_t dtype, int root);
+
+/* The element-wise reduction of every rank's sendbuf lands in root's recvbuf
+ * (recvbuf is not used elsewhere and may be NULL there). Pipelined chain
+ * ending at root. In place on root when sendbuf == recvbuf. */
+HOOP_API hoop_status_t hoop_reduce(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                   size_t count, hoop_dtype_t dtype, hoop_op_t op, int root);
+
+/* Block j (count elements) of rank i's sendbuf lands in block i of rank j's
+ * recvbuf. Both buffers hold size * count elements and must not overlap.
+ * Pairwise exchange over direct connections, made on first use. */
+HOOP_API hoop_status_t hoop_alltoall(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, hoop_dtype_t dtype);
+
+/* Returns once every rank has entered it. */
+HOOP_API hoop_status_t hoop_barrier(hoop_comm_t *comm);
 
 /* The last error of this thread, as a sentence ("" if none). Valid until the
  * next hoop call on this thread. */
