@@ -147,7 +147,7 @@ hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void
             struct rmeta *m = &meta[rhead % (unsigned)D];
             if (m->k.t < s.n - 1) {
                 int avg_n = (op == HOOP_AVG && m->k.t == s.n - 2) ? s.n : 0;
-                hoop_reduce(dst + m->off * es, src + m->off * es, q->buf, m->len, dtype, op, avg_n);
+                hoop_reduce_kernel(dst + m->off * es, src + m->off * es, q->buf, m->len, dtype, op, avg_n);
             }
             rbytes_left -= m->len * es;
             rdone = m->k;

@@ -105,7 +105,7 @@ static const reduce_fn reduce_table[HOOP_DTYPE_COUNT] = {
     [HOOP_F64] = reduce_f64,
 };
 
-void hoop_reduce(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype, hoop_op_t op,
+void hoop_reduce_kernel(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype, hoop_op_t op,
                  int avg_n)
 {
     if ((unsigned)dtype < HOOP_DTYPE_COUNT)

@@ -11,7 +11,7 @@
  * divided by avg_n in the accumulation type: f32 for f16/bf16, integer
  * division (toward zero) for integers. Signed integer sums and products wrap
  * around as two's complement, with no undefined behaviour. */
-void hoop_reduce(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype, hoop_op_t op,
+void hoop_reduce_kernel(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype, hoop_op_t op,
                  int avg_n);
 
 #endif

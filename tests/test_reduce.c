@@ -113,9 +113,9 @@ Test(reduce, every_kernel_matches_reference)
                 for (size_t i = 0; i < n; i++)
                     ref_one((hoop_dtype_t)dt, (hoop_op_t)op, a + i * es, b + i * es, want + i * es,
                             avg_n);
-                hoop_reduce(out, a, b, n, (hoop_dtype_t)dt, (hoop_op_t)op, avg_n);
+                hoop_reduce_kernel(out, a, b, n, (hoop_dtype_t)dt, (hoop_op_t)op, avg_n);
                 memcpy(inplace, a, n * es);
-                hoop_reduce(inplace, inplace, b, n, (hoop_dtype_t)dt, (hoop_op_t)op, avg_n);
+                hoop_reduce_kernel(inplace, inplace, b, n, (hoop_dtype_t)dt, (hoop_op_t)op, avg_n);
                 for (size_t i = 0; i < n; i++) {
                     cr_assert_eq(memcmp(out + i * es, want + i * es, es), 0,
                                  "%s %s avg_n=%d: element %zu differs", hoop_dtype_str(dt),
@@ -134,23 +134,23 @@ Test(reduce, f16_sum_rounds_once_in_f32)
 {
     /* 2048 + 1 is not an f16; combined in f32 and rounded to even: 2048. */
     uint16_t a = hoop_f32_to_f16(2048.0f), b = hoop_f32_to_f16(1.0f), d;
-    hoop_reduce(&d, &a, &b, 1, HOOP_F16, HOOP_SUM, 0);
+    hoop_reduce_kernel(&d, &a, &b, 1, HOOP_F16, HOOP_SUM, 0);
     cr_assert_eq(d, hoop_f32_to_f16(2048.0f));
     /* avg of 3 and 4 over 2 ranks = 3.5, exact in f16. */
     a = hoop_f32_to_f16(3.0f), b = hoop_f32_to_f16(4.0f);
-    hoop_reduce(&d, &a, &b, 1, HOOP_F16, HOOP_AVG, 2);
+    hoop_reduce_kernel(&d, &a, &b, 1, HOOP_F16, HOOP_AVG, 2);
     cr_assert_eq(d, hoop_f32_to_f16(3.5f));
 }
 
 Test(reduce, signed_integer_wraps)
 {
     int8_t a = 127, b = 1, d;
-    hoop_reduce(&d, &a, &b, 1, HOOP_I8, HOOP_SUM, 0);
+    hoop_reduce_kernel(&d, &a, &b, 1, HOOP_I8, HOOP_SUM, 0);
     cr_assert_eq(d, -128);
     int64_t x = INT64_MAX, y = 2, z;
-    hoop_reduce(&z, &x, &y, 1, HOOP_I64, HOOP_PROD, 0);
+    hoop_reduce_kernel(&z, &x, &y, 1, HOOP_I64, HOOP_PROD, 0);
     cr_assert_eq(z, -2);
     int32_t p = -7, q = 0, r;
-    hoop_reduce(&r, &p, &q, 1, HOOP_I32, HOOP_AVG, 2);
+    hoop_reduce_kernel(&r, &p, &q, 1, HOOP_I32, HOOP_AVG, 2);
     cr_assert_eq(r, -3, "integer average truncates toward zero");
 }
