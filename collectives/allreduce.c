@@ -7,18 +7,21 @@
 hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                              hoop_dtype_t dtype, hoop_op_t op)
 {
-    hoop_status_t st = hoop_coll_check(comm, "allreduce", sendbuf, recvbuf, count, (int)dtype,
-                                       (int)op);
-    if (st || count == 0)
+    static const char name[] = "allreduce";
+    hoop_status_t st;
+    if ((st = hoop_coll_begin(comm, name)) || (st = hoop_coll_check_type(comm, name, dtype, 1, op)) ||
+        (st = hoop_coll_check_count(comm, name, count, 1, dtype)))
+        return st;
+    size_t bytes = count * hoop_dtype_size(dtype);
+    if ((st = hoop_coll_check_bufs(comm, name, sendbuf, bytes, recvbuf, bytes,
+                                   sendbuf == recvbuf)) || !count)
         return st;
     if (comm->size == 1) {
         /* The reduction of one rank is its input (an average divides by 1). */
         if (sendbuf != recvbuf)
-            memcpy(recvbuf, sendbuf, count * hoop_dtype_size(dtype));
+            memcpy(recvbuf, sendbuf, bytes);
         return HOOP_OK;
     }
-    st = hoop_ring_allreduce(&comm->ring, sendbuf, recvbuf, count, dtype, op, comm->timeout_s);
-    if (st)
-        hoop_coll_mark_broken(comm, st);
-    return st;
+    return hoop_coll_end(comm, hoop_ring_allreduce(&comm->ring, sendbuf, recvbuf, count, dtype, op,
+                                                   comm->timeout_s));
 }

@@ -6,40 +6,72 @@
 #include <stdint.h>
 #include <stdio.h>
 
-hoop_status_t hoop_coll_check(const hoop_comm_t *comm, const char *op_name, const void *sendbuf,
-                              const void *recvbuf, size_t count, int dtype, int op)
+hoop_status_t hoop_coll_begin(const hoop_comm_t *comm, const char *name)
 {
     if (!comm)
-        return hoop_error(HOOP_ERR_INVALID, "%s: the communicator is NULL", op_name);
-    int r = comm->rank;
-    if (dtype < 0 || dtype >= HOOP_DTYPE_COUNT)
-        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: dtype %d is not a hoop_dtype_t", r,
-                          op_name, dtype);
-    if (op < 0 || op >= HOOP_OP_COUNT)
-        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: op %d is not a hoop_op_t", r, op_name, op);
-    size_t es = hoop_dtype_size((hoop_dtype_t)dtype);
-    if (count > SIZE_MAX / es)
-        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: count %zu of %s overflows the address space",
-                          r, op_name, count, hoop_dtype_str((hoop_dtype_t)dtype));
-    if (count && (!sendbuf || !recvbuf))
-        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: %s is NULL with count %zu", r, op_name,
-                          !sendbuf ? "sendbuf" : "recvbuf", count);
-    if (count && sendbuf != recvbuf) {
-        uintptr_t s = (uintptr_t)sendbuf, d = (uintptr_t)recvbuf, n = count * es;
-        if (s < d + n && d < s + n)
-            return hoop_error(HOOP_ERR_INVALID,
-                              "rank %d: %s: sendbuf and recvbuf overlap without being equal "
-                              "(pass the same pointer for in place)", r, op_name);
-    }
+        return hoop_error(HOOP_ERR_INVALID, "%s: the communicator is NULL", name);
     if (comm->broken)
         return hoop_error(comm->broken,
                           "rank %d: %s: the communicator is unusable after an earlier error (%s); "
-                          "destroy it and create a new one", r, op_name, comm->broken_why);
+                          "destroy it and create a new one", comm->rank, name, comm->broken_why);
     return HOOP_OK;
 }
 
-void hoop_coll_mark_broken(hoop_comm_t *comm, hoop_status_t st)
+hoop_status_t hoop_coll_check_type(const hoop_comm_t *comm, const char *name, int dtype, int has_op,
+                                   int op)
 {
-    comm->broken = st;
-    snprintf(comm->broken_why, sizeof(comm->broken_why), "%s", hoop_last_error());
+    if (dtype < 0 || dtype >= HOOP_DTYPE_COUNT)
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: dtype %d is not a hoop_dtype_t",
+                          comm->rank, name, dtype);
+    if (has_op && (op < 0 || op >= HOOP_OP_COUNT))
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: op %d is not a hoop_op_t", comm->rank,
+                          name, op);
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_coll_check_count(const hoop_comm_t *comm, const char *name, size_t count,
+                                    size_t factor, int dtype)
+{
+    size_t es = hoop_dtype_size((hoop_dtype_t)dtype);
+    if (factor && count > SIZE_MAX / es / factor)
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: count %zu of %s overflows the address space",
+                          comm->rank, name, count, hoop_dtype_str((hoop_dtype_t)dtype));
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_coll_check_bufs(const hoop_comm_t *comm, const char *name, const void *send,
+                                   size_t send_bytes, const void *recv, size_t recv_bytes,
+                                   int in_place)
+{
+    if (send_bytes && !send)
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: sendbuf is NULL with %zu bytes to send",
+                          comm->rank, name, send_bytes);
+    if (recv_bytes && !recv)
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: recvbuf is NULL with %zu bytes to receive",
+                          comm->rank, name, recv_bytes);
+    if (send_bytes && recv_bytes && !in_place) {
+        uintptr_t s = (uintptr_t)send, d = (uintptr_t)recv;
+        if (s < d + recv_bytes && d < s + send_bytes)
+            return hoop_error(HOOP_ERR_INVALID,
+                              "rank %d: %s: sendbuf and recvbuf overlap without being the in-place "
+                              "layout (see hoop.h)", comm->rank, name);
+    }
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_coll_check_root(const hoop_comm_t *comm, const char *name, int root)
+{
+    if (root < 0 || root >= comm->size)
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: root %d is not a rank of this "
+                          "communicator (0..%d)", comm->rank, name, root, comm->size - 1);
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_coll_end(hoop_comm_t *comm, hoop_status_t st)
+{
+    if (st && st != HOOP_ERR_INVALID) {
+        comm->broken = st;
+        snprintf(comm->broken_why, sizeof(comm->broken_why), "%s", hoop_last_error());
+    }
+    return st;
 }

@@ -12,7 +12,7 @@
 
 #define HOOP_CHUNK_MIN 64
 #define HOOP_CHUNK_MAX (1ull << 30)
-#define HOOP_DEPTH_MAX 64
+#define HOOP_DEPTH_MAX HOOP_RING_DEPTH_MAX
 
 void hoop_config_init(hoop_config_t *cfg)
 {

@@ -6,6 +6,8 @@
 #include "ring/ring.h"
 #include "hoop.h"
 
+#include <stdint.h>
+
 struct hoop_comm {
     int rank;
     int size;
@@ -22,9 +24,23 @@ struct hoop_comm {
     const char *launcher;
 };
 
-/* Checks shared by every collective; 0 when the call may go ahead. */
-hoop_status_t hoop_coll_check(const hoop_comm_t *comm, const char *op_name, const void *sendbuf,
-                              const void *recvbuf, size_t count, int dtype, int op);
-void hoop_coll_mark_broken(hoop_comm_t *comm, hoop_status_t st);
+/* Checks shared by every collective; each returns HOOP_OK or
+ * HOOP_ERR_INVALID (or the broken state) with a sentence naming `name`. */
+hoop_status_t hoop_coll_begin(const hoop_comm_t *comm, const char *name);
+/* op is checked only when has_op. */
+hoop_status_t hoop_coll_check_type(const hoop_comm_t *comm, const char *name, int dtype, int has_op,
+                                   int op);
+/* count * factor elements of dtype must fit in memory. */
+hoop_status_t hoop_coll_check_count(const hoop_comm_t *comm, const char *name, size_t count,
+                                    size_t factor, int dtype);
+/* Non-NULL when non-empty, and no overlap unless the caller found the
+ * collective's in-place layout. */
+hoop_status_t hoop_coll_check_bufs(const hoop_comm_t *comm, const char *name, const void *send,
+                                   size_t send_bytes, const void *recv, size_t recv_bytes,
+                                   int in_place);
+hoop_status_t hoop_coll_check_root(const hoop_comm_t *comm, const char *name, int root);
+/* After the ring: a failure other than a bad argument breaks the
+ * communicator (the ranks' streams are out of step). Returns st. */
+hoop_status_t hoop_coll_end(hoop_comm_t *comm, hoop_status_t st);
 
 #endif

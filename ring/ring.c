@@ -1,5 +1,6 @@
 /* ring.c - the ring's connections and its reusable memory. */
 #include "ring/ring.h"
+#include "ring/pipeline.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -24,7 +25,10 @@ hoop_status_t hoop_ring_open(struct hoop_ring *r, const struct hoop_transport_op
     r->scratch = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     r->sreq = calloc((size_t)depth, sizeof(*r->sreq));
     r->rreq = calloc((size_t)depth, sizeof(*r->rreq));
-    if (!r->scratch || !r->sreq || !r->rreq) {
+    r->steps = calloc(2 * (size_t)size, sizeof(*r->steps));
+    r->counts = calloc((size_t)size, sizeof(*r->counts));
+    r->displs = calloc((size_t)size, sizeof(*r->displs));
+    if (!r->scratch || !r->sreq || !r->rreq || !r->steps || !r->counts || !r->displs) {
         hoop_ring_close(r);
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory for %d ring slots of %zu bytes",
                           rank, depth, chunk_bytes);
@@ -72,5 +76,24 @@ void hoop_ring_close(struct hoop_ring *r)
     free(r->scratch);
     free(r->sreq);
     free(r->rreq);
+    free(r->steps);
+    free(r->counts);
+    free(r->displs);
+    free(r->work);
     memset(r, 0, sizeof(*r));
+}
+
+hoop_status_t hoop_ring_reserve_work(struct hoop_ring *r, size_t bytes)
+{
+    if (bytes <= r->work_bytes)
+        return HOOP_OK;
+    uint8_t *w = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!w)
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory for a %zu-byte work buffer",
+                          r->rank, bytes);
+    memset(w, 0, bytes);
+    free(r->work);
+    r->work = w;
+    r->work_bytes = bytes;
+    return HOOP_OK;
 }

@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define HOOP_RING_DEPTH_MAX 64
+
+struct hoop_step;
+
 struct hoop_ring {
     const struct hoop_transport_ops *ops;
     void *tp;
@@ -26,6 +30,11 @@ struct hoop_ring {
     uint8_t *scratch; /* depth receive slots of chunk_bytes, reused by every call */
     struct hoop_tp_req *sreq;
     struct hoop_tp_req *rreq;
+    struct hoop_step *steps; /* 2 * size entries: the table of the collective running */
+    size_t *counts;          /* size entries each, for allgather's spans */
+    size_t *displs;
+    uint8_t *work;           /* partial reductions of reduce_scatter and reduce */
+    size_t work_bytes;
     uint64_t seq; /* collectives run so far */
 };
 
@@ -40,11 +49,26 @@ hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *pee
                                 uint64_t comm_id, uint64_t deadline_ns);
 void hoop_ring_close(struct hoop_ring *r);
 
-/* Chunked, pipelined ring allreduce: reduce-scatter then allgather, N-1
- * steps each. Needs size >= 2 and count >= 1. On failure the transport is
- * cancelled: the ring must not be used again. */
+/* Make the work buffer at least `bytes` long. It only grows, and is kept
+ * (and its pages touched once) so that later calls fault nothing in. */
+hoop_status_t hoop_ring_reserve_work(struct hoop_ring *r, size_t bytes);
+
+/* The ring collectives. Each needs size >= 2; counts may be 0. On failure
+ * the transport is cancelled: the ring must not be used again. */
 hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                   size_t count, hoop_dtype_t dtype, hoop_op_t op,
                                   double timeout_s);
+hoop_status_t hoop_ring_reduce_scatter(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
+                                       size_t recvcount, hoop_dtype_t dtype, hoop_op_t op,
+                                       double timeout_s);
+/* recvbuf already holds this rank's block (the caller copies it). */
+hoop_status_t hoop_ring_allgatherv(struct hoop_ring *r, void *recvbuf, const size_t *counts,
+                                   const size_t *displs, hoop_dtype_t dtype, double timeout_s);
+/* recvbuf on root already holds the data. */
+hoop_status_t hoop_ring_broadcast(struct hoop_ring *r, void *buf, size_t count,
+                                  hoop_dtype_t dtype, int root, double timeout_s);
+hoop_status_t hoop_ring_reduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
+                               size_t count, hoop_dtype_t dtype, hoop_op_t op, int root,
+                               double timeout_s);
 
 #endif

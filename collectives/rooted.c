@@ -1,0 +1,66 @@
+/* rooted.c - hoop_broadcast and hoop_reduce: checks, then the chain. */
+#include "collectives/comm.h"
+#include "common/status.h"
+
+#include <string.h>
+
+hoop_status_t hoop_broadcast(hoop_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                             hoop_dtype_t dtype, int root)
+{
+    static const char name[] = "broadcast";
+    hoop_status_t st;
+    if ((st = hoop_coll_begin(comm, name)) ||
+        (st = hoop_coll_check_type(comm, name, dtype, 0, 0)) ||
+        (st = hoop_coll_check_count(comm, name, count, 1, dtype)) ||
+        (st = hoop_coll_check_root(comm, name, root)))
+        return st;
+    size_t bytes = count * hoop_dtype_size(dtype);
+    int is_root = comm->rank == root;
+    if ((st = hoop_coll_check_bufs(comm, name, is_root ? sendbuf : NULL, is_root ? bytes : 0,
+                                   recvbuf, bytes, sendbuf == recvbuf)) || !count)
+        return st;
+    if (is_root && sendbuf != recvbuf)
+        memcpy(recvbuf, sendbuf, bytes);
+    if (comm->size == 1)
+        return HOOP_OK;
+    return hoop_coll_end(comm, hoop_ring_broadcast(&comm->ring, recvbuf, count, dtype, root,
+                                                   comm->timeout_s));
+}
+
+hoop_status_t hoop_reduce(hoop_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
+                          hoop_dtype_t dtype, hoop_op_t op, int root)
+{
+    static const char name[] = "reduce";
+    hoop_status_t st;
+    if ((st = hoop_coll_begin(comm, name)) || (st = hoop_coll_check_type(comm, name, dtype, 1, op)) ||
+        (st = hoop_coll_check_count(comm, name, count, 1, dtype)) ||
+        (st = hoop_coll_check_root(comm, name, root)))
+        return st;
+    size_t bytes = count * hoop_dtype_size(dtype);
+    int is_root = comm->rank == root;
+    if ((st = hoop_coll_check_bufs(comm, name, sendbuf, bytes, is_root ? recvbuf : NULL,
+                                   is_root ? bytes : 0, sendbuf == recvbuf)) || !count)
+        return st;
+    if (comm->size == 1) {
+        if (sendbuf != recvbuf)
+            memcpy(recvbuf, sendbuf, bytes);
+        return HOOP_OK;
+    }
+    return hoop_coll_end(comm, hoop_ring_reduce(&comm->ring, sendbuf, is_root ? recvbuf : NULL,
+                                                count, dtype, op, root, comm->timeout_s));
+}
+
+hoop_status_t hoop_barrier(hoop_comm_t *comm)
+{
+    static const char name[] = "barrier";
+    hoop_status_t st;
+    if ((st = hoop_coll_begin(comm, name)) || comm->size == 1)
+        return st;
+    /* One byte around the ring and back: the result depends on every rank's
+     * input, so no rank can leave before all have entered. */
+    unsigned char b = 0;
+    st = hoop_ring_allreduce(&comm->ring, &b, &b, 1, HOOP_U8, HOOP_MAX, comm->timeout_s);
+    if (st)
+        hoop_error_append(" (in barrier)");
+    return hoop_coll_end(comm, st);
+}

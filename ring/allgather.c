@@ -1,0 +1,32 @@
+/* allgather.c - the ring allgather's schedule (allgather is allgatherv with
+ * equal blocks). N-1 steps: at step s rank r sends block r-s and receives
+ * block r-s-1 straight into recvbuf; each rank sends every block but the
+ * next rank's once: (N-1)/N of the result. */
+#include "ring/pipeline.h"
+
+static int mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
+hoop_status_t hoop_ring_allgatherv(struct hoop_ring *r, void *recvbuf, const size_t *counts,
+                                   const size_t *displs, hoop_dtype_t dtype, double timeout_s)
+{
+    const int n = r->size, me = r->rank;
+    struct hoop_step *st = r->steps;
+    size_t total = 0;
+    for (int k = 0; k < n; k++)
+        total += counts[k];
+    for (int s = 0; s < n - 1; s++) {
+        int a = mod(me - s, n), b = mod(me - s - 1, n);
+        st[s] = (struct hoop_step){
+            .send_buf = HOOP_BUF_OUTPUT, .send_off = displs[a], .send_len = counts[a],
+            .send_dep = s > 0, .recv_mode = HOOP_RECV_DIRECT, .recv_buf = HOOP_BUF_OUTPUT,
+            .recv_off = displs[b], .recv_len = counts[b], .phase = "allgather",
+            .phase_step = s + 1, .phase_steps = n - 1};
+    }
+    struct hoop_pipe p = {.what = "allgather", .input = recvbuf, .output = recvbuf,
+                          .count = total, .dtype = dtype, .op = -1, .nsteps = n - 1,
+                          .steps = st};
+    return hoop_ring_run(r, &p, timeout_s);
+}

@@ -1,0 +1,53 @@
+/* pipeline.h - the chunked pipeline every ring collective runs on.
+ *
+ * A collective is a table of steps. At step t a rank sends one span to next
+ * and receives one span from prev; each span is cut into chunks of the
+ * ring's chunk size, up to `depth` chunks travel in each direction, and a
+ * received chunk is either left where it landed (DIRECT) or landed in a
+ * scratch slot and reduced with the rank's own input into its destination
+ * (REDUCE). When a step's send forwards what the step before received
+ * (send_dep), chunk c leaves as soon as chunk c of the step before is in.
+ * Reduced data always goes to a buffer (the output or the ring's work
+ * buffer), never back out of a slot: a slot is free again as soon as its
+ * reduction is done, so no rank's receiving ever waits on its own sending,
+ * and the ring cannot deadlock on its slots. */
+#ifndef HOOP_RING_PIPELINE_H
+#define HOOP_RING_PIPELINE_H
+
+#include "ring/ring.h"
+
+enum hoop_buf_id { HOOP_BUF_NONE = 0, HOOP_BUF_INPUT, HOOP_BUF_OUTPUT, HOOP_BUF_WORK };
+enum hoop_recv_mode { HOOP_RECV_NONE = 0, HOOP_RECV_DIRECT, HOOP_RECV_REDUCE };
+
+struct hoop_step {
+    int send_buf;      /* enum hoop_buf_id; NONE = nothing to send */
+    size_t send_off;   /* element offsets and lengths */
+    size_t send_len;
+    int send_dep;      /* chunk c waits for chunk c of the step before */
+    int recv_mode;     /* enum hoop_recv_mode */
+    int recv_buf;      /* where the data (or its reduction) ends up */
+    size_t recv_off;
+    size_t recv_len;
+    size_t local_off;  /* REDUCE: offset of this rank's own input */
+    int avg_n;         /* REDUCE: divide by this after the last sum of an average */
+    const char *phase; /* for sentences: "reduce-scatter", "allgather", ... */
+    int phase_step;    /* 1-based */
+    int phase_steps;
+};
+
+struct hoop_pipe {
+    const char *what; /* "allreduce", ... */
+    const void *input;
+    void *output;
+    size_t count;     /* for sentences */
+    hoop_dtype_t dtype;
+    int op;           /* hoop_op_t, or -1 for none */
+    int nsteps;
+    struct hoop_step *steps; /* the ring's table, filled by the caller */
+};
+
+/* Run the steps. On failure the transport is cancelled (no buffer is
+ * touched afterwards) and the sentence names the step and the peer. */
+hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, double timeout_s);
+
+#endif
