@@ -65,6 +65,11 @@ $(BUILD)/ring_bench: bench/ring_bench.c $(LIB_A) include/hoop.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
 
+# A test tool, not installed: runs a program with io_uring refused.
+$(BUILD)/no_uring: tools/no_uring.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS)
+
 $(TESTBIN): $(TEST_OBJS) $(LIB_A)
 	$(CC) $(ALL_CFLAGS) -o $@ $(TEST_OBJS) $(LIB_A) $(CRIT_LIBS) $(LDLIBS) $(LDFLAGS)
 
@@ -74,9 +79,16 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 
 # TEST_ARGS passes options to Criterion (e.g. TEST_ARGS='--filter=allreduce/*').
 # The suite starts real ranks as processes; the tests find hooprun and
-# ring_bench through HOOP_BUILD_DIR.
-test: all $(TESTBIN)
-	HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR) $(TESTBIN) --jobs 2 $(TEST_ARGS)
+# ring_bench through HOOP_BUILD_DIR. It runs once per TCP engine: all of it
+# on io_uring, the multi-process suites again on poll, and the allreduce
+# suite once more where io_uring is refused, so that auto really falls back.
+TEST_ENV = HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR)
+test: all $(TESTBIN) $(BUILD)/no_uring
+	$(TEST_ENV) HOOP_TCP_ENGINE=uring $(TESTBIN) --jobs 2 $(TEST_ARGS)
+	$(TEST_ENV) HOOP_TCP_ENGINE=poll $(TESTBIN) --jobs 2 \
+	    --filter='@(allreduce|bootstrap|collectives|paths)/*' $(TEST_ARGS)
+	$(TEST_ENV) HOOP_TCP_ENGINE=auto $(BUILD)/no_uring $(TESTBIN) --jobs 2 \
+	    --filter='allreduce/*' $(TEST_ARGS)
 
 # The main job: a 4-rank allreduce benchmark on this machine.
 BENCH_ARGS ?= -b 8 -e 256M -f 4

@@ -142,7 +142,7 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
         return hoop_error(HOOP_ERR_SYSTEM, "%s: cannot listen: %s%s", c.who, hoop_errno_str(rc),
                           rc == -EADDRINUSE ? " (another job on this port? pick another HOOP_ROOT port)"
                                             : "");
-    rc = hoop_listener_serve(lfd, deadline, HOOP_PEER_WIRE_MAX, root_on_hello, &c, c.who);
+    rc = hoop_listener_serve(lfd, deadline, HOOP_PEER_WIRE_MAX, root_on_hello, &c, c.who, 0);
     close(lfd);
     if (rc == -ETIMEDOUT)
         return root_timeout(&c);

@@ -82,16 +82,19 @@ static int pending_read(struct pending *p, size_t max_body, const char *who)
 }
 
 int hoop_listener_serve(int lfd, uint64_t deadline_ns, size_t max_body, hoop_hello_cb cb, void *ctx,
-                        const char *who)
+                        const char *who, int drain)
 {
     struct pending pend[HOOP_PENDING_MAX];
     struct pollfd pfd[HOOP_PENDING_MAX + 1];
     int done = 0, result = 0;
     for (int i = 0; i < HOOP_PENDING_MAX; i++)
         pend[i].fd = -1;
-    pend[0].body = NULL;
-
-    while (!done) {
+    for (;;) {
+        int npend = 0;
+        for (int i = 0; i < HOOP_PENDING_MAX; i++)
+            npend += pend[i].fd >= 0;
+        if (done && (!drain || npend == 0))
+            break;
         uint64_t now = hoop_now_ns();
         if (now >= deadline_ns) {
             result = -ETIMEDOUT;
@@ -99,7 +102,8 @@ int hoop_listener_serve(int lfd, uint64_t deadline_ns, size_t max_body, hoop_hel
         }
         uint64_t wake = deadline_ns;
         int n = 0;
-        pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        /* Once done, accept no one new; only finish the pending hellos. */
+        pfd[n++] = (struct pollfd){.fd = done ? -1 : lfd, .events = POLLIN};
         int map[HOOP_PENDING_MAX];
         for (int i = 0; i < HOOP_PENDING_MAX; i++) {
             if (pend[i].fd < 0)
@@ -120,7 +124,7 @@ int hoop_listener_serve(int lfd, uint64_t deadline_ns, size_t max_body, hoop_hel
         }
         if (rc <= 0)
             continue;
-        for (int k = 1; k < n && !done; k++) {
+        for (int k = 1; k < n; k++) {
             if (!pfd[k].revents)
                 continue;
             struct pending *p = &pend[map[k - 1]];
@@ -129,7 +133,9 @@ int hoop_listener_serve(int lfd, uint64_t deadline_ns, size_t max_body, hoop_hel
                 continue;
             p->msg.fd = p->fd;
             p->msg.body = p->body;
+            int was_done = done;
             int keep = cb(ctx, &p->msg, &done);
+            done |= was_done;
             if (!keep)
                 close(p->fd);
             free(p->body);

@@ -27,8 +27,11 @@ struct hoop_hello_msg {
 typedef int (*hoop_hello_cb)(void *ctx, const struct hoop_hello_msg *msg, int *done);
 
 /* Serve lfd until the callback says done (0) or the deadline (-ETIMEDOUT).
- * who names the listener in log lines ("rank 0: bootstrap root"). */
+ * who names the listener in log lines ("rank 0: bootstrap root"). With
+ * drain, connections already accepted when the callback says done still get
+ * their hellos read and handed to the callback (it may keep them for
+ * later), each within its short grace; without, they are closed. */
 int hoop_listener_serve(int lfd, uint64_t deadline_ns, size_t max_body, hoop_hello_cb cb, void *ctx,
-                        const char *who);
+                        const char *who, int drain);
 
 #endif

@@ -83,7 +83,9 @@ int hoop_sock_listen(const struct sockaddr *addr, socklen_t len, int *fd_out)
         return -errno;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, addr, len) < 0 || listen(fd, 128) < 0) {
+    /* Deep enough for every rank of a big job to connect at once: direct
+     * connections are made connect-all-then-accept. */
+    if (bind(fd, addr, len) < 0 || listen(fd, 4096) < 0) {
         int err = -errno;
         close(fd);
         return err;

@@ -28,7 +28,13 @@ hoop_status_t hoop_ring_open(struct hoop_ring *r, const struct hoop_transport_op
     r->steps = calloc(2 * (size_t)size, sizeof(*r->steps));
     r->counts = calloc((size_t)size, sizeof(*r->counts));
     r->displs = calloc((size_t)size, sizeof(*r->displs));
-    if (!r->scratch || !r->sreq || !r->rreq || !r->steps || !r->counts || !r->displs) {
+    r->peer_tx = calloc((size_t)size, sizeof(*r->peer_tx));
+    r->peer_rx = calloc((size_t)size, sizeof(*r->peer_rx));
+    r->p2p_sreq = calloc((size_t)size, sizeof(*r->p2p_sreq));
+    r->p2p_rreq = calloc((size_t)size, sizeof(*r->p2p_rreq));
+    r->p2p_list = calloc((size_t)size, sizeof(*r->p2p_list));
+    if (!r->scratch || !r->sreq || !r->rreq || !r->steps || !r->counts || !r->displs ||
+        !r->peer_tx || !r->peer_rx || !r->p2p_sreq || !r->p2p_rreq || !r->p2p_list) {
         hoop_ring_close(r);
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory for %d ring slots of %zu bytes",
                           rank, depth, chunk_bytes);
@@ -52,16 +58,18 @@ hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *pee
                                 uint64_t comm_id, uint64_t deadline_ns)
 {
     const struct hoop_peer *n = &peers[r->next], *p = &peers[r->prev];
+    r->peers = peers;
+    r->comm_id = comm_id;
     snprintf(r->next_desc, sizeof(r->next_desc), "rank %d (%s)", r->next, n->host);
     snprintf(r->prev_desc, sizeof(r->prev_desc), "rank %d (%s)", r->prev, p->host);
     /* Connect first: every listener exists before the table is handed out,
      * so the connect completes in the peer's backlog and nobody waits on
      * anybody's accept. */
-    hoop_status_t st = r->ops->connect(r->tp, r->next, n->host, n->handle, n->handle_len, comm_id,
+    hoop_status_t st = r->ops->connect(r->tp, r->next, HOOP_CHANNEL_RING, n->host, n->handle, n->handle_len, comm_id,
                                        deadline_ns, &r->tx);
     if (st)
         return st;
-    return r->ops->accept(r->tp, r->prev, p->host, comm_id, deadline_ns, &r->rx);
+    return r->ops->accept(r->tp, r->prev, HOOP_CHANNEL_RING, p->host, comm_id, deadline_ns, &r->rx);
 }
 
 void hoop_ring_close(struct hoop_ring *r)
@@ -71,6 +79,12 @@ void hoop_ring_close(struct hoop_ring *r)
             r->ops->close(r->tx);
         if (r->rx)
             r->ops->close(r->rx);
+        for (int i = 0; r->peer_tx && i < r->size; i++) {
+            if (r->peer_tx[i])
+                r->ops->close(r->peer_tx[i]);
+            if (r->peer_rx[i])
+                r->ops->close(r->peer_rx[i]);
+        }
         r->ops->destroy(r->tp);
     }
     free(r->scratch);
@@ -79,6 +93,11 @@ void hoop_ring_close(struct hoop_ring *r)
     free(r->steps);
     free(r->counts);
     free(r->displs);
+    free(r->peer_tx);
+    free(r->peer_rx);
+    free(r->p2p_sreq);
+    free(r->p2p_rreq);
+    free(r->p2p_list);
     free(r->work);
     memset(r, 0, sizeof(*r));
 }

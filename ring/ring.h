@@ -33,6 +33,13 @@ struct hoop_ring {
     struct hoop_step *steps; /* 2 * size entries: the table of the collective running */
     size_t *counts;          /* size entries each, for allgather's spans */
     size_t *displs;
+    const struct hoop_peer *peers; /* the bootstrap's table (owned by the communicator) */
+    uint64_t comm_id;
+    void **peer_tx;          /* size entries: direct connections, made on first use */
+    void **peer_rx;
+    struct hoop_tp_req *p2p_sreq; /* size entries each */
+    struct hoop_tp_req *p2p_rreq;
+    int *p2p_list;           /* size entries: scratch for hoop_ring_peers' lists */
     uint8_t *work;           /* partial reductions of reduce_scatter and reduce */
     size_t work_bytes;
     uint64_t seq; /* collectives run so far */
@@ -48,6 +55,12 @@ hoop_status_t hoop_ring_listen(void *ring, const struct sockaddr *local, socklen
 hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *peers,
                                 uint64_t comm_id, uint64_t deadline_ns);
 void hoop_ring_close(struct hoop_ring *r);
+
+/* Make sure the direct connections (both directions) with each of
+ * peers[0..npeers) exist. Collective: each of those peers must make a call
+ * that lists this rank. */
+hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
+                              uint64_t deadline_ns);
 
 /* Make the work buffer at least `bytes` long. It only grows, and is kept
  * (and its pages touched once) so that later calls fault nothing in. */
@@ -70,5 +83,13 @@ hoop_status_t hoop_ring_broadcast(struct hoop_ring *r, void *buf, size_t count,
 hoop_status_t hoop_ring_reduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                size_t count, hoop_dtype_t dtype, hoop_op_t op, int root,
                                double timeout_s);
+/* Over direct connections, not the ring. */
+hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
+                                 size_t count, hoop_dtype_t dtype, double timeout_s);
+/* Recursive doubling for small messages; count * dtype size must fit in
+ * one ring chunk (the scratch it uses). */
+hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
+                                        size_t count, hoop_dtype_t dtype, hoop_op_t op,
+                                        double timeout_s);
 
 #endif

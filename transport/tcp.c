@@ -1,6 +1,7 @@
-/* tcp.c - the TCP transport: listening, connecting and accepting ring
- * neighbours (each connection opened with an authenticated hello), and the
- * ops table. The data path is in tcp_uring.c. */
+/* tcp.c - the TCP transport: choosing its engine, listening, connecting
+ * and accepting ring neighbours (each connection opened with an
+ * authenticated hello), and the ops table. The data path is in
+ * tcp_queue.c, over the engine of tcp_uring.c or tcp_poll.c. */
 #include "transport/tcp.h"
 #include "common/clock.h"
 #include "common/listener.h"
@@ -12,6 +13,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,45 @@
 #define TCP_HANDLE_VERSION 1
 #define TCP_HANDLE_BYTES 21 /* version, family, port, 16 address bytes, nsocks */
 #define TCP_NSOCKS_MAX 16
+
+/* Where io_uring is refused, the refusal is the same for every
+ * communicator of the process: say it once. */
+static atomic_int tcp_fallback_said;
+
+/* HOOP_TCP_ENGINE: uring, poll, or auto (io_uring, else poll). */
+static hoop_status_t tcp_engine_open(struct tcp_tp *tp)
+{
+    const char *want = hoop_param_str("HOOP_TCP_ENGINE");
+    int only_uring = strcmp(want, "uring") == 0, only_poll = strcmp(want, "poll") == 0;
+    if (!only_uring && !only_poll && strcmp(want, "auto") != 0)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "rank %d: tcp transport: HOOP_TCP_ENGINE='%s' is not one of uring, poll "
+                          "or auto", tp->rank, want);
+    int rc;
+    if (!only_poll) {
+        tp->eng = &tcp_engine_uring;
+        if ((rc = tp->eng->init(tp)) == 0)
+            return HOOP_OK;
+        if (only_uring) {
+            int refused = rc == -EPERM || rc == -ENOSYS || rc == -EACCES || rc == -EOPNOTSUPP;
+            return hoop_error(refused ? HOOP_ERR_UNSUPPORTED : HOOP_ERR_SYSTEM,
+                              "rank %d: tcp transport: HOOP_TCP_ENGINE=uring, but io_uring cannot "
+                              "be set up: %s%s", tp->rank, hoop_errno_str(rc),
+                              refused ? " (refused by a seccomp profile, the "
+                                        "kernel.io_uring_disabled sysctl or a sandbox; "
+                                        "HOOP_TCP_ENGINE=auto or poll uses the poll engine)"
+                                      : "");
+        }
+        if (atomic_exchange(&tcp_fallback_said, 1) == 0)
+            HOOP_WARN("rank %d: tcp transport: io_uring refused (%s): using the poll engine",
+                      tp->rank, hoop_errno_str(rc));
+    }
+    tp->eng = &tcp_engine_poll;
+    if ((rc = tp->eng->init(tp)))
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: poll engine: %s", tp->rank,
+                          hoop_errno_str(rc));
+    return HOOP_OK;
+}
 
 static hoop_status_t tcp_create(const struct hoop_tp_params *p, void **out)
 {
@@ -44,9 +85,10 @@ static hoop_status_t tcp_create(const struct hoop_tp_params *p, void **out)
     tp->user_timeout_ms = (unsigned)(ut * 1000);
     if ((st = hoop_param_u64("HOOP_URING_ENTRIES", 4, 4096, &v)))
         goto err_free;
-    if ((st = tcp_uring_init(tp, (unsigned)v)))
+    tp->uring_entries = (unsigned)v;
+    if ((st = tcp_engine_open(tp)))
         goto err_free;
-    snprintf(tp->desc, sizeof(tp->desc), "tcp/io_uring");
+    snprintf(tp->desc, sizeof(tp->desc), "tcp/%s", tp->eng->name);
     *out = tp;
     return HOOP_OK;
 err_free:
@@ -124,12 +166,10 @@ static void tcp_close(void *vc)
     free(c);
 }
 
-/* Data sockets are blocking: io_uring then waits for readiness itself
- * instead of failing the transfer with EAGAIN. */
 static int tcp_ready_socket(struct tcp_tp *tp, int fd)
 {
     hoop_sock_set_data_opts(fd, tp->sockbuf, tp->user_timeout_ms);
-    return hoop_sock_set_blocking(fd, 1);
+    return hoop_sock_set_blocking(fd, !tp->eng->nonblocking);
 }
 
 static void tcp_conn_add(struct tcp_tp *tp, struct tcp_conn *c)
@@ -138,9 +178,12 @@ static void tcp_conn_add(struct tcp_tp *tp, struct tcp_conn *c)
     tp->conns = c;
 }
 
-static hoop_status_t tcp_connect(void *vtp, int peer, const char *peer_host, const uint8_t *handle,
-                                 uint16_t handle_len, uint64_t comm_id, uint64_t deadline_ns,
-                                 void **out)
+/* The hello's aux: channel in the high half, socket index in the low. */
+#define TCP_AUX(channel, index) (((uint32_t)(channel) << 16) | (uint32_t)(index))
+
+static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *peer_host,
+                                 const uint8_t *handle, uint16_t handle_len, uint64_t comm_id,
+                                 uint64_t deadline_ns, void **out)
 {
     struct tcp_tp *tp = vtp;
     if (handle_len != TCP_HANDLE_BYTES || handle[0] != TCP_HANDLE_VERSION ||
@@ -178,7 +221,7 @@ static hoop_status_t tcp_connect(void *vtp, int peer, const char *peer_host, con
         if (rc == 0) {
             struct hoop_hello h = {.kind = HOOP_HELLO_DATA, .rank = (uint32_t)tp->rank,
                                    .size = (uint32_t)tp->size, .comm_id = comm_id,
-                                   .aux = (uint32_t)i};
+                                   .aux = TCP_AUX(channel, i)};
             memcpy(h.token, tp->token, HOOP_TOKEN_BYTES);
             uint8_t head[HOOP_HELLO_BYTES];
             hoop_hello_encode(&h, head);
@@ -205,47 +248,84 @@ struct tcp_accept_ctx {
     struct tcp_tp *tp;
     struct tcp_conn *c;
     int peer;
+    int channel;
     uint64_t comm_id;
     int have;
 };
 
-static int tcp_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
+/* Take a socket for the connection being accepted; 1 when it was wanted. */
+static int tcp_accept_take(struct tcp_accept_ctx *a, int rank, int channel, int index, int fd)
 {
-    struct tcp_accept_ctx *a = vctx;
-    const struct hoop_hello *h = &m->hello;
-    const char *why = NULL;
-    if (h->kind != HOOP_HELLO_DATA)
-        why = "not a data connection";
-    else if (!hoop_token_equal(h->token, a->tp->token))
-        why = "wrong job token";
-    else if (h->comm_id != a->comm_id)
-        why = "belongs to another communicator";
-    else if (h->rank != (uint32_t)a->peer)
-        why = "not from the expected ring neighbour";
-    else if (h->aux >= (uint32_t)a->c->nsocks || a->c->socks[h->aux].fd >= 0)
-        why = "bad or repeated socket index";
-    if (why) {
-        HOOP_WARN("rank %d: tcp transport: refused connection from %s (claims rank %u): %s",
-                  a->tp->rank, m->addr_str, h->rank, why);
+    if (rank != a->peer || channel != a->channel || index >= a->c->nsocks ||
+        a->c->socks[index].fd >= 0)
         return 0;
-    }
-    a->c->socks[h->aux].fd = m->fd;
-    if (++a->have == a->c->nsocks)
-        *done = 1;
+    a->c->socks[index].fd = fd;
+    a->have++;
     return 1;
 }
 
-static hoop_status_t tcp_accept(void *vtp, int peer, const char *peer_host, uint64_t comm_id,
-                                uint64_t deadline_ns, void **out)
+static int tcp_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
+{
+    struct tcp_accept_ctx *a = vctx;
+    struct tcp_tp *tp = a->tp;
+    const struct hoop_hello *h = &m->hello;
+    const char *why = NULL;
+    int channel = (int)(h->aux >> 16), index = (int)(h->aux & 0xffff);
+    if (h->kind != HOOP_HELLO_DATA)
+        why = "not a data connection";
+    else if (!hoop_token_equal(h->token, tp->token))
+        why = "wrong job token";
+    else if (h->comm_id != a->comm_id)
+        why = "belongs to another communicator";
+    else if (h->rank >= (uint32_t)tp->size || channel > HOOP_CHANNEL_P2P ||
+             index >= TCP_NSOCKS_MAX)
+        why = "claims a rank, channel or socket that does not exist";
+    if (!why && tcp_accept_take(a, (int)h->rank, channel, index, m->fd)) {
+        if (a->have == a->c->nsocks)
+            *done = 1;
+        return 1;
+    }
+    if (!why && tp->nstash < 4 * tp->size * TCP_NSOCKS_MAX) {
+        /* A genuine peer that is ahead of us: keep it for its accept. */
+        struct tcp_stashed *k = malloc(sizeof(*k));
+        if (k) {
+            *k = (struct tcp_stashed){.next = tp->stash, .fd = m->fd, .rank = (int)h->rank,
+                                      .channel = channel, .index = index};
+            tp->stash = k;
+            tp->nstash++;
+            return 1;
+        }
+    }
+    HOOP_WARN("rank %d: tcp transport: refused connection from %s (claims rank %u): %s",
+              tp->rank, m->addr_str, h->rank, why ? why : "too many early connections");
+    return 0;
+}
+
+static hoop_status_t tcp_accept(void *vtp, int peer, int channel, const char *peer_host,
+                                uint64_t comm_id, uint64_t deadline_ns, void **out)
 {
     struct tcp_tp *tp = vtp;
     struct tcp_conn *c = tcp_conn_new(tp, peer, tp->nsocks);
     if (!c)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: out of memory", tp->rank);
-    struct tcp_accept_ctx a = {.tp = tp, .c = c, .peer = peer, .comm_id = comm_id};
-    char who[64];
-    snprintf(who, sizeof(who), "rank %d: tcp transport", tp->rank);
-    int rc = hoop_listener_serve(tp->lfd, deadline_ns, 0, tcp_on_hello, &a, who);
+    struct tcp_accept_ctx a = {.tp = tp, .c = c, .peer = peer, .channel = channel,
+                               .comm_id = comm_id};
+    for (struct tcp_stashed **pp = &tp->stash; *pp;) {
+        struct tcp_stashed *k = *pp;
+        if (tcp_accept_take(&a, k->rank, k->channel, k->index, k->fd)) {
+            *pp = k->next;
+            tp->nstash--;
+            free(k);
+        } else {
+            pp = &k->next;
+        }
+    }
+    int rc = 0;
+    if (a.have < c->nsocks) {
+        char who[64];
+        snprintf(who, sizeof(who), "rank %d: tcp transport", tp->rank);
+        rc = hoop_listener_serve(tp->lfd, deadline_ns, 0, tcp_on_hello, &a, who, 1);
+    }
     for (int i = 0; rc == 0 && i < c->nsocks; i++)
         rc = tcp_ready_socket(tp, c->socks[i].fd);
     if (rc) {
@@ -269,8 +349,13 @@ static void tcp_destroy(void *vtp)
         tcp_cancel(tp);
     while (tp->conns)
         tcp_close(tp->conns);
-    if (tp->ring_ok)
-        io_uring_queue_exit(&tp->ring);
+    while (tp->stash) {
+        struct tcp_stashed *k = tp->stash;
+        tp->stash = k->next;
+        close(k->fd);
+        free(k);
+    }
+    tp->eng->fini(tp);
     if (tp->lfd >= 0)
         close(tp->lfd);
     free(tp);

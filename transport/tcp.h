@@ -1,22 +1,22 @@
 /* tcp.h - the TCP transport's objects, shared by its connection set-up
- * (tcp.c) and its io_uring engine (tcp_uring.c). */
+ * (tcp.c), its request queues (tcp_queue.c) and its two engines, io_uring
+ * (tcp_uring.c) and poll (tcp_poll.c), which differ only in how they move
+ * bytes and wait. */
 #ifndef HOOP_TRANSPORT_TCP_H
 #define HOOP_TRANSPORT_TCP_H
 
 #include "common/wire.h"
 #include "transport/transport.h"
 
-#include <liburing.h>
-
 enum { TCP_TX = 0, TCP_RX = 1 };
 
 struct tcp_dir {
     struct hoop_tp_req *head, *tail; /* queued; head is on the wire when busy */
-    int busy;                        /* an SQE for head is in the kernel */
+    int busy;                        /* the engine is moving head's bytes */
 };
 
-/* Aligned so the low bit of its address can carry the direction in
- * user_data. */
+/* Aligned so the low bit of its address can carry the direction in an
+ * io_uring user_data. */
 struct tcp_sock {
     int fd;
     int err; /* first error seen; later requests fail with it at once */
@@ -32,10 +32,42 @@ struct tcp_conn {
     struct tcp_sock socks[];
 };
 
+/* A connection that arrived while another was being accepted. */
+struct tcp_stashed {
+    struct tcp_stashed *next;
+    int fd;
+    int rank;
+    int channel;
+    int index;
+};
+
+struct tcp_tp;
+
+/* How bytes move. The queues (tcp_queue.c) call start() when a head needs
+ * the wire and learn every transfer's result from tcp_queue_moved(), so
+ * that ordering, striping, errors and completion are the same whichever
+ * engine runs. */
+struct tcp_engine {
+    const char *name;  /* describe() says "tcp/<name>" */
+    int nonblocking;   /* data sockets get O_NONBLOCK */
+    int (*init)(struct tcp_tp *tp); /* 0 or -errno */
+    void (*fini)(struct tcp_tp *tp);
+    /* Begin moving the rest of s->dir[d].head; 0 or -errno. */
+    int (*start)(struct tcp_tp *tp, struct tcp_sock *s, int d);
+    /* The transport's progress(): at least one completion, or the deadline. */
+    int (*progress)(struct tcp_tp *tp, uint64_t deadline_ns);
+    /* Every socket is shut: return once the kernel holds no buffer. */
+    void (*drain)(struct tcp_tp *tp);
+};
+
+extern const struct tcp_engine tcp_engine_uring;
+extern const struct tcp_engine tcp_engine_poll;
+
 struct tcp_tp {
-    struct io_uring ring;
-    int ring_ok;
-    unsigned inflight; /* SQEs whose CQE has not been reaped */
+    const struct tcp_engine *eng;
+    void *eng_state;
+    unsigned inflight; /* busy directions, over every socket */
+    unsigned uring_entries;
     int rank;
     int size;
     uint8_t token[HOOP_TOKEN_BYTES];
@@ -44,13 +76,18 @@ struct tcp_tp {
     int sockbuf;
     unsigned user_timeout_ms;
     struct tcp_conn *conns;
+    struct tcp_stashed *stash;
+    int nstash;
     char desc[48];
 };
 
-hoop_status_t tcp_uring_init(struct tcp_tp *tp, unsigned entries);
 int tcp_isend(void *conn, struct hoop_tp_req *req);
 int tcp_irecv(void *conn, struct hoop_tp_req *req);
 int tcp_progress(void *tp, uint64_t deadline_ns);
 void tcp_cancel(void *tp);
+/* An engine's report on a busy direction: res bytes moved, 0 when the peer
+ * closed, or -errno (-EAGAIN and -EINTR: nothing moved, try again).
+ * Returns the number of requests it completed. */
+int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res);
 
 #endif

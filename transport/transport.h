@@ -19,6 +19,10 @@
 
 #define HOOP_REQ_PENDING 1
 
+/* Connections between two ranks are per channel: the ring's, and the
+ * direct ones that alltoall and the small-message path make on first use. */
+enum { HOOP_CHANNEL_RING = 0, HOOP_CHANNEL_P2P = 1 };
+
 struct hoop_tp_req {
     void *buf;                 /* set by the caller */
     size_t len;                /* set by the caller */
@@ -41,11 +45,14 @@ struct hoop_transport_ops {
      * pass to connect (<= HOOP_HANDLE_MAX bytes). */
     hoop_status_t (*listen)(void *tp, const struct sockaddr *local, socklen_t len, uint8_t *handle,
                             uint16_t *handle_len);
-    hoop_status_t (*connect)(void *tp, int peer, const char *peer_host, const uint8_t *handle,
-                             uint16_t handle_len, uint64_t comm_id, uint64_t deadline_ns,
-                             void **conn);
-    hoop_status_t (*accept)(void *tp, int peer, const char *peer_host, uint64_t comm_id,
-                            uint64_t deadline_ns, void **conn);
+    /* Open the connection to `peer` on `channel`; accept is its other end.
+     * A connection from another rank or channel that arrives during accept
+     * is kept for the accept that wants it. */
+    hoop_status_t (*connect)(void *tp, int peer, int channel, const char *peer_host,
+                             const uint8_t *handle, uint16_t handle_len, uint64_t comm_id,
+                             uint64_t deadline_ns, void **conn);
+    hoop_status_t (*accept)(void *tp, int peer, int channel, const char *peer_host,
+                            uint64_t comm_id, uint64_t deadline_ns, void **conn);
     int (*isend)(void *conn, struct hoop_tp_req *req);
     int (*irecv)(void *conn, struct hoop_tp_req *req);
     /* Returns the number of requests completed (0 at the deadline), or -errno. */

@@ -1,0 +1,349 @@
+/* test_engine.c - the TCP transport's two engines, and the choice between
+ * them (HOOP_TCP_ENGINE).
+ *
+ * Where io_uring is refused (Docker's default seccomp profile, the
+ * io_uring_disabled sysctl, gVisor) the transport must fall back to poll by
+ * itself. build/no_uring refuses io_uring the way Docker's profile does, so
+ * the fallback is tested for real: the benchmark runs under it as users run
+ * it, through hooprun. Programs run with fork/exec, their output captured
+ * and their run bounded, so that a hang fails the test.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "hoop.h"
+
+/* Far above what any run here needs, far below Criterion's own timeout. */
+#define RUN_LIMIT_S 60.0
+
+struct text {
+    char *p;
+    size_t len, cap;
+};
+
+struct run {
+    int status; /* exit code, 128+signal, or -1 when it had to be killed */
+    double elapsed_s;
+    struct text out, err;
+};
+
+static void text_append(struct text *t, const char *p, size_t n)
+{
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 4096;
+        while (t->len + n + 1 > cap)
+            cap *= 2;
+        t->p = realloc(t->p, cap);
+        cr_assert(t->p != NULL, "out of memory");
+        t->cap = cap;
+    }
+    memcpy(t->p + t->len, p, n);
+    t->len += n;
+    t->p[t->len] = '\0';
+}
+
+static void run_free(struct run *r)
+{
+    free(r->out.p);
+    free(r->err.p);
+}
+
+static const char *built(const char *name)
+{
+    static char paths[4][4096];
+    static int next;
+    const char *dir = getenv("HOOP_BUILD_DIR");
+    if (!dir || !*dir)
+        cr_skip_test("HOOP_BUILD_DIR is not set, so the built %s cannot be found (run the "
+                     "suite with 'make test')", name);
+    char *path = paths[next++ % 4];
+    snprintf(path, sizeof paths[0], "%s/%s", dir, name);
+    cr_assert(access(path, X_OK) == 0, "%s is not an executable: %s", path, strerror(errno));
+    return path;
+}
+
+/* Run argv (NULL-terminated) with HOOP_TCP_ENGINE=engine, in its own process
+ * group so that a run past RUN_LIMIT_S is killed with everything it
+ * started. */
+static void run_prog(struct run *res, const char *engine, const char *const *argv)
+{
+    memset(res, 0, sizeof *res);
+    text_append(&res->out, "", 0);
+    text_append(&res->err, "", 0);
+    int out[2], err[2];
+    cr_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "pipe: %s",
+              strerror(errno));
+    double start = harness_now();
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        setpgid(0, 0);
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul < 0 || dup2(nul, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
+            _exit(126);
+        setenv("HOOP_TCP_ENGINE", engine, 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(126);
+    }
+    setpgid(pid, pid);
+    close(out[1]);
+    close(err[1]);
+    struct pollfd pf[2] = {{.fd = out[0], .events = POLLIN}, {.fd = err[0], .events = POLLIN}};
+    struct text *dst[2] = {&res->out, &res->err};
+    bool exited = false, killed = false;
+    int status = 0;
+    while (pf[0].fd >= 0 || pf[1].fd >= 0 || !exited) {
+        double left = start + RUN_LIMIT_S - harness_now();
+        if (left <= 0 && !killed) {
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            killed = true;
+        }
+        if (killed && left < -5.0)
+            break; /* even its pipes stay open: give up on them */
+        if (!exited && waitpid(pid, &status, WNOHANG) == pid)
+            exited = true;
+        /* Short polls, since the child's exit is not among the events. */
+        int pr = poll(pf, 2, 20);
+        if (pr < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < 2; i++) {
+            if (pf[i].fd < 0 || !pf[i].revents)
+                continue;
+            char chunk[8192];
+            ssize_t got = read(pf[i].fd, chunk, sizeof chunk);
+            if (got > 0) {
+                text_append(dst[i], chunk, (size_t)got);
+            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+                close(pf[i].fd);
+                pf[i].fd = -1;
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (pf[i].fd >= 0)
+            close(pf[i].fd);
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    res->elapsed_s = harness_now() - start;
+    if (killed)
+        res->status = -1;
+    else if (WIFEXITED(status))
+        res->status = WEXITSTATUS(status);
+    else
+        res->status = 128 + WTERMSIG(status);
+    cr_assert(!killed, "%s did not finish within %.0f s\nstdout:\n%s\nstderr:\n%s", argv[0],
+              RUN_LIMIT_S, res->out.p, res->err.p);
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* no_uring exits 125 when this kernel cannot install its filter. */
+static void skip_without_seccomp(const struct run *r)
+{
+    if (r->status == 125 && strstr(r->err.p, "no_uring:"))
+        cr_skip_test("io_uring cannot be refused on this machine, so the fallback cannot be "
+                     "tested: %s", r->err.p);
+}
+
+Test(engine, refused_io_uring_falls_back_to_poll, .timeout = 120)
+{
+    struct run r;
+    run_prog(&r, "auto",
+             ARGS(built("no_uring"), built("hooprun"), "-np", "4", built("ring_bench"), "-b", "8",
+                  "-e", "4M"));
+    skip_without_seccomp(&r);
+    cr_assert_eq(r.status, 0, "ring_bench under no_uring exited with %d\nstdout:\n%s\nstderr:\n%s",
+                 r.status, r.out.p, r.err.p);
+    cr_assert(strstr(r.out.p, "Out of bounds values : 0 OK"),
+              "ring_bench did not report 0 wrong rows\nstdout:\n%s", r.out.p);
+    cr_assert(strstr(r.err.p, "io_uring refused") && strstr(r.err.p, "using the poll engine"),
+              "the log does not say that the poll engine replaced io_uring\nstderr:\n%s", r.err.p);
+    run_free(&r);
+}
+
+Test(engine, forcing_refused_io_uring_fails_cleanly, .timeout = 120)
+{
+    struct run r;
+    run_prog(&r, "uring",
+             ARGS(built("no_uring"), built("hooprun"), "-np", "2", built("ring_bench"), "-b", "8",
+                  "-e", "8"));
+    skip_without_seccomp(&r);
+    cr_assert(r.status != 0 && r.status != -1,
+              "HOOP_TCP_ENGINE=uring where io_uring is refused exited with %d\nstdout:\n%s\n"
+              "stderr:\n%s", r.status, r.out.p, r.err.p);
+    /* Refused before any rank waits for another: no timeout is involved. */
+    cr_assert_lt(r.elapsed_s, 20.0, "the refusal took %.1f s\nstderr:\n%s", r.elapsed_s, r.err.p);
+    cr_assert(strstr(r.err.p, "HOOP_TCP_ENGINE=uring") && strstr(r.err.p, "io_uring") &&
+                  strstr(r.err.p, "HOOP_TCP_ENGINE=auto or poll"),
+              "the error does not say that io_uring was refused and what to set\nstderr:\n%s",
+              r.err.p);
+    cr_assert(!strstr(r.err.p, "using the poll engine"),
+              "a forced io_uring fell back to poll\nstderr:\n%s", r.err.p);
+    run_free(&r);
+}
+
+/* In-process, so that the status itself is checked. */
+static int invalid_engine_rank(int rank, int size, int port, void *arg)
+{
+    const char *want = arg;
+    hoop_config_t cfg;
+    char root[64], token[64];
+    snprintf(root, sizeof root, "127.0.0.1:%d", port);
+    harness_token(port, token, sizeof token);
+    harness_make_config(&cfg, NULL, rank, size, root, token);
+    cfg.bootstrap_timeout_s = 10.0;
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st == HOOP_OK) {
+        hoop_comm_destroy(comm);
+        return harness_failf(rank, "hoop_comm_init succeeded with HOOP_TCP_ENGINE=%s", want);
+    }
+    if (st != HOOP_ERR_INVALID)
+        return harness_failf(rank, "HOOP_TCP_ENGINE=%s gave %s, not %s: %s", want,
+                             hoop_status_str(st), hoop_status_str(HOOP_ERR_INVALID),
+                             hoop_last_error());
+    if (!strstr(hoop_last_error(), "HOOP_TCP_ENGINE") || !strstr(hoop_last_error(), want))
+        return harness_failf(rank, "the error does not name HOOP_TCP_ENGINE='%s': %s", want,
+                             hoop_last_error());
+    return 0;
+}
+
+Test(engine, unknown_engine_is_invalid, .timeout = 60)
+{
+    setenv("HOOP_TCP_ENGINE", "bogus", 1);
+    char report[8192];
+    bool ok = harness_run_raw(2, invalid_engine_rank, "bogus", 30.0, report, sizeof report);
+    cr_assert(ok, "HOOP_TCP_ENGINE=bogus:\n%s", report);
+}
+
+/* Inputs that cross many chunks and every socket of the stripe; sums of
+ * small integers, exact in i32. */
+#define ENGINE_COUNT ((1u << 20) + 7)
+
+static int32_t engine_input(int rank, size_t i)
+{
+    return (int32_t)((i * 2654435761u + (size_t)rank * 40503u) % 1000u);
+}
+
+static int engine_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    const char *expect = arg;
+    const char *got = hoop_comm_transport(comm);
+    if (!got || strcmp(got, expect) != 0)
+        return harness_failf(rank, "hoop_comm_transport() is \"%s\", not \"%s\"",
+                             got ? got : "(null)", expect);
+    int32_t *buf = malloc(ENGINE_COUNT * sizeof *buf);
+    if (!buf)
+        return harness_failf(rank, "out of memory");
+    int rc = 0;
+    for (int round = 0; round < 2 && rc == 0; round++) {
+        for (size_t i = 0; i < ENGINE_COUNT; i++)
+            buf[i] = engine_input(rank, i + (size_t)round);
+        hoop_status_t st = hoop_allreduce(comm, buf, buf, ENGINE_COUNT, HOOP_I32, HOOP_SUM);
+        if (st != HOOP_OK) {
+            rc = harness_fail(rank, "hoop_allreduce", st);
+            break;
+        }
+        for (size_t i = 0; i < ENGINE_COUNT; i++) {
+            int32_t want = 0;
+            for (int r = 0; r < size; r++)
+                want += engine_input(r, i + (size_t)round);
+            if (buf[i] != want) {
+                rc = harness_failf(rank, "round %d, element %zu: %d, expected %d", round, i,
+                                   buf[i], want);
+                break;
+            }
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/* Small chunks, a deep pipeline and three sockets per neighbour: many
+ * requests queued per socket and direction, whose order on the wire the
+ * engine must keep. */
+static void run_engine(const char *engine, const char *expect)
+{
+    setenv("HOOP_TCP_ENGINE", engine, 1);
+    setenv("HOOP_TCP_NSOCKS", "3", 1);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.chunk_bytes = 64 * 1024;
+    base.pipeline_depth = 8;
+    char report[8192];
+    bool ok = harness_run(3, &base, engine_rank, (void *)expect, 90.0, report, sizeof report);
+    cr_assert(ok, "allreduce over %s failed:\n%s", expect, report);
+}
+
+Test(engine, poll_is_reported_and_striped_in_order, .timeout = 120)
+{
+    run_engine("poll", "tcp/poll");
+}
+
+Test(engine, uring_is_reported_and_striped_in_order, .timeout = 120)
+{
+    run_engine("uring", "tcp/io_uring");
+}
+
+/* Rank 1 leaves after one allreduce; rank 0's next one must fail with
+ * HOOP_ERR_PEER at once, not wait for its timeout. */
+static int leaver_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    static int32_t buf[1 << 18];
+    hoop_status_t st = hoop_allreduce(comm, buf, buf, 1 << 18, HOOP_I32, HOOP_SUM);
+    if (st != HOOP_OK)
+        return harness_fail(rank, "the first hoop_allreduce", st);
+    if (rank == 1)
+        return 0;
+    double start = harness_now();
+    st = hoop_allreduce(comm, buf, buf, 1 << 18, HOOP_I32, HOOP_SUM);
+    double took = harness_now() - start;
+    if (st != HOOP_ERR_PEER)
+        return harness_failf(rank, "after rank 1 left, hoop_allreduce gave %s, not %s: %s",
+                             hoop_status_str(st), hoop_status_str(HOOP_ERR_PEER),
+                             hoop_last_error());
+    if (took > 10.0)
+        return harness_failf(rank, "the peer's departure took %.1f s to notice", took);
+    if (!strstr(hoop_last_error(), "rank 1"))
+        return harness_failf(rank, "the error does not name rank 1: %s", hoop_last_error());
+    return 0;
+}
+
+static void run_leaver(const char *engine)
+{
+    setenv("HOOP_TCP_ENGINE", engine, 1);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = 30.0;
+    base.chunk_bytes = 64 * 1024;
+    char report[8192];
+    bool ok = harness_run(2, &base, leaver_rank, NULL, 60.0, report, sizeof report);
+    cr_assert(ok, "HOOP_TCP_ENGINE=%s:\n%s", engine, report);
+}
+
+Test(engine, poll_sees_a_peer_leave, .timeout = 90)
+{
+    run_leaver("poll");
+}
+
+Test(engine, uring_sees_a_peer_leave, .timeout = 90)
+{
+    run_leaver("uring");
+}

@@ -1,0 +1,154 @@
+/* tcp_poll.c - the TCP transport's poll() engine, for where io_uring is
+ * refused (Docker's default seccomp profile since 25.0, the
+ * kernel.io_uring_disabled sysctl, gVisor).
+ *
+ * Bytes move only inside progress(): poll() on the sockets that have work
+ * until one is ready or the deadline passes, then non-blocking send() and
+ * recv() on each ready direction until the kernel would block. Nothing is
+ * left with the kernel between calls, so once progress() or cancel() has
+ * returned no buffer is touched until the next progress(). */
+#include "transport/tcp.h"
+#include "common/clock.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+
+struct tcp_poll {
+    struct pollfd *pfd;
+    struct tcp_sock **sock; /* the socket of each pfd */
+    size_t cap;
+};
+
+static int tcp_poll_init(struct tcp_tp *tp)
+{
+    struct tcp_poll *e = calloc(1, sizeof(*e));
+    if (!e)
+        return -ENOMEM;
+    tp->eng_state = e;
+    return 0;
+}
+
+static void tcp_poll_fini(struct tcp_tp *tp)
+{
+    struct tcp_poll *e = tp->eng_state;
+    if (!e)
+        return;
+    free(e->pfd);
+    free(e->sock);
+    free(e);
+    tp->eng_state = NULL;
+}
+
+static int tcp_poll_start(struct tcp_tp *tp, struct tcp_sock *s, int d)
+{
+    return 0; /* the bytes move in progress() */
+}
+
+/* Move direction d of s until the kernel would block. Returns the number of
+ * requests completed. */
+static int tcp_poll_io(struct tcp_tp *tp, struct tcp_sock *s, int d)
+{
+    int completed = 0;
+    while (s->dir[d].busy) {
+        struct hoop_tp_req *r = s->dir[d].head;
+        char *p = (char *)r->buf + r->done;
+        size_t left = r->len - r->done;
+        ssize_t n = d == TCP_TX ? send(s->fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT)
+                                : recv(s->fd, p, left, MSG_DONTWAIT);
+        if (n < 0 && errno == EAGAIN)
+            break;
+        completed += tcp_queue_moved(tp, s, d, n < 0 ? -errno : (long)n);
+    }
+    return completed;
+}
+
+/* One pollfd per socket with a busy direction; the array grows with the
+ * connections (alltoall's appear on first use) and is then reused. */
+static int tcp_poll_gather(struct tcp_tp *tp, nfds_t *count)
+{
+    struct tcp_poll *e = tp->eng_state;
+    size_t n = 0;
+    for (struct tcp_conn *c = tp->conns; c; c = c->next_conn)
+        for (int i = 0; i < c->nsocks; i++) {
+            struct tcp_sock *s = &c->socks[i];
+            short ev = (short)((s->dir[TCP_TX].busy ? POLLOUT : 0) |
+                               (s->dir[TCP_RX].busy ? POLLIN : 0));
+            if (!ev)
+                continue;
+            if (n == e->cap) {
+                size_t cap = e->cap ? 2 * e->cap : 16;
+                struct pollfd *pfd = realloc(e->pfd, cap * sizeof(*pfd));
+                if (!pfd)
+                    return -ENOMEM;
+                e->pfd = pfd;
+                struct tcp_sock **sock = realloc(e->sock, cap * sizeof(*sock));
+                if (!sock)
+                    return -ENOMEM;
+                e->sock = sock;
+                e->cap = cap;
+            }
+            e->pfd[n] = (struct pollfd){.fd = s->fd, .events = ev};
+            e->sock[n++] = s;
+        }
+    *count = (nfds_t)n;
+    return 0;
+}
+
+static int tcp_poll_progress(struct tcp_tp *tp, uint64_t deadline_ns)
+{
+    struct tcp_poll *e = tp->eng_state;
+    for (;;) {
+        if (tp->inflight == 0)
+            return -EDEADLK; /* nothing can complete: a caller bug, not a wait */
+        nfds_t n;
+        int rc = tcp_poll_gather(tp, &n);
+        if (rc)
+            return rc;
+        uint64_t now = hoop_now_ns();
+        uint64_t left = deadline_ns > now ? deadline_ns - now : 0;
+        struct timespec ts = {.tv_sec = (time_t)(left / 1000000000ull),
+                              .tv_nsec = (long)(left % 1000000000ull)};
+        rc = ppoll(e->pfd, n, &ts, NULL);
+        if (rc < 0 && errno != EINTR)
+            return -errno;
+        int completed = 0;
+        for (nfds_t k = 0; rc > 0 && k < n; k++) {
+            short re = e->pfd[k].revents;
+            if (!re)
+                continue;
+            /* An error or hang-up shows itself as the result of the transfer. */
+            short bad = re & (POLLERR | POLLHUP | POLLNVAL);
+            if (re & (POLLOUT | bad))
+                completed += tcp_poll_io(tp, e->sock[k], TCP_TX);
+            if (re & (POLLIN | bad))
+                completed += tcp_poll_io(tp, e->sock[k], TCP_RX);
+        }
+        if (completed)
+            return completed;
+        if (hoop_now_ns() >= deadline_ns)
+            return 0;
+    }
+}
+
+/* The kernel holds no buffer between calls: only the bookkeeping ends. */
+static void tcp_poll_drain(struct tcp_tp *tp)
+{
+    for (struct tcp_conn *c = tp->conns; c; c = c->next_conn)
+        for (int i = 0; i < c->nsocks; i++)
+            for (int d = 0; d < 2; d++)
+                c->socks[i].dir[d].busy = 0;
+    tp->inflight = 0;
+}
+
+const struct tcp_engine tcp_engine_poll = {
+    .name = "poll",
+    .nonblocking = 1,
+    .init = tcp_poll_init,
+    .fini = tcp_poll_fini,
+    .start = tcp_poll_start,
+    .progress = tcp_poll_progress,
+    .drain = tcp_poll_drain,
+};

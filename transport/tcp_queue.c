@@ -1,0 +1,130 @@
+/* tcp_queue.c - the TCP transport's requests, whichever engine moves them.
+ *
+ * Requests are queued per socket and per direction, and striped round-robin
+ * over the connection's sockets; only the head of a queue is on the wire,
+ * so at most one send and one recv are in progress per socket (a second
+ * recv on the same stream could be filled out of order). A short transfer
+ * is resumed for the rest. The first error of a socket sticks: every
+ * request queued on it, and every later one, fails with it. */
+#include "transport/tcp.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+
+/* Returns the number of requests it ended. */
+static int tcp_fail_queue(struct tcp_sock *s, int d, int err)
+{
+    int n = 0;
+    for (struct hoop_tp_req *r = s->dir[d].head; r; r = r->next, n++)
+        r->state = err;
+    s->dir[d].head = s->dir[d].tail = NULL;
+    return n;
+}
+
+/* Complete finished heads and hand the next one to the engine. Returns the
+ * number of requests completed. */
+static int tcp_advance(struct tcp_tp *tp, struct tcp_sock *s, int d)
+{
+    int completed = 0;
+    struct tcp_dir *q = &s->dir[d];
+    while (q->head && !q->busy) {
+        struct hoop_tp_req *r = q->head;
+        if (s->err) {
+            completed += tcp_fail_queue(s, d, s->err);
+            break;
+        }
+        if (r->done == r->len) {
+            r->state = 0;
+            q->head = r->next;
+            if (!q->head)
+                q->tail = NULL;
+            completed++;
+            continue;
+        }
+        int rc = tp->eng->start(tp, s, d);
+        if (rc) {
+            s->err = rc;
+            continue;
+        }
+        q->busy = 1;
+        tp->inflight++;
+    }
+    return completed;
+}
+
+int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res)
+{
+    struct tcp_dir *q = &s->dir[d];
+    q->busy = 0;
+    tp->inflight--;
+    if (res == -EINTR || res == -EAGAIN) {
+        /* started again by tcp_advance */
+    } else if (res < 0) {
+        if (!s->err)
+            s->err = (int)res;
+    } else if (res == 0) {
+        /* Nothing moved on a transfer that was not empty: the peer has
+         * closed its end. */
+        if (!s->err)
+            s->err = -EPIPE;
+    } else if (q->head) {
+        q->head->done += (size_t)res;
+    }
+    return tcp_advance(tp, s, d);
+}
+
+static int tcp_post(struct tcp_conn *c, int d, struct hoop_tp_req *req)
+{
+    struct tcp_sock *s = &c->socks[c->rr[d]++ % (unsigned)c->nsocks];
+    req->done = 0;
+    req->next = NULL;
+    if (s->err) {
+        req->state = s->err;
+        return s->err;
+    }
+    req->state = HOOP_REQ_PENDING;
+    struct tcp_dir *q = &s->dir[d];
+    if (q->tail)
+        q->tail->next = req;
+    else
+        q->head = req;
+    q->tail = req;
+    if (!q->busy)
+        tcp_advance(c->tp, s, d);
+    return 0;
+}
+
+int tcp_isend(void *conn, struct hoop_tp_req *req)
+{
+    return tcp_post(conn, TCP_TX, req);
+}
+
+int tcp_irecv(void *conn, struct hoop_tp_req *req)
+{
+    return tcp_post(conn, TCP_RX, req);
+}
+
+int tcp_progress(void *vtp, uint64_t deadline_ns)
+{
+    struct tcp_tp *tp = vtp;
+    return tp->eng->progress(tp, deadline_ns);
+}
+
+void tcp_cancel(void *vtp)
+{
+    struct tcp_tp *tp = vtp;
+    for (struct tcp_conn *c = tp->conns; c; c = c->next_conn)
+        for (int i = 0; i < c->nsocks; i++) {
+            struct tcp_sock *s = &c->socks[i];
+            /* Shutting the socket ends the kernel's pending transfers on it
+             * at once, and tells the peer this rank is leaving. */
+            shutdown(s->fd, SHUT_RDWR);
+            if (!s->err)
+                s->err = -ECANCELED;
+        }
+    tp->eng->drain(tp);
+    for (struct tcp_conn *c = tp->conns; c; c = c->next_conn)
+        for (int i = 0; i < c->nsocks; i++)
+            for (int d = 0; d < 2; d++)
+                tcp_fail_queue(&c->socks[i], d, -ECANCELED);
+}
