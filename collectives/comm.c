@@ -53,6 +53,10 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
             return st;
         *depth = (int)v;
     }
+    if ((st = hoop_param_u64("HOOP_SMALL_BYTES", 0, HOOP_CHUNK_MAX, &v)))
+        return st;
+    /* The small path keeps a whole message in one receive slot. */
+    c->small_bytes = (size_t)v < *chunk ? (size_t)v : *chunk;
     return HOOP_OK;
 }
 

@@ -14,6 +14,7 @@ struct hoop_comm {
     int local_rank;
     int local_size;
     double timeout_s;
+    size_t small_bytes; /* allreduce at or below this uses recursive doubling */
     struct hoop_bootstrap bs;
     struct hoop_ring ring;
     /* After a failed collective the ranks' streams are out of step: every

@@ -1,0 +1,88 @@
+/* alltoall.c - pairwise exchange over direct connections: every rank sends
+ * block j to rank j and receives block j from rank j, all at once; each
+ * byte crosses the network once, the least any alltoall can do. */
+#include "ring/ring.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
+                                 size_t count, hoop_dtype_t dtype, double timeout_s)
+{
+    const int n = r->size, me = r->rank;
+    const size_t bytes = count * hoop_dtype_size(dtype);
+    uint64_t seq = ++r->seq;
+    uint64_t deadline = hoop_deadline_after(timeout_s);
+    hoop_status_t st;
+    int *list = r->p2p_list, np = 0;
+    for (int q = 0; q < n; q++)
+        if (q != me)
+            list[np++] = q;
+    if ((st = hoop_ring_peers(r, list, np, deadline)))
+        return hoop_error(st, "rank %d: alltoall #%llu: connecting to the other ranks: %s", me,
+                          (unsigned long long)seq, hoop_last_error());
+    memcpy((char *)recvbuf + (size_t)me * bytes, (const char *)sendbuf + (size_t)me * bytes, bytes);
+    int err = 0, bad_peer = -1, dir = 0;
+    for (int s = 1; s < n && !err; s++) {
+        int to = (me + s) % n, from = (me - s + n) % n;
+        struct hoop_tp_req *sq = &r->p2p_sreq[to], *rq = &r->p2p_rreq[from];
+        sq->buf = (char *)sendbuf + (size_t)to * bytes;
+        sq->len = bytes;
+        rq->buf = (char *)recvbuf + (size_t)from * bytes;
+        rq->len = bytes;
+        if ((err = r->ops->irecv(r->peer_rx[from], rq))) {
+            bad_peer = from;
+            dir = 1;
+        } else if ((err = r->ops->isend(r->peer_tx[to], sq))) {
+            bad_peer = to;
+        }
+    }
+    int pending = !err;
+    while (pending && !err) {
+        pending = 0;
+        for (int p = 0; p < n && !err; p++) {
+            if (p == me)
+                continue;
+            if (r->p2p_sreq[p].state < 0) {
+                err = r->p2p_sreq[p].state;
+                bad_peer = p;
+                dir = 0;
+            } else if (r->p2p_rreq[p].state < 0) {
+                err = r->p2p_rreq[p].state;
+                bad_peer = p;
+                dir = 1;
+            }
+            pending |= r->p2p_sreq[p].state == HOOP_REQ_PENDING ||
+                       r->p2p_rreq[p].state == HOOP_REQ_PENDING;
+        }
+        if (!pending || err)
+            break;
+        int rc = r->ops->progress(r->tp, deadline);
+        if (rc < 0)
+            err = rc;
+        else if (rc == 0 && hoop_now_ns() >= deadline)
+            err = -ETIMEDOUT;
+    }
+    if (!err)
+        return HOOP_OK;
+    r->ops->cancel(r->tp);
+    if (err == -ETIMEDOUT) {
+        int waiting = -1;
+        for (int p = 0; p < n && waiting < 0; p++)
+            if (p != me && r->p2p_rreq[p].state == HOOP_REQ_PENDING)
+                waiting = p;
+        return hoop_error(HOOP_ERR_TIMEOUT,
+                          "rank %d: alltoall #%llu (%zu x %s per rank) timed out after %.1f s: "
+                          "still waiting for data from rank %d (%s)", me, (unsigned long long)seq,
+                          count, hoop_dtype_str(dtype), timeout_s, waiting,
+                          waiting >= 0 ? r->peers[waiting].host : "?");
+    }
+    return hoop_error(hoop_status_from_errno(err),
+                      "rank %d: alltoall #%llu (%zu x %s per rank): %s rank %d (%s) failed: %s", me,
+                      (unsigned long long)seq, count, hoop_dtype_str(dtype),
+                      dir ? "receive from" : "send to", bad_peer,
+                      bad_peer >= 0 ? r->peers[bad_peer].host : "?", hoop_errno_str(err));
+}

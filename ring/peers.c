@@ -1,0 +1,32 @@
+/* peers.c - direct connections to any rank, for the collectives that do
+ * not follow the ring (alltoall, the small-message allreduce). Made on
+ * first use, on their own channel so they are never mistaken for the ring's
+ * connections; every rank makes them in the same collective call. */
+#include "ring/ring.h"
+#include "common/status.h"
+
+hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
+                              uint64_t deadline_ns)
+{
+    hoop_status_t st;
+    /* Every connect first, then every accept. A connect completes in the
+     * peer's listen backlog without the peer doing anything, so no rank
+     * ever waits for one that is itself waiting: accepting pair by pair
+     * instead would let 0 wait on 1, 1 on 2 and 2 on 0. */
+    for (int i = 0; i < npeers; i++) {
+        int q = peers[i];
+        const struct hoop_peer *p = &r->peers[q];
+        if (!r->peer_tx[q] &&
+            (st = r->ops->connect(r->tp, q, HOOP_CHANNEL_P2P, p->host, p->handle, p->handle_len,
+                                  r->comm_id, deadline_ns, &r->peer_tx[q])))
+            return st;
+    }
+    for (int i = 0; i < npeers; i++) {
+        int q = peers[i];
+        if (!r->peer_rx[q] &&
+            (st = r->ops->accept(r->tp, q, HOOP_CHANNEL_P2P, r->peers[q].host, r->comm_id,
+                                 deadline_ns, &r->peer_rx[q])))
+            return st;
+    }
+    return HOOP_OK;
+}
