@@ -95,7 +95,8 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 SAN_FLAGS_asan := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 SAN_FLAGS_tsan := -fsanitize=thread
 test-asan test-tsan: test-%:
-	ASAN_OPTIONS=detect_leaks=1 TSAN_OPTIONS=halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	    TSAN_OPTIONS=halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    $(MAKE) BUILD=$(BUILD)/$* OPT=-O1 EXTRA_CFLAGS="$(SAN_FLAGS_$*)" LDFLAGS="$(SAN_FLAGS_$*)" test
 
 # The main job: a 4-rank allreduce benchmark on this machine.
