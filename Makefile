@@ -37,7 +37,7 @@ LIB_SO   := $(BUILD)/libhoop.so.$(VERSION)
 PROGS    := $(BUILD)/hooprun $(BUILD)/ring_bench
 TESTBIN  := $(BUILD)/hoop_tests
 
-.PHONY: all clean install test bench test-asan test-tsan
+.PHONY: all clean install test bench test-asan
 all: $(LIB_A) $(LIB_SO) $(PROGS)
 
 # The reduction kernels are the hot loop: let the compiler vectorise them.
@@ -90,14 +90,15 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	$(TEST_ENV) HOOP_TCP_ENGINE=auto $(BUILD)/no_uring $(TESTBIN) --jobs 2 \
 	    --filter='allreduce/*' $(TEST_ARGS)
 
-# The whole suite under sanitizers, each in its own build tree. The suite's
-# ranks are forked processes, so every rank runs instrumented too.
-SAN_FLAGS_asan := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-SAN_FLAGS_tsan := -fsanitize=thread
-test-asan test-tsan: test-%:
+# The whole suite under ASan and UBSan, in its own build tree. The suite's
+# ranks are forked processes, so every rank runs instrumented too. (No TSan
+# target: Criterion's shared arena cannot start under TSan, and the library
+# starts no threads of its own yet.)
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+test-asan:
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
-	    TSAN_OPTIONS=halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	    $(MAKE) BUILD=$(BUILD)/$* OPT=-O1 EXTRA_CFLAGS="$(SAN_FLAGS_$*)" LDFLAGS="$(SAN_FLAGS_$*)" test
+	    UBSAN_OPTIONS=print_stacktrace=1 \
+	    $(MAKE) BUILD=$(BUILD)/asan OPT=-O1 EXTRA_CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" test
 
 # The main job: a 4-rank allreduce benchmark on this machine.
 BENCH_ARGS ?= -b 8 -e 256M -f 4
