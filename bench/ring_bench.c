@@ -1,7 +1,8 @@
-/* ring_bench - allreduce bandwidth and correctness, in the layout of
- * nccl-tests' all_reduce_perf so that the numbers can be read side by side.
+/* ring_bench - bandwidth and correctness of every hoop collective, in the
+ * layout of nccl-tests (all_reduce_perf, reduce_scatter_perf, ...) so that
+ * the numbers can be read side by side.
  *
- * Run one process per rank: hooprun -np 4 ./ring_bench -b 8 -e 256M -f 4,
+ * Run one process per rank: hooprun -np 4 ./ring_bench -C allgather -b 8 -e 256M -f 4,
  * or set HOOP_RANK, HOOP_SIZE, HOOP_ROOT and HOOP_TOKEN by hand. Rank 0
  * prints the table; every rank reports its own errors on stderr. Exit status:
  * 0 all good, 1 a call failed or a result was wrong, 2 bad usage.
@@ -29,6 +30,55 @@
 #define ROW_LEAD_WIDTH 52
 #define ROW_GROUP_WIDTH 33
 
+enum coll {
+    COLL_ALLREDUCE,
+    COLL_REDUCE_SCATTER,
+    COLL_ALLGATHER,
+    COLL_ALLGATHERV,
+    COLL_BROADCAST,
+    COLL_REDUCE,
+    COLL_ALLTOALL,
+    COLL_BARRIER,
+    COLL_COUNT
+};
+
+static const char *const coll_names[COLL_COUNT] = {
+    "allreduce", "reduce_scatter", "allgather", "allgatherv",
+    "broadcast", "reduce",         "alltoall",  "barrier",
+};
+
+static int coll_has_op(enum coll c)
+{
+    return c == COLL_ALLREDUCE || c == COLL_REDUCE_SCATTER || c == COLL_REDUCE;
+}
+
+static int coll_has_root(enum coll c)
+{
+    return c == COLL_BROADCAST || c == COLL_REDUCE;
+}
+
+/* alltoall has no in-place form in hoop.h, and a barrier moves no data. */
+static int coll_has_in_place(enum coll c)
+{
+    return c != COLL_ALLTOALL && c != COLL_BARRIER;
+}
+
+/* nccl-tests' busbw factors: what each rank must move, relative to the size
+ * column, with the best algorithm. */
+static double bus_factor(enum coll c, int n)
+{
+    switch (c) {
+    case COLL_ALLREDUCE: return 2.0 * (n - 1) / n;
+    case COLL_REDUCE_SCATTER:
+    case COLL_ALLGATHER:
+    case COLL_ALLGATHERV:
+    case COLL_ALLTOALL: return (double)(n - 1) / n;
+    case COLL_BROADCAST:
+    case COLL_REDUCE: return 1.0;
+    default: return 0.0;
+    }
+}
+
 struct options {
     size_t min_bytes;
     size_t max_bytes;
@@ -39,6 +89,27 @@ struct options {
     int check;
     hoop_dtype_t dtype;
     hoop_op_t op;
+    enum coll coll;
+    int root;
+};
+
+/* One row's buffers, in elements, as nccl-tests derives them from the size. */
+struct shape {
+    size_t count;      /* the count column */
+    size_t bytes;      /* the size column */
+    size_t pcount;     /* the count argument: per rank for reduce_scatter, allgather, alltoall */
+    size_t send_elems; /* sendbuf of the out-of-place call */
+    size_t recv_elems; /* recvbuf */
+    size_t agv_base;   /* allgatherv: rank r contributes agv_base + r elements */
+};
+
+/* A run of elements of a buffer that must hold a table's values, the
+ * table read from element `phase` on (wrapping at block_count). */
+struct seg {
+    size_t at;
+    size_t n;
+    const unsigned char *tab;
+    size_t phase;
 };
 
 struct bench {
@@ -50,12 +121,20 @@ struct bench {
     size_t esize;
     void *sendbuf;
     void *recvbuf;
-    /* Inputs and expected results repeat in the element index, so both are
-     * laid out once as blocks of a whole number of periods: filling is then
+    /* Inputs and expected results repeat in the element index, so each is
+     * laid out once as a block of a whole number of periods: filling is then
      * memcpy and checking memcmp, which keeps multi-GiB checks short. */
-    size_t block_count;           /* elements per block */
-    unsigned char *input_block;   /* this rank's input */
-    unsigned char *expected_block; /* the reduced value every rank must get */
+    size_t block_count;      /* elements per table */
+    unsigned char *tab_mem;  /* every table below */
+    const unsigned char *mine;   /* this rank's input */
+    const unsigned char *expect; /* the reduction, for the collectives with an op */
+    /* allgather(v), broadcast: rank r's input; alltoall: what rank r sends
+     * to this rank. */
+    const unsigned char **peer_tabs;
+    const unsigned char **send_tabs; /* alltoall: what this rank sends to rank j */
+    size_t *agv_counts;
+    size_t *agv_displs;
+    struct seg *segs; /* scratch, nranks + 1 */
 };
 
 static const char *rank_label(const struct bench *b, char *buf, size_t len)
@@ -102,10 +181,13 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: ring_bench [options]\n"
-            "Times hoop_allreduce over a range of sizes and checks every result.\n"
+            "Times a hoop collective over a range of sizes and checks every result.\n"
             "Run one process per rank (hooprun -np N ./ring_bench ...), or set HOOP_RANK,\n"
             "HOOP_SIZE, HOOP_ROOT and HOOP_TOKEN by hand; with none set it runs as one rank.\n"
             "\n"
+            "  -C, --collective NAME    allreduce (default), reduce_scatter, allgather,\n"
+            "                           allgatherv, broadcast, reduce, alltoall, barrier\n"
+            "  -r, --root R             root of broadcast and reduce (default 0)\n"
             "  -b, --minbytes SIZE      smallest size in bytes (default 8)\n"
             "  -e, --maxbytes SIZE      largest size in bytes (default 32M)\n"
             "  -f, --stepfactor F       multiply the size by F from row to row (default 2)\n"
@@ -120,11 +202,16 @@ static void usage(FILE *f)
                "  -o, --op OP              ");
     for (int i = 0; i < HOOP_OP_COUNT; i++)
         fprintf(f, "%s ", hoop_op_str((hoop_op_t)i));
-    fprintf(f, "(default sum)\n"
+    fprintf(f, "(default sum; allreduce, reduce_scatter and reduce)\n"
                "      --params             list the HOOP_* environment variables and exit\n"
                "  -h, --help               show this help and exit\n"
                "\n"
-               "SIZE is a number of bytes with an optional suffix K, M or G (powers of 1024).\n");
+               "SIZE is a number of bytes with an optional suffix K, M or G (powers of 1024).\n"
+               "As in nccl-tests, the size column is the largest buffer of a rank: the\n"
+               "sendbuf of reduce_scatter, the recvbuf of allgather, and count is the count\n"
+               "argument (per rank for reduce_scatter, allgather and alltoall). allgatherv:\n"
+               "rank r contributes base + r elements; size and count are the totals.\n"
+               "alltoall has no in-place form; barrier prints one row of size 0.\n");
 }
 
 static int bad_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -215,6 +302,8 @@ static int parse_options(int argc, char **argv, struct options *o)
 {
     enum { OPT_PARAMS = 1000 };
     static const struct option longopts[] = {
+        {"collective", required_argument, NULL, 'C'},
+        {"root", required_argument, NULL, 'r'},
         {"minbytes", required_argument, NULL, 'b'},
         {"maxbytes", required_argument, NULL, 'e'},
         {"stepfactor", required_argument, NULL, 'f'},
@@ -240,10 +329,29 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->check = 1;
     o->dtype = HOOP_F32;
     o->op = HOOP_SUM;
+    o->coll = COLL_ALLREDUCE;
+    o->root = 0;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":C:r:b:e:f:i:n:w:c:d:o:h", longopts, NULL)) != -1) {
         switch (c) {
+        case 'C': {
+            int k = 0;
+            while (k < COLL_COUNT && strcmp(optarg, coll_names[k]) != 0)
+                k++;
+            if (k == COLL_COUNT)
+                return bad_usage("-C: unknown collective '%s' (allreduce, reduce_scatter, "
+                                 "allgather, allgatherv, broadcast, reduce, alltoall, barrier)",
+                                 optarg);
+            o->coll = (enum coll)k;
+            break;
+        }
+        case 'r':
+            /* The upper bound needs the communicator: checked in main. */
+            if (parse_long(optarg, 0, INT_MAX, &v))
+                return bad_usage("-r: '%s' is not a rank (a whole number of at least 0)", optarg);
+            o->root = (int)v;
+            break;
         case 'b':
             if (parse_size(optarg, &o->min_bytes))
                 return bad_usage("-b: '%s' is not a size (examples: 8, 64K, 256M, 2G)", optarg);
@@ -334,6 +442,54 @@ static int next_size(const struct options *o, size_t *size)
     return 1;
 }
 
+/* The buffers of the row for `size` bytes; 0 when the row is skipped (no
+ * element to move). */
+static int shape_of(const struct bench *b, size_t size, struct shape *s)
+{
+    size_t c = size / b->esize, n = (size_t)b->nranks;
+    memset(s, 0, sizeof *s);
+    switch (b->opt.coll) {
+    case COLL_REDUCE_SCATTER:
+        s->pcount = c / n;
+        s->send_elems = s->pcount * n;
+        s->recv_elems = s->pcount;
+        s->count = s->pcount;
+        s->bytes = s->send_elems * b->esize;
+        break;
+    case COLL_ALLGATHER:
+        s->pcount = c / n;
+        s->send_elems = s->pcount;
+        s->recv_elems = s->pcount * n;
+        s->count = s->pcount;
+        s->bytes = s->recv_elems * b->esize;
+        break;
+    case COLL_ALLTOALL:
+        s->pcount = c / n;
+        s->send_elems = s->recv_elems = s->pcount * n;
+        s->count = s->pcount;
+        s->bytes = s->send_elems * b->esize;
+        break;
+    case COLL_ALLGATHERV: {
+        /* Rank r adds r elements to an even share, so that the total stays
+         * within the row's size whenever the size allows, and the small
+         * rows give rank 0 nothing to send. */
+        size_t tri = n * (n - 1) / 2;
+        s->agv_base = c >= tri ? (c - tri) / n : 0;
+        s->pcount = s->agv_base + (size_t)b->rank;
+        s->send_elems = s->agv_base + n - 1;
+        s->recv_elems = s->agv_base * n + tri;
+        s->count = c ? s->recv_elems : 0;
+        s->bytes = s->count * b->esize;
+        break;
+    }
+    default:
+        s->pcount = s->send_elems = s->recv_elems = s->count = c;
+        s->bytes = c * b->esize;
+        break;
+    }
+    return s->count != 0;
+}
+
 /* ---- data: inputs and expected results ---- */
 
 static uint64_t f32_bits(float f)
@@ -410,6 +566,28 @@ static uint64_t input_value(hoop_op_t op, uint64_t sum_max, uint64_t i, uint64_t
     }
 }
 
+/* Collectives that only move data need no headroom for a reduction: their
+ * values span every integer the dtype holds exactly (up to a period that
+ * keeps the tables small), which makes a block delivered to the wrong place
+ * less likely to carry the values expected there. */
+static uint64_t move_period(hoop_dtype_t dt)
+{
+    switch (dt) {
+    case HOOP_I8: return 128;
+    case HOOP_U8: return 256;
+    case HOOP_BF16: return 257;
+    case HOOP_F16: return 2049;
+    default: return 1009;
+    }
+}
+
+/* 7 is prime to every period above, so one period holds each value once:
+ * an offset by less than a period always shows. */
+static uint64_t move_value(uint64_t period, uint64_t i, uint64_t tag)
+{
+    return (i * 7 + tag * 13) % period;
+}
+
 static uint64_t load_elem(const void *buf, size_t i, size_t esize)
 {
     const unsigned char *p = (const unsigned char *)buf + i * esize;
@@ -432,12 +610,24 @@ static void store_elem(void *buf, size_t i, size_t esize, uint64_t bits)
     }
 }
 
-static int build_tables(struct bench *b)
+/* Repeats the first `period` elements of tab up to block_count. */
+static void repeat_period(const struct bench *b, unsigned char *tab, size_t period)
+{
+    for (size_t j = period; j < b->block_count; j += period)
+        memcpy(tab + j * b->esize, tab, period * b->esize);
+}
+
+static unsigned char *new_tab(struct bench *b, size_t *used)
+{
+    return b->tab_mem + (*used)++ * b->block_count * b->esize;
+}
+
+static int build_reduce_tables(struct bench *b)
 {
     hoop_dtype_t dt = b->opt.dtype;
     hoop_op_t op = b->opt.op;
     uint64_t sum_max = sum_input_max(dt, b->nranks);
-    size_t period;
+    size_t period, used = 0;
 
     switch (op) {
     case HOOP_SUM: case HOOP_AVG: period = (size_t)sum_max + 1; break;
@@ -446,14 +636,14 @@ static int build_tables(struct bench *b)
     }
     /* Long enough that a memcmp per block costs little more than the bytes. */
     b->block_count = period * ((4096 + period - 1) / period);
-    b->input_block = malloc(b->block_count * b->esize);
-    b->expected_block = malloc(b->block_count * b->esize);
-    if (!b->input_block || !b->expected_block)
+    b->tab_mem = malloc(2 * b->block_count * b->esize);
+    if (!b->tab_mem)
         return -1;
+    unsigned char *in = new_tab(b, &used), *ex = new_tab(b, &used);
 
     for (size_t j = 0; j < period; j++) {
         uint64_t v = input_value(op, sum_max, j, (uint64_t)b->rank);
-        store_elem(b->input_block, j, b->esize, value_bits(dt, v, (double)v));
+        store_elem(in, j, b->esize, value_bits(dt, v, (double)v));
 
         uint64_t sum = 0, prod = 1, lo = UINT64_MAX, hi = 0;
         double dprod = 1.0;
@@ -473,69 +663,239 @@ static int build_tables(struct bench *b)
         case HOOP_MAX: e = value_bits(dt, hi, (double)hi); break;
         default: e = avg_bits(dt, sum, b->nranks); break;
         }
-        store_elem(b->expected_block, j, b->esize, e);
+        store_elem(ex, j, b->esize, e);
     }
-    for (size_t j = period; j < b->block_count; j += period) {
-        memcpy(b->input_block + j * b->esize, b->input_block, period * b->esize);
-        memcpy(b->expected_block + j * b->esize, b->expected_block, period * b->esize);
+    repeat_period(b, in, period);
+    repeat_period(b, ex, period);
+    b->mine = in;
+    b->expect = ex;
+    return 0;
+}
+
+static void fill_move_tab(const struct bench *b, unsigned char *tab, size_t period, uint64_t tag)
+{
+    for (size_t j = 0; j < period; j++) {
+        uint64_t v = move_value(period, j, tag);
+        store_elem(tab, j, b->esize, value_bits(b->opt.dtype, v, (double)v));
+    }
+    repeat_period(b, tab, period);
+}
+
+static int build_move_tables(struct bench *b)
+{
+    size_t n = (size_t)b->nranks, period = (size_t)move_period(b->opt.dtype), used = 0;
+    int a2a = b->opt.coll == COLL_ALLTOALL;
+
+    b->block_count = period * ((4096 + period - 1) / period);
+    b->tab_mem = malloc((a2a ? 2 : 1) * n * b->block_count * b->esize);
+    b->peer_tabs = calloc(n, sizeof *b->peer_tabs);
+    b->send_tabs = calloc(n, sizeof *b->send_tabs);
+    if (!b->tab_mem || !b->peer_tabs || !b->send_tabs)
+        return -1;
+    for (size_t r = 0; r < n; r++) {
+        unsigned char *t = new_tab(b, &used);
+        /* alltoall: what rank r sends to this one, tagged by (sender, destination). */
+        fill_move_tab(b, t, period, a2a ? r * n + (size_t)b->rank : r);
+        b->peer_tabs[r] = t;
+    }
+    if (a2a) {
+        for (size_t j = 0; j < n; j++) {
+            unsigned char *t = new_tab(b, &used);
+            fill_move_tab(b, t, period, (size_t)b->rank * n + j);
+            b->send_tabs[j] = t;
+        }
+    } else {
+        b->mine = b->peer_tabs[b->rank];
     }
     return 0;
 }
 
-static void fill_input(const struct bench *b, void *buf, size_t count)
+static int build_tables(struct bench *b)
 {
-    for (size_t i = 0; i < count; i += b->block_count) {
-        size_t n = count - i < b->block_count ? count - i : b->block_count;
-        memcpy((unsigned char *)buf + i * b->esize, b->input_block, n * b->esize);
+    size_t n = (size_t)b->nranks;
+    b->segs = calloc(n + 1, sizeof *b->segs);
+    b->agv_counts = calloc(n, sizeof *b->agv_counts);
+    b->agv_displs = calloc(n, sizeof *b->agv_displs);
+    if (!b->segs || !b->agv_counts || !b->agv_displs)
+        return -1;
+    if (b->opt.coll == COLL_BARRIER)
+        return 0;
+    return coll_has_op(b->opt.coll) ? build_reduce_tables(b) : build_move_tables(b);
+}
+
+static void set_agv(const struct bench *b, const struct shape *s)
+{
+    size_t at = 0;
+    for (int r = 0; r < b->nranks; r++) {
+        b->agv_counts[r] = s->agv_base + (size_t)r;
+        b->agv_displs[r] = at;
+        at += b->agv_counts[r];
     }
 }
 
-/* Counts the elements of recvbuf that differ from the expected result and,
- * when sendbuf is given, those of sendbuf that no longer hold this rank's
- * input; sendbuf is put back so that later sizes start from the right input. */
-static size_t count_wrong(const struct bench *b, const void *recv, void *send, size_t count,
-                          const char *placement, size_t bytes)
+static size_t add_seg(struct seg *g, size_t k, size_t at, size_t n, const unsigned char *tab,
+                      size_t phase)
 {
-    const unsigned char *rp = recv;
-    unsigned char *sp = send;
-    size_t es = b->esize;
-    size_t wrong = 0, changed = 0, first = SIZE_MAX;
-    uint64_t got = 0, want = 0;
+    if (n == 0)
+        return k;
+    g[k].at = at;
+    g[k].n = n;
+    g[k].tab = tab;
+    g[k].phase = phase;
+    return k + 1;
+}
 
-    for (size_t i = 0; i < count; i += b->block_count) {
-        size_t n = count - i < b->block_count ? count - i : b->block_count;
-        int recv_ok = memcmp(rp + i * es, b->expected_block, n * es) == 0;
-        int send_ok = !sp || memcmp(sp + i * es, b->input_block, n * es) == 0;
-        if (recv_ok && send_ok)
-            continue;
-        for (size_t j = 0; j < n; j++) {
-            uint64_t r = load_elem(rp, i + j, es);
-            uint64_t e = load_elem(b->expected_block, j, es);
-            int bad = r != e;
-            if (bad && first == SIZE_MAX) {
-                first = i + j;
-                got = r;
-                want = e;
-            }
-            if (!send_ok && load_elem(sp, i + j, es) != load_elem(b->input_block, j, es)) {
-                changed++;
-                bad = 1;
-            }
-            wrong += (size_t)bad;
-        }
-        if (!send_ok)
-            memcpy(sp + i * es, b->input_block, n * es);
+/* Where this rank's input lies in the buffer the call reads: sendbuf out of
+ * place, recvbuf in place. */
+static size_t input_segs(const struct bench *b, const struct shape *s, int in_place, struct seg *g)
+{
+    size_t k = 0, me = (size_t)b->rank, pc = s->pcount;
+    switch (b->opt.coll) {
+    case COLL_ALLGATHER: return add_seg(g, k, in_place ? me * pc : 0, pc, b->mine, 0);
+    case COLL_ALLGATHERV:
+        return add_seg(g, k, in_place ? b->agv_displs[me] : 0, b->agv_counts[me], b->mine, 0);
+    case COLL_BROADCAST:
+        /* In place, a non-root's buffer is all output. */
+        if (in_place && b->rank != b->opt.root)
+            return 0;
+        return add_seg(g, k, 0, pc, b->mine, 0);
+    case COLL_ALLTOALL:
+        for (size_t j = 0; j < (size_t)b->nranks; j++)
+            k = add_seg(g, k, j * pc, pc, b->send_tabs[j], 0);
+        return k;
+    default: return add_seg(g, k, 0, s->send_elems, b->mine, 0);
     }
-    if (first != SIZE_MAX)
+}
+
+/* Where recvbuf must hold which values after the call. */
+static size_t result_segs(const struct bench *b, const struct shape *s, int in_place,
+                          struct seg *g)
+{
+    size_t k = 0, me = (size_t)b->rank, pc = s->pcount;
+    switch (b->opt.coll) {
+    case COLL_REDUCE_SCATTER:
+        /* Block `rank` of the reduction of the whole send buffers. */
+        return add_seg(g, k, in_place ? me * pc : 0, pc, b->expect, me * pc);
+    case COLL_ALLGATHER:
+    case COLL_ALLTOALL:
+        for (size_t r = 0; r < (size_t)b->nranks; r++)
+            k = add_seg(g, k, r * pc, pc, b->peer_tabs[r], 0);
+        return k;
+    case COLL_ALLGATHERV:
+        for (size_t r = 0; r < (size_t)b->nranks; r++)
+            k = add_seg(g, k, b->agv_displs[r], b->agv_counts[r], b->peer_tabs[r], 0);
+        return k;
+    case COLL_BROADCAST: return add_seg(g, k, 0, pc, b->peer_tabs[b->opt.root], 0);
+    case COLL_REDUCE:
+        if (b->rank != b->opt.root)
+            return 0;
+        return add_seg(g, k, 0, pc, b->expect, 0);
+    default: return add_seg(g, k, 0, pc, b->expect, 0);
+    }
+}
+
+static void put_seg(const struct bench *b, unsigned char *buf, const struct seg *g)
+{
+    size_t es = b->esize, bc = b->block_count;
+    for (size_t j = 0; j < g->n;) {
+        size_t from = (g->phase + j) % bc;
+        size_t n = g->n - j < bc - from ? g->n - j : bc - from;
+        memcpy(buf + (g->at + j) * es, g->tab + from * es, n * es);
+        j += n;
+    }
+}
+
+/* The complement of the expected values: an element the library never
+ * writes cannot pass for a result. */
+static void put_seg_inverted(const struct bench *b, unsigned char *buf, const struct seg *g)
+{
+    put_seg(b, buf, g);
+    unsigned char *p = buf + g->at * b->esize;
+    for (size_t k = 0; k < g->n * b->esize; k++)
+        p[k] = (unsigned char)~p[k];
+}
+
+struct mismatch {
+    size_t wrong;
+    size_t first; /* element index in the buffer, SIZE_MAX if none */
+    uint64_t got, want;
+};
+
+static void check_seg(const struct bench *b, const unsigned char *buf, const struct seg *g,
+                      struct mismatch *m)
+{
+    size_t es = b->esize, bc = b->block_count;
+    for (size_t j = 0; j < g->n;) {
+        size_t from = (g->phase + j) % bc;
+        size_t n = g->n - j < bc - from ? g->n - j : bc - from;
+        const unsigned char *p = buf + (g->at + j) * es;
+        if (memcmp(p, g->tab + from * es, n * es) != 0) {
+            for (size_t k = 0; k < n; k++) {
+                uint64_t got = load_elem(p, k, es), want = load_elem(g->tab, from + k, es);
+                if (got == want)
+                    continue;
+                if (m->first == SIZE_MAX) {
+                    m->first = g->at + j + k;
+                    m->got = got;
+                    m->want = want;
+                }
+                m->wrong++;
+            }
+        }
+        j += n;
+    }
+}
+
+/* Fills the buffers of one placement for a call: inputs where the call reads
+ * them, the complement of the result where it must write. */
+static void prepare(struct bench *b, const struct shape *s, int in_place)
+{
+    struct seg *g = b->segs;
+    unsigned char *in = in_place ? b->recvbuf : b->sendbuf;
+    size_t n = result_segs(b, s, in_place, g);
+    for (size_t k = 0; k < n; k++)
+        put_seg_inverted(b, b->recvbuf, &g[k]);
+    /* After the results: in place, the input overlaps them. */
+    n = input_segs(b, s, in_place, g);
+    for (size_t k = 0; k < n; k++)
+        put_seg(b, in, &g[k]);
+}
+
+static const char *op_label(const struct bench *b)
+{
+    return coll_has_op(b->opt.coll) ? hoop_op_str(b->opt.op) : "none";
+}
+
+/* Elements wrong in the result, plus the input elements that changed where
+ * the input must stay (sendbuf out of place; in place, a non-root's buffer
+ * in reduce, which the collective only reads). */
+static size_t count_wrong(struct bench *b, const struct shape *s, int in_place)
+{
+    const char *placement = in_place ? "in-place" : "out-of-place";
+    struct seg *g = b->segs;
+    struct mismatch res = {0, SIZE_MAX, 0, 0}, inp = {0, SIZE_MAX, 0, 0};
+    size_t n = result_segs(b, s, in_place, g);
+    for (size_t k = 0; k < n; k++)
+        check_seg(b, b->recvbuf, &g[k], &res);
+    if (!in_place || (b->opt.coll == COLL_REDUCE && b->rank != b->opt.root)) {
+        n = input_segs(b, s, in_place, g);
+        for (size_t k = 0; k < n; k++)
+            check_seg(b, in_place ? b->recvbuf : b->sendbuf, &g[k], &inp);
+    }
+    int w = (int)(2 * b->esize);
+    if (res.wrong)
         report_error(b,
-                     "%zu B %s %s %s: %zu of %zu elements wrong; first at index %zu: got 0x%0*" PRIx64
+                     "%s %zu B %s %s %s: %zu elements wrong; first at index %zu: got 0x%0*" PRIx64
                      ", expected 0x%0*" PRIx64,
-                     bytes, hoop_dtype_str(b->opt.dtype), hoop_op_str(b->opt.op), placement, wrong,
-                     count, first, (int)(2 * es), got, (int)(2 * es), want);
-    if (changed)
-        report_error(b, "%zu B %s %s %s: the send buffer changed at %zu elements", bytes,
-                     hoop_dtype_str(b->opt.dtype), hoop_op_str(b->opt.op), placement, changed);
-    return wrong;
+                     coll_names[b->opt.coll], s->bytes, hoop_dtype_str(b->opt.dtype), op_label(b),
+                     placement, res.wrong, res.first, w, res.got, w, res.want);
+    if (inp.wrong)
+        report_error(b,
+                     "%s %zu B %s %s %s: the send buffer changed at %zu elements; first at index "
+                     "%zu: 0x%0*" PRIx64 ", was 0x%0*" PRIx64,
+                     coll_names[b->opt.coll], s->bytes, hoop_dtype_str(b->opt.dtype), op_label(b),
+                     placement, inp.wrong, inp.first, w, inp.got, w, inp.want);
+    return res.wrong + inp.wrong;
 }
 
 /* ---- timing ---- */
@@ -547,62 +907,155 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static hoop_status_t barrier(hoop_comm_t *comm)
+/* Lines the ranks up around the timed loops. An allreduce rather than
+ * hoop_barrier, so that the timing of a broken barrier does not depend on
+ * the barrier itself. */
+static hoop_status_t sync_ranks(hoop_comm_t *comm)
 {
     unsigned char x = 0;
     return hoop_allreduce(comm, &x, &x, 1, HOOP_U8, HOOP_MAX);
 }
 
 struct result {
+    int ran;        /* the placement exists for this collective */
+    int checked;    /* #wrong means something */
     double time_us; /* average over ranks */
     double algbw;   /* GB/s */
     double busbw;
     uint64_t wrong; /* summed over ranks */
 };
 
-static int run_placement(struct bench *b, int in_place, size_t count, struct result *res)
+static hoop_status_t call(struct bench *b, const struct shape *s, int in_place)
 {
     const struct options *o = &b->opt;
-    void *send = in_place ? b->recvbuf : b->sendbuf;
+    unsigned char *rbuf = b->recvbuf;
+    const void *send = in_place ? b->recvbuf : b->sendbuf;
     void *recv = b->recvbuf;
-    size_t bytes = count * b->esize;
-    hoop_status_t st;
-    double t0, t;
+    size_t me = (size_t)b->rank, es = b->esize;
 
+    switch (o->coll) {
+    case COLL_ALLREDUCE: return hoop_allreduce(b->comm, send, recv, s->pcount, o->dtype, o->op);
+    case COLL_REDUCE_SCATTER:
+        if (in_place)
+            recv = rbuf + me * s->pcount * es;
+        return hoop_reduce_scatter(b->comm, send, recv, s->pcount, o->dtype, o->op);
+    case COLL_ALLGATHER:
+        if (in_place)
+            send = rbuf + me * s->pcount * es;
+        return hoop_allgather(b->comm, send, recv, s->pcount, o->dtype);
+    case COLL_ALLGATHERV:
+        if (in_place)
+            send = rbuf + b->agv_displs[me] * es;
+        return hoop_allgatherv(b->comm, send, recv, b->agv_counts, b->agv_displs, o->dtype);
+    case COLL_BROADCAST: return hoop_broadcast(b->comm, send, recv, s->pcount, o->dtype, o->root);
+    case COLL_REDUCE:
+        /* hoop.h lets non-roots pass no recvbuf: out of place they do. */
+        if (!in_place && b->rank != o->root)
+            recv = NULL;
+        return hoop_reduce(b->comm, send, recv, s->pcount, o->dtype, o->op, o->root);
+    case COLL_ALLTOALL: return hoop_alltoall(b->comm, send, recv, s->pcount, o->dtype);
+    default: return hoop_barrier(b->comm);
+    }
+}
+
+/* Times iters calls after warmup ones; *t is the average over ranks of the
+ * seconds per call. */
+static hoop_status_t time_calls(struct bench *b, const struct shape *s, int in_place, double *t)
+{
+    const struct options *o = &b->opt;
+    hoop_status_t st;
     for (int i = 0; i < o->warmup; i++)
-        if ((st = hoop_allreduce(b->comm, send, recv, count, o->dtype, o->op)) != HOOP_OK)
-            goto fail;
+        if ((st = call(b, s, in_place)) != HOOP_OK)
+            return st;
     /* Without it a rank that left the warm-up early would time its wait for
      * the others. */
-    if ((st = barrier(b->comm)) != HOOP_OK)
-        goto fail;
-    t0 = now_s();
+    if ((st = sync_ranks(b->comm)) != HOOP_OK)
+        return st;
+    double t0 = now_s();
     for (int i = 0; i < o->iters; i++)
-        if ((st = hoop_allreduce(b->comm, send, recv, count, o->dtype, o->op)) != HOOP_OK)
-            goto fail;
-    t = (now_s() - t0) / o->iters;
-    if ((st = hoop_allreduce(b->comm, &t, &t, 1, HOOP_F64, HOOP_SUM)) != HOOP_OK)
-        goto fail;
-    t /= b->nranks;
-    res->time_us = t * 1e6;
-    res->algbw = t > 0 ? (double)bytes / t / 1e9 : 0.0;
-    res->busbw = res->algbw * 2.0 * (b->nranks - 1) / b->nranks;
-    res->wrong = 0;
+        if ((st = call(b, s, in_place)) != HOOP_OK)
+            return st;
+    *t = (now_s() - t0) / o->iters;
+    if ((st = hoop_allreduce(b->comm, t, t, 1, HOOP_F64, HOOP_SUM)) != HOOP_OK)
+        return st;
+    *t /= b->nranks;
+    return HOOP_OK;
+}
 
-    if (o->check) {
-        const char *placement = in_place ? "in-place" : "out-of-place";
-        if (in_place) {
-            memcpy(recv, b->sendbuf, bytes);
-        } else {
-            /* A result left over from the timed loop must not pass for this one. */
-            memset(recv, 0xa5, bytes);
-        }
-        if ((st = hoop_allreduce(b->comm, send, recv, count, o->dtype, o->op)) != HOOP_OK)
+static int run_placement(struct bench *b, const struct shape *s, int in_place, struct result *res)
+{
+    hoop_status_t st;
+    double t;
+
+    memset(res, 0, sizeof *res);
+    prepare(b, s, in_place);
+    if ((st = time_calls(b, s, in_place, &t)) != HOOP_OK)
+        goto fail;
+    res->ran = 1;
+    res->time_us = t * 1e6;
+    res->algbw = t > 0 ? (double)s->bytes / t / 1e9 : 0.0;
+    res->busbw = res->algbw * bus_factor(b->opt.coll, b->nranks);
+
+    if (b->opt.check) {
+        /* A result left over from the timed loop must not pass for this one. */
+        prepare(b, s, in_place);
+        if ((st = call(b, s, in_place)) != HOOP_OK)
             goto fail;
-        uint64_t wrong = count_wrong(b, recv, in_place ? NULL : b->sendbuf, count, placement,
-                                     bytes);
+        uint64_t wrong = count_wrong(b, s, in_place);
         if ((st = hoop_allreduce(b->comm, &wrong, &wrong, 1, HOOP_U64, HOOP_SUM)) != HOOP_OK)
             goto fail;
+        res->checked = 1;
+        res->wrong = wrong;
+    }
+    return 0;
+fail:
+    report_hoop_error(b, st);
+    return -1;
+}
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The barrier's check needs one clock for every rank: it is made only when
+ * all ranks share a machine. The last rank enters late; no rank may leave
+ * before the last one entered. */
+static int run_barrier(struct bench *b, struct result *res)
+{
+    struct shape s;
+    hoop_status_t st;
+    double t;
+
+    memset(&s, 0, sizeof s);
+    memset(res, 0, sizeof *res);
+    if ((st = time_calls(b, &s, 0, &t)) != HOOP_OK)
+        goto fail;
+    res->ran = 1;
+    res->time_us = t * 1e6;
+
+    if (b->opt.check && hoop_comm_local_size(b->comm) == b->nranks) {
+        if ((st = sync_ranks(b->comm)) != HOOP_OK)
+            goto fail;
+        if (b->rank == b->nranks - 1) {
+            struct timespec late = {0, 20 * 1000 * 1000};
+            nanosleep(&late, NULL);
+        }
+        int64_t entry = realtime_ns();
+        if ((st = hoop_barrier(b->comm)) != HOOP_OK)
+            goto fail;
+        int64_t exit_ns = realtime_ns(), last_entry = entry;
+        if ((st = hoop_allreduce(b->comm, &entry, &last_entry, 1, HOOP_I64, HOOP_MAX)) != HOOP_OK)
+            goto fail;
+        uint64_t wrong = exit_ns < last_entry;
+        if (wrong)
+            report_error(b, "barrier: left %.3f ms before the last rank entered",
+                         (double)(last_entry - exit_ns) / 1e6);
+        if ((st = hoop_allreduce(b->comm, &wrong, &wrong, 1, HOOP_U64, HOOP_SUM)) != HOOP_OK)
+            goto fail;
+        res->checked = 1;
         res->wrong = wrong;
     }
     return 0;
@@ -643,7 +1096,7 @@ static void print_header(const struct bench *b)
     char line[256];
     int n;
 
-    printf("# hoop ring_bench %s: allreduce\n", BENCH_VERSION);
+    printf("# hoop ring_bench %s: %s\n", BENCH_VERSION, coll_names[o->coll]);
     printf("# nranks %d local_size %d transport %s minBytes %zu maxBytes %zu step: ", b->nranks,
            hoop_comm_local_size(b->comm), hoop_comm_transport(b->comm), o->min_bytes,
            o->max_bytes);
@@ -680,22 +1133,31 @@ static void print_header(const struct bench *b)
     fflush(stdout);
 }
 
-static void print_row(const struct bench *b, size_t count, const struct result res[2])
+static void print_row(const struct bench *b, const struct shape *s, const struct result res[2])
 {
-    printf("%12zu  %12zu  %8s  %6s  %6i", count * b->esize, count, hoop_dtype_str(b->opt.dtype),
-           hoop_op_str(b->opt.op), -1);
+    int barrier = b->opt.coll == COLL_BARRIER;
+    char line[256];
+    int n = snprintf(line, sizeof line, "%12zu  %12zu  %8s  %6s  %6i", s->bytes, s->count,
+                     barrier ? "none" : hoop_dtype_str(b->opt.dtype), op_label(b),
+                     coll_has_root(b->opt.coll) ? b->opt.root : -1);
     for (int p = 0; p < 2; p++) {
         char t[32], alg[32], bus[32], wrong[32];
+        if (!res[p].ran) {
+            n += snprintf(line + n, sizeof line - (size_t)n, "  %7s  %6s  %6s  %6s", "N/A", "N/A",
+                          "N/A", "N/A");
+            continue;
+        }
         format_float(t, sizeof t, res[p].time_us, 7);
         format_float(alg, sizeof alg, res[p].algbw, 6);
         format_float(bus, sizeof bus, res[p].busbw, 6);
-        if (b->opt.check)
+        if (res[p].checked)
             snprintf(wrong, sizeof wrong, "%" PRIu64, res[p].wrong);
         else
             snprintf(wrong, sizeof wrong, "N/A");
-        printf("  %7s  %6s  %6s  %6s", t, alg, bus, wrong);
+        n += snprintf(line + n, sizeof line - (size_t)n, "  %7s  %6s  %6s  %6s", t, alg, bus,
+                      wrong);
     }
-    putchar('\n');
+    print_trimmed(line);
     /* Under a launcher stdout is a pipe: without this nothing shows until exit. */
     fflush(stdout);
 }
@@ -718,56 +1180,93 @@ static void *alloc_touched(size_t bytes)
 static int run(struct bench *b)
 {
     const struct options *o = &b->opt;
-    size_t max_count = o->max_bytes / b->esize;
-    size_t rows = 0, bad_rows = 0;
+    size_t rows = 0, bad_rows = 0, groups = 0;
     double busbw_sum = 0.0;
-    int failed = 0;
+    struct shape s;
+    struct result res[2];
 
     if (build_tables(b)) {
         report_error(b, "out of memory");
         return 1;
     }
-    if (max_count) {
-        b->sendbuf = alloc_touched(max_count * b->esize);
-        b->recvbuf = alloc_touched(max_count * b->esize);
-        if (!b->sendbuf || !b->recvbuf) {
-            report_error(b, "cannot allocate two buffers of %zu bytes", max_count * b->esize);
-            return 1;
-        }
-        /* The inputs do not depend on the size: filled once, each size uses
-         * a prefix. */
-        fill_input(b, b->sendbuf, max_count);
-    }
 
     if (b->rank == 0)
         print_header(b);
 
-    size_t size = o->min_bytes;
-    do {
-        size_t count = size / b->esize;
-        if (count == 0)
-            continue;
-        struct result res[2];
-        for (int p = 0; p < 2; p++)
-            if (run_placement(b, p, count, &res[p]))
-                return 1;
-        rows++;
-        busbw_sum += res[0].busbw + res[1].busbw;
-        if (res[0].wrong || res[1].wrong)
-            bad_rows++;
+    if (o->coll == COLL_BARRIER) {
+        memset(&s, 0, sizeof s);
+        memset(res, 0, sizeof res);
+        if (run_barrier(b, &res[0]))
+            return 1;
+        rows = groups = 1;
+        bad_rows = res[0].wrong != 0;
         if (b->rank == 0)
-            print_row(b, count, res);
-    } while (next_size(o, &size));
+            print_row(b, &s, res);
+    } else {
+        /* Both buffers serve as the in-place buffer too: each is as large as
+         * the largest of either in any row. */
+        size_t elems = 0, size = o->min_bytes;
+        do {
+            if (shape_of(b, size, &s)) {
+                elems = s.send_elems > elems ? s.send_elems : elems;
+                elems = s.recv_elems > elems ? s.recv_elems : elems;
+            }
+        } while (next_size(o, &size));
+        if (elems) {
+            b->sendbuf = alloc_touched(elems * b->esize);
+            b->recvbuf = alloc_touched(elems * b->esize);
+            if (!b->sendbuf || !b->recvbuf) {
+                report_error(b, "cannot allocate two buffers of %zu bytes", elems * b->esize);
+                return 1;
+            }
+        }
 
-    if (bad_rows)
-        failed = 1;
+        size_t prev_bytes = SIZE_MAX;
+        size = o->min_bytes;
+        do {
+            /* Small sizes can round to the row before (allgatherv's totals):
+             * the same row twice would only weigh it twice in the average. */
+            if (!shape_of(b, size, &s) || s.bytes == prev_bytes)
+                continue;
+            prev_bytes = s.bytes;
+            if (o->coll == COLL_ALLGATHERV)
+                set_agv(b, &s);
+            memset(res, 0, sizeof res);
+            for (int p = 0; p < 2; p++) {
+                if (p == 1 && !coll_has_in_place(o->coll))
+                    continue;
+                if (run_placement(b, &s, p, &res[p]))
+                    return 1;
+                busbw_sum += res[p].busbw;
+                groups++;
+            }
+            rows++;
+            if (res[0].wrong || res[1].wrong)
+                bad_rows++;
+            if (b->rank == 0)
+                print_row(b, &s, res);
+        } while (next_size(o, &size));
+    }
+
     if (b->rank == 0) {
         printf("# Out of bounds values : %zu %s\n", bad_rows, bad_rows ? "FAILED" : "OK");
-        printf("# Avg bus bandwidth    : %g\n", rows ? busbw_sum / (double)(2 * rows) : 0.0);
+        printf("# Avg bus bandwidth    : %g\n", groups ? busbw_sum / (double)groups : 0.0);
         printf("#\n");
         fflush(stdout);
     }
-    return failed;
+    return bad_rows ? 1 : 0;
+}
+
+static void bench_free(struct bench *b)
+{
+    free(b->sendbuf);
+    free(b->recvbuf);
+    free(b->tab_mem);
+    free(b->peer_tabs);
+    free(b->send_tabs);
+    free(b->agv_counts);
+    free(b->agv_displs);
+    free(b->segs);
 }
 
 int main(int argc, char **argv)
@@ -789,7 +1288,14 @@ int main(int argc, char **argv)
     b.rank = hoop_comm_rank(b.comm);
     b.nranks = hoop_comm_size(b.comm);
 
-    rc = run(&b);
+    if (b.opt.root >= b.nranks) {
+        /* Every rank sees the same mistake; one message is enough. */
+        rc = b.rank == 0 ? bad_usage("-r: root %d is not a rank of this job (0..%d)", b.opt.root,
+                                     b.nranks - 1)
+                         : 2;
+    } else {
+        rc = run(&b);
+    }
 
     /* Closing promptly also tells the other ranks, if this one failed, that
      * it is gone instead of leaving them to time out. */
@@ -799,9 +1305,6 @@ int main(int argc, char **argv)
         report_hoop_error(&b, st);
         rc = 1;
     }
-    free(b.sendbuf);
-    free(b.recvbuf);
-    free(b.input_block);
-    free(b.expected_block);
+    bench_free(&b);
     return rc;
 }

@@ -1,0 +1,926 @@
+/* test_collectives.c - reduce_scatter, allgather, allgatherv, broadcast,
+ * reduce, alltoall and barrier over real processes on loopback.
+ *
+ * Every rank can compute every other rank's input (inputs are a function of
+ * rank, index and case), so each rank builds the exact image its output
+ * buffer must hold after the call, canaries and untouched parts included,
+ * and compares every byte without trusting the library. Reductions use
+ * small integers whose sums and products are exact in the narrowest type,
+ * so the result does not depend on the order of the reduction; collectives
+ * that only move data use arbitrary bit patterns, which a copy must keep.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "harness.h"
+#include "hoop.h"
+
+#define CANARY_ELEMS 16
+
+/* Small chunks make a few KiB of data cross many chunk boundaries and fill
+ * the pipeline, where the interesting bugs are. */
+#define SMALL_CHUNK_BYTES 4096
+#define SMALL_PIPELINE_DEPTH 3
+
+/* Elements left between the blocks of the gapped allgatherv layout. */
+#define GAP_ELEMS 3
+
+/* The report keeps the tail of each rank's stderr: after this many lines the
+ * first failures, which are the informative ones, would scroll out of it. */
+#define MAX_REPORTED 8
+
+typedef enum coll_kind {
+    K_REDUCE_SCATTER,
+    K_ALLGATHER,
+    K_ALLGATHERV,
+    K_BROADCAST,
+    K_REDUCE,
+    K_ALLTOALL,
+} coll_kind_t;
+
+static const char *const kind_names[] = {
+    "reduce_scatter", "allgather", "allgatherv", "broadcast", "reduce", "alltoall",
+};
+
+static bool kind_has_op(coll_kind_t k)
+{
+    return k == K_REDUCE_SCATTER || k == K_REDUCE;
+}
+
+static bool kind_has_root(coll_kind_t k)
+{
+    return k == K_BROADCAST || k == K_REDUCE;
+}
+
+/* ---- values ---------------------------------------------------------------- */
+
+/* The index enters through a hash rather than linearly so that the input has
+ * no short period: a chunk delivered to the wrong offset would otherwise
+ * carry the very values expected there. */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static bool is_float(hoop_dtype_t dt)
+{
+    return dt == HOOP_F16 || dt == HOOP_BF16 || dt == HOOP_F32 || dt == HOOP_F64;
+}
+
+static bool is_signed(hoop_dtype_t dt)
+{
+    return dt == HOOP_I8 || dt == HOOP_I32 || dt == HOOP_I64 || is_float(dt);
+}
+
+/* Largest total a sum of non-negative inputs may reach and stay exact in dt:
+ * i8/u8 range, and the integers that bf16 (8 significant bits) and f16 (11)
+ * hold exactly. */
+static int64_t sum_limit(hoop_dtype_t dt)
+{
+    switch (dt) {
+    case HOOP_I8: return 127;
+    case HOOP_U8: return 255;
+    case HOOP_BF16: return 256;
+    case HOOP_F16: return 2048;
+    default: return 1000;
+    }
+}
+
+/* Rank `rank`'s input at element i of its sendbuf, for the collectives
+ * that reduce. */
+static int64_t reduce_input(hoop_dtype_t dt, hoop_op_t op, int nranks, int rank, size_t i)
+{
+    uint32_t h = (uint32_t)mix64(i);
+    switch (op) {
+    case HOOP_SUM:
+    case HOOP_AVG: {
+        int64_t m = sum_limit(dt) / nranks;
+        if (m < 1)
+            m = 1;
+        int64_t v = (int64_t)(((uint64_t)h * 7u + (uint64_t)rank * 13u) % (uint64_t)(m + 1));
+        /* Centred on zero for signed types: a negative sum shows whether avg
+         * truncates toward zero. */
+        return is_signed(dt) ? v - (m + 1) / 2 : v;
+    }
+    case HOOP_PROD:
+        /* 1 or 2: every partial product is a power of two (at most 2^8),
+         * exact in any float type; i8/u8 wrap at 2^7/2^8. */
+        return 1 + (int64_t)((h >> rank) & 1u);
+    case HOOP_MIN:
+    case HOOP_MAX: {
+        int64_t v = (int64_t)(((uint64_t)h + (uint64_t)rank * 13u) % 97u);
+        /* Negative values catch a signed type compared as unsigned. */
+        return is_signed(dt) ? v - 48 : v;
+    }
+    default: return 0;
+    }
+}
+
+/* Integers are stored modulo 2^bits (two's complement), which is also how
+ * the product of signed integers is expected to wrap. */
+static void put_int(void *buf, size_t i, hoop_dtype_t dt, uint64_t v)
+{
+    switch (dt) {
+    case HOOP_I8:
+    case HOOP_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case HOOP_I32:
+    case HOOP_U32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case HOOP_I64:
+    case HOOP_U64: ((uint64_t *)buf)[i] = v; break;
+    default: break;
+    }
+}
+
+static void put_float(void *buf, size_t i, hoop_dtype_t dt, double v)
+{
+    switch (dt) {
+    case HOOP_F16: ((uint16_t *)buf)[i] = hoop_f32_to_f16((float)v); break;
+    case HOOP_BF16: ((uint16_t *)buf)[i] = hoop_f32_to_bf16((float)v); break;
+    case HOOP_F32: ((float *)buf)[i] = (float)v; break;
+    case HOOP_F64: ((double *)buf)[i] = v; break;
+    default: break;
+    }
+}
+
+static void put_value(void *buf, size_t i, hoop_dtype_t dt, int64_t v)
+{
+    if (is_float(dt))
+        put_float(buf, i, dt, (double)v);
+    else
+        put_int(buf, i, dt, (uint64_t)v);
+}
+
+/* Elements [0, n) of buf get rank's input at elements [from, from + n). */
+static void put_reduce_input(void *buf, size_t from, size_t n, hoop_dtype_t dt, hoop_op_t op,
+                             int nranks, int rank)
+{
+    for (size_t k = 0; k < n; k++)
+        put_value(buf, k, dt, reduce_input(dt, op, nranks, rank, from + k));
+}
+
+/* Elements [0, n) of buf get the reduction over all ranks of elements
+ * [from, from + n). */
+static void put_reduce_expected(void *buf, size_t from, size_t n, hoop_dtype_t dt, hoop_op_t op,
+                                int nranks)
+{
+    for (size_t k = 0; k < n; k++) {
+        size_t i = from + k;
+        int64_t acc = reduce_input(dt, op, nranks, 0, i);
+        uint64_t prod = (uint64_t)acc;
+        double fprod = (double)acc;
+        for (int r = 1; r < nranks; r++) {
+            int64_t v = reduce_input(dt, op, nranks, r, i);
+            switch (op) {
+            case HOOP_SUM:
+            case HOOP_AVG: acc += v; break;
+            case HOOP_PROD:
+                prod *= (uint64_t)v;
+                fprod *= (double)v;
+                break;
+            case HOOP_MIN: acc = v < acc ? v : acc; break;
+            case HOOP_MAX: acc = v > acc ? v : acc; break;
+            default: break;
+            }
+        }
+        if (op == HOOP_PROD) {
+            if (is_float(dt))
+                put_float(buf, k, dt, fprod);
+            else
+                put_int(buf, k, dt, prod);
+        } else if (op == HOOP_AVG) {
+            switch (dt) {
+            case HOOP_F64: put_float(buf, k, dt, (double)acc / nranks); break;
+            case HOOP_F32:
+            case HOOP_F16:
+            case HOOP_BF16: put_float(buf, k, dt, (double)((float)acc / (float)nranks)); break;
+            default: put_int(buf, k, dt, (uint64_t)(acc / nranks)); break;
+            }
+        } else {
+            put_value(buf, k, dt, acc);
+        }
+    }
+}
+
+/* Data that is only moved: any bits at all, NaN patterns included, which a
+ * copy must keep. tag names the block (sender, destination, case). */
+static void put_moved(void *buf, size_t n, size_t es, uint64_t tag)
+{
+    uint8_t *b = buf;
+    uint64_t t = mix64(tag);
+    for (size_t k = 0; k < n; k++) {
+        uint64_t v = mix64(t ^ (k * 0xD6E8FEB86659FD93ull));
+        memcpy(b + k * es, &v, es);
+    }
+}
+
+static void invert(void *buf, size_t bytes)
+{
+    uint8_t *b = buf;
+    for (size_t k = 0; k < bytes; k++)
+        b[k] = (uint8_t)~b[k];
+}
+
+/* Output buffers and sendbufs, and each rank, get different canaries: a
+ * call that copies one element too many from a sendbuf, or from another
+ * rank's buffer, must not write the very bytes the output's canary holds. */
+static unsigned out_canary(int rank)
+{
+    return (0xC3u ^ (unsigned)rank * 0x25u) & 0xFFu;
+}
+
+static unsigned send_canary(int rank)
+{
+    return (0x5Au ^ (unsigned)rank * 0x49u) & 0xFFu;
+}
+
+static void fill_canary(void *buf, size_t from_byte, size_t nbytes, unsigned seed)
+{
+    uint8_t *b = buf;
+    for (size_t k = 0; k < nbytes; k++)
+        b[from_byte + k] = (uint8_t)(seed ^ (k * 37u));
+}
+
+static void hex_elem(char *out, size_t outlen, const void *buf, size_t i, size_t es)
+{
+    const uint8_t *b = (const uint8_t *)buf + i * es;
+    size_t used = 0;
+    out[0] = '\0';
+    /* Little-endian machine: print the most significant byte first. */
+    for (size_t k = es; k-- > 0 && used + 3 < outlen;)
+        used += (size_t)snprintf(out + used, outlen - used, "%02x", b[k]);
+}
+
+/* ---- one case -------------------------------------------------------------- */
+
+typedef struct coll_case {
+    coll_kind_t kind;
+    hoop_dtype_t dtype;
+    hoop_op_t op;       /* kinds with an op */
+    size_t count;       /* the count argument; allgatherv: the base of the counts */
+    int root;           /* kinds with a root */
+    bool in_place;
+    bool gapped;        /* allgatherv: blocks in reverse rank order with gaps between */
+    bool null_unused;   /* pass NULL for the buffer hoop.h says a non-root does not use */
+    uint64_t salt;      /* same on every rank: the case number */
+} coll_case_t;
+
+typedef struct coll_state {
+    hoop_comm_t *comm;
+    int rank;
+    int nranks;
+    /* send: the out-of-place sendbuf; ref: a copy of it; out: the buffer the
+     * result lands in (the in-place buffer in place); want: what out must
+     * hold afterwards, canary included. */
+    uint8_t *send, *ref, *out, *want, *scratch;
+    size_t cap_bytes;
+    size_t counts[HARNESS_MAX_PROCS], displs[HARNESS_MAX_PROCS];
+    int mismatches; /* cases whose check failed; the rank keeps going so the others do not hang */
+    int reported;   /* failure lines printed so far */
+} coll_state_t;
+
+static void describe_case(char *buf, size_t len, const coll_state_t *s, const coll_case_t *c)
+{
+    int n = snprintf(buf, len, "%s N=%d dtype=%s", kind_names[c->kind], s->nranks,
+                     hoop_dtype_str(c->dtype));
+    if (kind_has_op(c->kind))
+        n += snprintf(buf + n, len - (size_t)n, " op=%s", hoop_op_str(c->op));
+    n += snprintf(buf + n, len - (size_t)n, " count=%zu", c->count);
+    if (kind_has_root(c->kind))
+        n += snprintf(buf + n, len - (size_t)n, " root=%d", c->root);
+    if (c->kind == K_ALLGATHERV)
+        n += snprintf(buf + n, len - (size_t)n, " %s", c->gapped ? "gapped" : "packed");
+    if (c->null_unused && !c->in_place && kind_has_root(c->kind) && s->rank != c->root)
+        n += snprintf(buf + n, len - (size_t)n, " %s=NULL",
+                      c->kind == K_BROADCAST ? "sendbuf" : "recvbuf");
+    snprintf(buf + n, len - (size_t)n, " %s", c->in_place ? "in place" : "out of place");
+}
+
+static void describe_fail(coll_state_t *s, const coll_case_t *c, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void describe_fail(coll_state_t *s, const coll_case_t *c, const char *fmt, ...)
+{
+    if (s->reported++ >= MAX_REPORTED)
+        return;
+    char what[512], which[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    describe_case(which, sizeof which, s, c);
+    fprintf(stderr, "rank %d: %s: %s\n", s->rank, which, what);
+}
+
+static bool ensure_capacity(coll_state_t *s, size_t bytes)
+{
+    if (bytes <= s->cap_bytes)
+        return true;
+    uint8_t **bufs[] = {&s->send, &s->ref, &s->out, &s->want, &s->scratch};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) {
+        free(*bufs[k]);
+        *bufs[k] = malloc(bytes);
+        if (!*bufs[k]) {
+            s->cap_bytes = 0;
+            return false;
+        }
+    }
+    s->cap_bytes = bytes;
+    return true;
+}
+
+static void state_free(coll_state_t *s)
+{
+    free(s->send);
+    free(s->ref);
+    free(s->out);
+    free(s->want);
+    free(s->scratch);
+}
+
+/* Uneven contributions, a third of them empty, and none at all for a base
+ * count of 0. */
+static void set_agv_layout(coll_state_t *s, const coll_case_t *c)
+{
+    size_t at = 0;
+    for (int k = 0; k < s->nranks; k++) {
+        /* Reverse order: block r no longer sits at r times anything. */
+        int r = c->gapped ? s->nranks - 1 - k : k;
+        size_t n = c->count == 0 || r % 3 == 1 ? 0 : c->count + (size_t)r * (c->count / 4 + 1);
+        s->counts[r] = n;
+        s->displs[r] = at;
+        at += n + (c->gapped ? GAP_ELEMS : 0);
+    }
+}
+
+static uint64_t move_tag(const coll_case_t *c, int from, int to)
+{
+    return c->salt * 4096 + (uint64_t)from * 64 + (uint64_t)to;
+}
+
+/* Where the bytes of out stand against the expected image: names the
+ * first differing element for the report. */
+static void report_out_mismatch(coll_state_t *s, const coll_case_t *c, size_t data_elems,
+                                size_t es)
+{
+    size_t total = data_elems * es + CANARY_ELEMS * es;
+    size_t first = SIZE_MAX, wrong = 0;
+    for (size_t e = 0; e * es < total; e++) {
+        if (memcmp(s->out + e * es, s->want + e * es, es) != 0) {
+            if (first == SIZE_MAX)
+                first = e;
+            wrong++;
+        }
+    }
+    if (first == SIZE_MAX)
+        return;
+    char got[40], want[40];
+    hex_elem(got, sizeof got, s->out, first, es);
+    hex_elem(want, sizeof want, s->want, first, es);
+    if (first >= data_elems) {
+        describe_fail(s, c, "wrote past the end of its output (element %zu after the last)",
+                      first - data_elems);
+        return;
+    }
+    /* Which block the element belongs to, for the collectives with blocks. */
+    char where[96] = "";
+    if (c->kind == K_ALLGATHERV) {
+        snprintf(where, sizeof where, " (in a gap between blocks)");
+        for (int r = 0; r < s->nranks; r++)
+            if (first >= s->displs[r] && first < s->displs[r] + s->counts[r])
+                snprintf(where, sizeof where, " (block of rank %d, element %zu)", r,
+                         first - s->displs[r]);
+    } else if ((c->kind == K_ALLGATHER || c->kind == K_ALLTOALL ||
+                (c->kind == K_REDUCE_SCATTER && c->in_place)) &&
+               c->count) {
+        snprintf(where, sizeof where, " (block %zu, element %zu)", first / c->count,
+                 first % c->count);
+    }
+    describe_fail(s, c, "%zu wrong elements; first at index %zu%s: got 0x%s, expected 0x%s", wrong,
+                  first, where, got, want);
+}
+
+/* Returns -1 when the library returned an error (the communicator is then
+ * unusable and the rank stops), else 0; value mismatches only count. */
+static int run_case(coll_state_t *s, const coll_case_t *c)
+{
+    const int me = s->rank, n = s->nranks;
+    const size_t es = hoop_dtype_size(c->dtype), N = (size_t)n, cnt = c->count;
+    const size_t canary = CANARY_ELEMS * es;
+    const bool is_root = me == c->root;
+    size_t send_elems = 0, out_elems = 0;
+
+    if (c->kind == K_ALLGATHERV)
+        set_agv_layout(s, c);
+    switch (c->kind) {
+    case K_REDUCE_SCATTER:
+        send_elems = N * cnt;
+        out_elems = c->in_place ? N * cnt : cnt;
+        break;
+    case K_ALLGATHER:
+        send_elems = cnt;
+        out_elems = N * cnt;
+        break;
+    case K_ALLGATHERV:
+        send_elems = s->counts[me];
+        for (int r = 0; r < n; r++)
+            if (s->displs[r] + s->counts[r] > out_elems)
+                out_elems = s->displs[r] + s->counts[r];
+        /* The gap after the last block is checked too. */
+        if (c->gapped)
+            out_elems += GAP_ELEMS;
+        break;
+    case K_ALLTOALL:
+        send_elems = out_elems = N * cnt;
+        break;
+    default: send_elems = out_elems = cnt; break;
+    }
+    size_t need = (send_elems > out_elems ? send_elems : out_elems) * es + canary;
+    if (!ensure_capacity(s, need)) {
+        harness_failf(me, "out of memory for %zu bytes", need);
+        return -1;
+    }
+
+    /* The out-of-place sendbuf: this rank's input, then a canary. */
+    switch (c->kind) {
+    case K_REDUCE_SCATTER:
+    case K_REDUCE: put_reduce_input(s->send, 0, send_elems, c->dtype, c->op, n, me); break;
+    case K_ALLTOALL:
+        for (int j = 0; j < n; j++)
+            put_moved(s->send + (size_t)j * cnt * es, cnt, es, move_tag(c, me, j));
+        break;
+    default: put_moved(s->send, send_elems, es, move_tag(c, me, me)); break;
+    }
+    fill_canary(s->send, send_elems * es, canary, send_canary(me));
+    memcpy(s->ref, s->send, send_elems * es + canary);
+
+    /* want: the image of out after the call; out: its image before, which
+     * is the complement wherever a result must land (an element the library
+     * never writes cannot pass for a result), and what must survive
+     * elsewhere. */
+    uint8_t *w = s->want;
+    bool touched_out = true; /* out is passed to the call at all */
+    switch (c->kind) {
+    case K_REDUCE_SCATTER:
+        if (c->in_place) {
+            put_reduce_input(w, 0, N * cnt, c->dtype, c->op, n, me);
+            memcpy(s->out, w, N * cnt * es);
+            /* sendbuf is const: the other ranks' blocks must survive. */
+            put_reduce_expected(w + (size_t)me * cnt * es, (size_t)me * cnt, cnt, c->dtype, c->op,
+                                n);
+        } else {
+            put_reduce_expected(w, (size_t)me * cnt, cnt, c->dtype, c->op, n);
+            memcpy(s->out, w, cnt * es);
+            invert(s->out, cnt * es);
+        }
+        break;
+    case K_ALLGATHER:
+        for (int r = 0; r < n; r++)
+            put_moved(w + (size_t)r * cnt * es, cnt, es, move_tag(c, r, r));
+        memcpy(s->out, w, out_elems * es);
+        invert(s->out, out_elems * es);
+        if (c->in_place)
+            memcpy(s->out + (size_t)me * cnt * es, s->send, cnt * es);
+        break;
+    case K_ALLGATHERV:
+        /* Gaps hold canary bytes, which the call must leave alone. */
+        fill_canary(w, 0, out_elems * es, out_canary(me));
+        for (int r = 0; r < n; r++)
+            put_moved(w + s->displs[r] * es, s->counts[r], es, move_tag(c, r, r));
+        memcpy(s->out, w, out_elems * es);
+        for (int r = 0; r < n; r++)
+            invert(s->out + s->displs[r] * es, s->counts[r] * es);
+        if (c->in_place)
+            memcpy(s->out + s->displs[me] * es, s->send, s->counts[me] * es);
+        break;
+    case K_BROADCAST:
+        put_moved(w, cnt, es, move_tag(c, c->root, c->root));
+        memcpy(s->out, w, cnt * es);
+        if (!(c->in_place && is_root))
+            invert(s->out, cnt * es);
+        break;
+    case K_REDUCE:
+        if (is_root) {
+            put_reduce_expected(w, 0, cnt, c->dtype, c->op, n);
+            memcpy(s->out, w, cnt * es);
+            if (c->in_place)
+                memcpy(s->out, s->send, cnt * es);
+            else
+                invert(s->out, cnt * es);
+        } else if (c->in_place) {
+            /* A non-root's buffer is its sendbuf, which is only read. */
+            memcpy(w, s->send, cnt * es);
+            memcpy(s->out, w, cnt * es);
+        } else if (c->null_unused) {
+            touched_out = false;
+        } else {
+            /* Not used on a non-root: it must come back as it went. */
+            put_moved(w, cnt, es, ~c->salt);
+            memcpy(s->out, w, cnt * es);
+        }
+        break;
+    case K_ALLTOALL:
+        for (int i = 0; i < n; i++)
+            put_moved(w + (size_t)i * cnt * es, cnt, es, move_tag(c, i, me));
+        memcpy(s->out, w, out_elems * es);
+        invert(s->out, out_elems * es);
+        break;
+    }
+    fill_canary(w, out_elems * es, canary, out_canary(me));
+    fill_canary(s->out, out_elems * es, canary, out_canary(me));
+
+    /* The buffers as each placement passes them. */
+    const void *sendp = s->send;
+    void *recvp = s->out;
+    if (c->in_place) {
+        switch (c->kind) {
+        case K_REDUCE_SCATTER:
+            sendp = s->out;
+            recvp = s->out + (size_t)me * cnt * es;
+            break;
+        case K_ALLGATHER: sendp = s->out + (size_t)me * cnt * es; break;
+        case K_ALLGATHERV: sendp = s->out + s->displs[me] * es; break;
+        default: sendp = s->out; break;
+        }
+    }
+    if (c->null_unused && !c->in_place && !is_root) {
+        if (c->kind == K_BROADCAST)
+            sendp = NULL;
+        else if (c->kind == K_REDUCE)
+            recvp = NULL;
+    }
+
+    hoop_status_t st = HOOP_OK;
+    switch (c->kind) {
+    case K_REDUCE_SCATTER:
+        st = hoop_reduce_scatter(s->comm, sendp, recvp, cnt, c->dtype, c->op);
+        break;
+    case K_ALLGATHER: st = hoop_allgather(s->comm, sendp, recvp, cnt, c->dtype); break;
+    case K_ALLGATHERV:
+        st = hoop_allgatherv(s->comm, sendp, recvp, s->counts, s->displs, c->dtype);
+        break;
+    case K_BROADCAST: st = hoop_broadcast(s->comm, sendp, recvp, cnt, c->dtype, c->root); break;
+    case K_REDUCE: st = hoop_reduce(s->comm, sendp, recvp, cnt, c->dtype, c->op, c->root); break;
+    case K_ALLTOALL: st = hoop_alltoall(s->comm, sendp, recvp, cnt, c->dtype); break;
+    }
+    if (st != HOOP_OK) {
+        s->reported = 0; /* this ends the rank: always say why */
+        describe_fail(s, c, "returned %s: %s", hoop_status_str(st), hoop_last_error());
+        return -1;
+    }
+
+    bool bad = false;
+    if (touched_out && memcmp(s->out, w, out_elems * es + canary) != 0) {
+        report_out_mismatch(s, c, out_elems, es);
+        bad = true;
+    }
+    if (!c->in_place && memcmp(s->send, s->ref, send_elems * es + canary) != 0) {
+        size_t k = 0;
+        while (s->send[k] == s->ref[k])
+            k++;
+        describe_fail(s, c, "modified sendbuf (byte %zu of %zu, canary included)", k,
+                      send_elems * es + canary);
+        bad = true;
+    }
+    if (bad)
+        s->mismatches++;
+    return 0;
+}
+
+/* ---- the cases of one job ---------------------------------------------------- */
+
+typedef struct coll_plan {
+    coll_kind_t kind;
+} coll_plan_t;
+
+static size_t counts_for(coll_kind_t k, int nranks, size_t es, size_t *counts)
+{
+    size_t n = 0;
+    counts[n++] = 0;
+    counts[n++] = 1;
+    if (k == K_ALLTOALL) {
+        counts[n++] = 5;
+        /* Every pairwise block spans several chunks. */
+        counts[n++] = 3 * SMALL_CHUNK_BYTES / es + 5;
+        return n;
+    }
+    counts[n++] = 7;
+    counts[n++] = 1000u * (size_t)nranks + 3;
+    /* Per rank (or per step of the chain) more chunks than the pipeline
+     * holds, and a partial one at the end. */
+    counts[n++] = (SMALL_PIPELINE_DEPTH + 2) * SMALL_CHUNK_BYTES / es + 11;
+    return n;
+}
+
+static int roots_for(coll_kind_t k, int nranks, int *roots)
+{
+    if (!kind_has_root(k)) {
+        roots[0] = 0;
+        return 1;
+    }
+    if (nranks <= 4) {
+        for (int r = 0; r < nranks; r++)
+            roots[r] = r;
+        return nranks;
+    }
+    roots[0] = 0;
+    roots[1] = nranks - 1;
+    roots[2] = nranks / 2;
+    return 3;
+}
+
+static int coll_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    const coll_plan_t *plan = arg;
+    coll_kind_t k = plan->kind;
+    coll_state_t s = {.comm = comm, .rank = rank, .nranks = size};
+    int roots[8];
+    int nroots = roots_for(k, size, roots);
+    int nops = kind_has_op(k) ? HOOP_OP_COUNT : 1;
+    int nplace = k == K_ALLTOALL ? 1 : 2;
+    int nlayouts = k == K_ALLGATHERV ? 2 : 1;
+    uint64_t salt = 0;
+    int rc = 0;
+
+    for (int dt = 0; dt < HOOP_DTYPE_COUNT && rc == 0; dt++) {
+        size_t counts[8];
+        size_t ncounts = counts_for(k, size, hoop_dtype_size((hoop_dtype_t)dt), counts);
+        for (int op = 0; op < nops && rc == 0; op++)
+            for (int ri = 0; ri < nroots && rc == 0; ri++)
+                for (size_t ci = 0; ci < ncounts && rc == 0; ci++)
+                    for (int lay = 0; lay < nlayouts && rc == 0; lay++)
+                        for (int ip = 0; ip < nplace && rc == 0; ip++) {
+                            coll_case_t c = {
+                                .kind = k,
+                                .dtype = (hoop_dtype_t)dt,
+                                .op = (hoop_op_t)op,
+                                .count = counts[ci],
+                                .root = roots[ri],
+                                .in_place = ip == 1,
+                                .gapped = lay == 1,
+                                /* Both ways for each count, in turn. */
+                                .null_unused = ((ci + (size_t)dt) & 1) == 0,
+                                .salt = ++salt,
+                            };
+                            if (run_case(&s, &c) != 0)
+                                rc = 1;
+                        }
+    }
+    if (rc == 0 && s.mismatches > 0)
+        rc = harness_failf(rank, "%d cases gave a wrong result (the first %d above)",
+                           s.mismatches, s.mismatches < MAX_REPORTED ? s.mismatches : MAX_REPORTED);
+    state_free(&s);
+    return rc;
+}
+
+static void run_kind(coll_kind_t k, int nranks)
+{
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.chunk_bytes = SMALL_CHUNK_BYTES;
+    base.pipeline_depth = SMALL_PIPELINE_DEPTH;
+    coll_plan_t plan = {k};
+    static char report[8192];
+    bool ok = harness_run(nranks, &base, coll_rank, &plan, 100.0, report, sizeof report);
+    cr_assert(ok, "%s with %d ranks (chunk_bytes %d, pipeline_depth %d) failed:\n%s",
+              kind_names[k], nranks, SMALL_CHUNK_BYTES, SMALL_PIPELINE_DEPTH, report);
+}
+
+#define KIND_TESTS(kind, name)                                                                     \
+    Test(collectives, name##_1, .timeout = 150) { run_kind(kind, 1); }                             \
+    Test(collectives, name##_2, .timeout = 150) { run_kind(kind, 2); }                             \
+    Test(collectives, name##_3, .timeout = 150) { run_kind(kind, 3); }                             \
+    Test(collectives, name##_4, .timeout = 150) { run_kind(kind, 4); }                             \
+    Test(collectives, name##_5, .timeout = 150) { run_kind(kind, 5); }                             \
+    Test(collectives, name##_6, .timeout = 150) { run_kind(kind, 6); }                             \
+    Test(collectives, name##_7, .timeout = 150) { run_kind(kind, 7); }                             \
+    Test(collectives, name##_8, .timeout = 150) { run_kind(kind, 8); }
+
+KIND_TESTS(K_REDUCE_SCATTER, reduce_scatter_ranks)
+KIND_TESTS(K_ALLGATHER, allgather_ranks)
+KIND_TESTS(K_ALLGATHERV, allgatherv_ranks)
+KIND_TESTS(K_BROADCAST, broadcast_ranks)
+KIND_TESTS(K_REDUCE, reduce_ranks)
+KIND_TESTS(K_ALLTOALL, alltoall_ranks)
+
+/* ---- barrier ----------------------------------------------------------------- */
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+#define BARRIER_STAGGER_MS 50
+
+/* All ranks share this machine's clock: after the barrier every rank's
+ * clock must be past the moment the last rank entered it. Twice, the late
+ * rank at either end of the ring. */
+static int barrier_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    for (int round = 0; round < 2; round++) {
+        int delay = round == 0 ? rank : size - 1 - rank;
+        sleep_ms((long)delay * BARRIER_STAGGER_MS);
+        int64_t entry = realtime_ns();
+        hoop_status_t st = hoop_barrier(comm);
+        int64_t left = realtime_ns();
+        if (st != HOOP_OK)
+            return harness_fail(rank, round == 0 ? "barrier (round 1)" : "barrier (round 2)", st);
+
+        int64_t entries[HARNESS_MAX_PROCS];
+        st = hoop_allgather(comm, &entry, entries, 1, HOOP_I64);
+        if (st != HOOP_OK)
+            return harness_fail(rank, "allgather of the barrier entry times", st);
+        if (entries[rank] != entry)
+            return harness_failf(rank, "allgather put %lld at my block, not my entry time %lld",
+                                 (long long)entries[rank], (long long)entry);
+        int last = 0;
+        for (int r = 1; r < size; r++)
+            if (entries[r] > entries[last])
+                last = r;
+        if (left < entries[last])
+            return harness_failf(rank,
+                                 "round %d: left the barrier %.3f ms before rank %d entered it "
+                                 "(ranks entered %d ms apart)",
+                                 round + 1, (double)(entries[last] - left) / 1e6, last,
+                                 BARRIER_STAGGER_MS);
+    }
+    return 0;
+}
+
+static void run_barrier(int nranks)
+{
+    static char report[8192];
+    bool ok = harness_run(nranks, NULL, barrier_rank, NULL, 60.0, report, sizeof report);
+    cr_assert(ok, "barrier with %d ranks failed:\n%s", nranks, report);
+}
+
+Test(collectives, barrier_ranks_1, .timeout = 90) { run_barrier(1); }
+Test(collectives, barrier_ranks_2, .timeout = 90) { run_barrier(2); }
+Test(collectives, barrier_ranks_3, .timeout = 90) { run_barrier(3); }
+Test(collectives, barrier_ranks_4, .timeout = 90) { run_barrier(4); }
+Test(collectives, barrier_ranks_5, .timeout = 90) { run_barrier(5); }
+Test(collectives, barrier_ranks_6, .timeout = 90) { run_barrier(6); }
+Test(collectives, barrier_ranks_7, .timeout = 90) { run_barrier(7); }
+Test(collectives, barrier_ranks_8, .timeout = 90) { run_barrier(8); }
+
+/* ---- bad arguments ----------------------------------------------------------- */
+
+static bool is_name_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || ch == '_';
+}
+
+/* name as a word of msg: "allgather" is not found in "allgatherv". */
+static bool names_word(const char *msg, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = strstr(msg, name); p; p = strstr(p + 1, name))
+        if ((p == msg || !is_name_char(p[-1])) && !is_name_char(p[len]))
+            return true;
+    return false;
+}
+
+static int expect_invalid(int rank, const char *name, const char *what, hoop_status_t st)
+{
+    const char *msg = hoop_last_error();
+    if (st != HOOP_ERR_INVALID)
+        return harness_failf(rank, "%s with %s: got %s (%s), expected %s", name, what,
+                             hoop_status_str(st), msg, hoop_status_str(HOOP_ERR_INVALID));
+    if (!msg || !msg[0])
+        return harness_failf(rank, "%s with %s: HOOP_ERR_INVALID but no message", name, what);
+    if (!names_word(msg, name))
+        return harness_failf(rank, "%s with %s: the message does not name \"%s\": %s", name,
+                             what, name, msg);
+    return 0;
+}
+
+#define BAD_ELEMS 16
+
+/* Every rank makes the same bad calls, each one refused on every rank, so
+ * that no rank goes on to wait for the others. Calls that are bad on one
+ * rank only (a root's NULL buffer) run in a one-rank job, where that rank
+ * is every rank. */
+static int bad_args_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    float a[BAD_ELEMS * HARNESS_MAX_PROCS], b[BAD_ELEMS * HARNESS_MAX_PROCS];
+    size_t counts[HARNESS_MAX_PROCS], displs[HARNESS_MAX_PROCS];
+    const hoop_dtype_t f = HOOP_F32, bad_dt = HOOP_DTYPE_COUNT;
+    const hoop_op_t sum = HOOP_SUM, bad_op = HOOP_OP_COUNT;
+    const size_t c = 4;
+    int fails = 0;
+
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    for (int r = 0; r < size; r++) {
+        counts[r] = c;
+        displs[r] = (size_t)r * c;
+    }
+
+#define BAD(name, what, call) fails += expect_invalid(rank, name, what, (call))
+    BAD("reduce_scatter", "a NULL communicator", hoop_reduce_scatter(NULL, a, b, c, f, sum));
+    BAD("reduce_scatter", "a NULL sendbuf", hoop_reduce_scatter(comm, NULL, b, c, f, sum));
+    BAD("reduce_scatter", "a NULL recvbuf", hoop_reduce_scatter(comm, a, NULL, c, f, sum));
+    BAD("reduce_scatter", "an unknown dtype", hoop_reduce_scatter(comm, a, b, c, bad_dt, sum));
+    BAD("reduce_scatter", "an unknown op", hoop_reduce_scatter(comm, a, b, c, f, bad_op));
+    /* Overlapping, but not the in-place layout (recvbuf = block `rank`). */
+    BAD("reduce_scatter", "recvbuf overlapping sendbuf off the in-place block",
+        hoop_reduce_scatter(comm, a, a + (size_t)rank * c + 1, c, f, sum));
+
+    BAD("allgather", "a NULL communicator", hoop_allgather(NULL, a, b, c, f));
+    BAD("allgather", "a NULL sendbuf", hoop_allgather(comm, NULL, b, c, f));
+    BAD("allgather", "a NULL recvbuf", hoop_allgather(comm, a, NULL, c, f));
+    BAD("allgather", "an unknown dtype", hoop_allgather(comm, a, b, c, bad_dt));
+    BAD("allgather", "sendbuf overlapping recvbuf off the in-place block",
+        hoop_allgather(comm, b + (size_t)rank * c + 1, b, c, f));
+
+    BAD("allgatherv", "a NULL communicator", hoop_allgatherv(NULL, a, b, counts, displs, f));
+    BAD("allgatherv", "NULL recvcounts", hoop_allgatherv(comm, a, b, NULL, displs, f));
+    BAD("allgatherv", "NULL displs", hoop_allgatherv(comm, a, b, counts, NULL, f));
+    BAD("allgatherv", "a NULL sendbuf", hoop_allgatherv(comm, NULL, b, counts, displs, f));
+    BAD("allgatherv", "a NULL recvbuf", hoop_allgatherv(comm, a, NULL, counts, displs, f));
+    BAD("allgatherv", "an unknown dtype", hoop_allgatherv(comm, a, b, counts, displs, bad_dt));
+    if (size > 1) {
+        size_t ov[HARNESS_MAX_PROCS];
+        memcpy(ov, displs, sizeof ov);
+        ov[1] = 1; /* rank 1's block starts inside rank 0's */
+        BAD("allgatherv", "overlapping blocks", hoop_allgatherv(comm, a, b, counts, ov, f));
+    }
+
+    BAD("broadcast", "a NULL communicator", hoop_broadcast(NULL, a, b, c, f, 0));
+    BAD("broadcast", "root -1", hoop_broadcast(comm, a, b, c, f, -1));
+    BAD("broadcast", "root == size", hoop_broadcast(comm, a, b, c, f, size));
+    BAD("broadcast", "an unknown dtype", hoop_broadcast(comm, a, b, c, bad_dt, 0));
+    BAD("broadcast", "a NULL recvbuf", hoop_broadcast(comm, a, NULL, c, f, 0));
+
+    BAD("reduce", "a NULL communicator", hoop_reduce(NULL, a, b, c, f, sum, 0));
+    BAD("reduce", "root -1", hoop_reduce(comm, a, b, c, f, sum, -1));
+    BAD("reduce", "root == size", hoop_reduce(comm, a, b, c, f, sum, size));
+    BAD("reduce", "an unknown dtype", hoop_reduce(comm, a, b, c, bad_dt, sum, 0));
+    BAD("reduce", "an unknown op", hoop_reduce(comm, a, b, c, f, bad_op, 0));
+    BAD("reduce", "a NULL sendbuf", hoop_reduce(comm, NULL, b, c, f, sum, 0));
+
+    BAD("alltoall", "a NULL communicator", hoop_alltoall(NULL, a, b, c, f));
+    BAD("alltoall", "a NULL sendbuf", hoop_alltoall(comm, NULL, b, c, f));
+    BAD("alltoall", "a NULL recvbuf", hoop_alltoall(comm, a, NULL, c, f));
+    BAD("alltoall", "an unknown dtype", hoop_alltoall(comm, a, b, c, bad_dt));
+    BAD("alltoall", "sendbuf == recvbuf (there is no in-place alltoall)",
+        hoop_alltoall(comm, a, a, c, f));
+    BAD("alltoall", "recvbuf one element after sendbuf", hoop_alltoall(comm, a, a + 1, c, f));
+
+    BAD("barrier", "a NULL communicator", hoop_barrier(NULL));
+
+    if (size == 1) {
+        BAD("broadcast", "the root's sendbuf NULL", hoop_broadcast(comm, NULL, b, c, f, 0));
+        BAD("reduce", "the root's recvbuf NULL", hoop_reduce(comm, a, NULL, c, f, sum, 0));
+    }
+#undef BAD
+    if (fails)
+        return 1;
+
+    /* Refused calls send nothing and leave the communicator usable. */
+    for (size_t i = 0; i < c; i++)
+        a[i] = (float)(rank * 10 + (int)i);
+    memset(b, 0, sizeof b);
+    hoop_status_t st = hoop_allgather(comm, a, b, c, f);
+    if (st != HOOP_OK)
+        return harness_fail(rank, "allgather after the refused calls", st);
+    for (int r = 0; r < size; r++)
+        for (size_t i = 0; i < c; i++)
+            if (b[(size_t)r * c + i] != (float)(r * 10 + (int)i))
+                return harness_failf(rank, "allgather after the refused calls: element %zu of "
+                                     "block %d is %g, expected %d",
+                                     i, r, (double)b[(size_t)r * c + i], r * 10 + (int)i);
+    st = hoop_barrier(comm);
+    if (st != HOOP_OK)
+        return harness_fail(rank, "barrier after the refused calls", st);
+    return 0;
+}
+
+static void run_bad_args(int nranks)
+{
+    static char report[8192];
+    bool ok = harness_run(nranks, NULL, bad_args_rank, NULL, 60.0, report, sizeof report);
+    cr_assert(ok, "bad arguments with %d ranks:\n%s", nranks, report);
+}
+
+Test(collectives, bad_arguments_ranks_1, .timeout = 90) { run_bad_args(1); }
+Test(collectives, bad_arguments_ranks_3, .timeout = 90) { run_bad_args(3); }
