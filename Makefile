@@ -37,7 +37,7 @@ LIB_SO   := $(BUILD)/libhoop.so.$(VERSION)
 PROGS    := $(BUILD)/hooprun $(BUILD)/ring_bench
 TESTBIN  := $(BUILD)/hoop_tests
 
-.PHONY: all clean install test bench test-asan
+.PHONY: all clean install test bench test-asan fuzz
 all: $(LIB_A) $(LIB_SO) $(PROGS)
 
 # The reduction kernels are the hot loop: let the compiler vectorise them.
@@ -99,6 +99,28 @@ test-asan:
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	    UBSAN_OPTIONS=print_stacktrace=1 \
 	    $(MAKE) BUILD=$(BUILD)/asan OPT=-O1 EXTRA_CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" test
+
+# libFuzzer on the parsers of what arrives from the network, FUZZ_SECONDS
+# each (clang only). New inputs go to build/fuzz/corpus-*, the saved seeds
+# stay as they are; malloc_limit_mb turns any unbounded allocation into a
+# failure.
+FUZZ_SECONDS ?= 20
+FUZZ_CC ?= clang
+FUZZ_FLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -g -O1
+FUZZ_TARGETS := hello peers
+FUZZ_SRCS_hello := common/wire.c
+FUZZ_SRCS_peers := common/wire.c bootstrap/peer.c
+fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(BUILD)/fuzz/corpus-$$t; \
+	    echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+	    $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -malloc_limit_mb=64 \
+	        -rss_limit_mb=1024 -print_final_stats=1 $(BUILD)/fuzz/corpus-$$t \
+	        tests/fuzz/corpus/$$t 2>&1 | tail -n 12 || exit 1; \
+	done
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude -I. $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRCS_$*)
 
 # The main job: a 4-rank allreduce benchmark on this machine.
 BENCH_ARGS ?= -b 8 -e 256M -f 4
