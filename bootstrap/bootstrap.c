@@ -3,6 +3,7 @@
 #include "bootstrap/bootstrap.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/netif.h"
 #include "common/status.h"
 
 #include <errno.h>
@@ -34,12 +35,15 @@ static hoop_status_t boot_join(struct hoop_bootstrap *bs, const struct hoop_boot
 
     struct hoop_peer *me = &bs->peers[cfg->rank];
     hoop_peer_self(me);
-    struct sockaddr_storage local;
-    socklen_t llen = sizeof(local);
+    struct sockaddr_storage local, adv;
+    socklen_t llen = sizeof(local), alen;
     if (getsockname(bs->root_fd, (struct sockaddr *)&local, &llen) < 0)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: getsockname: %s", cfg->rank,
                           hoop_errno_str(-errno));
-    if ((st = handle_fn(ctx, (struct sockaddr *)&local, llen, me->handle, &me->handle_len)))
+    if ((st = hoop_netif_advertise(cfg->rank, (struct sockaddr *)&ss, (struct sockaddr *)&local,
+                                   &adv, &alen)))
+        return st;
+    if ((st = handle_fn(ctx, (struct sockaddr *)&adv, alen, me->handle, &me->handle_len)))
         return st;
 
     uint8_t msg[HOOP_HELLO_BYTES + HOOP_PEER_WIRE_MAX];

@@ -31,6 +31,7 @@ struct hoop_peer {
 struct hoop_boot_cfg {
     int rank;
     int size;
+    int local_rank; /* as the launcher says, or -1 */
     char root_host[HOOP_HOST_MAX];
     uint16_t root_port;
     uint8_t token[HOOP_TOKEN_BYTES];

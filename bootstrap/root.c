@@ -4,6 +4,7 @@
 #include "common/clock.h"
 #include "common/listener.h"
 #include "common/log.h"
+#include "common/netif.h"
 #include "common/status.h"
 
 #include <errno.h>
@@ -149,14 +150,25 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
     if (rc)
         return hoop_error(HOOP_ERR_SYSTEM, "%s: %s", c.who, hoop_errno_str(rc));
 
-    /* Rank 0 is reached at the address the others used to reach it. */
-    struct sockaddr_storage local;
-    socklen_t llen = sizeof(local);
+    /* Rank 0's route to the root is the address the others used to reach
+     * it, and that address also tells whether the job may span hosts. */
+    struct sockaddr_storage local, adv;
+    socklen_t llen = sizeof(local), alen;
     if (getsockname(bs->fds[1], (struct sockaddr *)&local, &llen) < 0)
         return hoop_error(HOOP_ERR_SYSTEM, "%s: getsockname: %s", c.who, hoop_errno_str(-errno));
     hoop_peer_self(&bs->peers[0]);
-    hoop_status_t st = handle_fn(ctx, (struct sockaddr *)&local, llen, bs->peers[0].handle,
-                                 &bs->peers[0].handle_len);
+    hoop_status_t st = hoop_netif_advertise(0, (struct sockaddr *)&local,
+                                            (struct sockaddr *)&local, &adv, &alen);
+    if (st) {
+        /* The others would only see the root hang up. */
+        char reason[700];
+        snprintf(reason, sizeof(reason), "%s", hoop_last_error());
+        for (int r = 1; r < cfg->size; r++)
+            root_refuse(bs->fds[r], cfg, st, reason);
+        return st;
+    }
+    st = handle_fn(ctx, (struct sockaddr *)&adv, alen, bs->peers[0].handle,
+                   &bs->peers[0].handle_len);
     if (st)
         return st;
     if (getrandom(&bs->comm_id, sizeof(bs->comm_id), 0) != sizeof(bs->comm_id))

@@ -17,10 +17,11 @@ struct hoop_param {
 
 static const struct hoop_param hoop_params[] = {
     {"HOOP_RANK", "", "Rank of this process, 0..HOOP_SIZE-1. Set by hooprun."},
-    {"HOOP_SIZE", "", "Number of ranks in the job. Unset with HOOP_RANK unset: a one-rank job."},
-    {"HOOP_ROOT", "", "host:port of the rendezvous root; rank 0 listens there, the others connect."},
-    {"HOOP_TOKEN", "", "Job secret (at most 32 bytes) every connection must present; hooprun makes a random one per job."},
+    {"HOOP_SIZE", "", "Number of ranks in the job. Unset with HOOP_RANK unset: from another launcher's variables, else a one-rank job."},
+    {"HOOP_ROOT", "", "host:port of the rendezvous root; rank 0 listens there, the others connect. Overrides the root a launcher's variables give."},
+    {"HOOP_TOKEN", "", "Job secret (at most 32 bytes) every connection must present; hooprun makes a random one per job, under other launchers it is derived from the job's identity."},
     {"HOOP_BOOTSTRAP_TIMEOUT", "120", "Seconds to form a communicator before failing with the ranks that never arrived."},
+    {"HOOP_SOCKET_IFNAME", "", "Interfaces whose address a rank advertises, comma-separated: name prefixes (eth), exact names (=eth0), CIDR ranges (10.0.0.0/8), ^ to exclude (^docker,lo). Unset: the interface that routes to the root."},
     {"HOOP_TIMEOUT", "300", "Seconds one collective may take before it fails with HOOP_ERR_TIMEOUT."},
     {"HOOP_TRANSPORT", "tcp", "Data transport. Only tcp exists so far."},
     {"HOOP_CHUNK_BYTES", "1M", "Ring chunk size in bytes (K/M/G suffixes); the unit of pipelining."},

@@ -12,10 +12,14 @@ static _Thread_local char hoop_error_text[HOOP_ERROR_MAX];
 
 hoop_status_t hoop_error(hoop_status_t status, const char *fmt, ...)
 {
+    /* Format aside first: callers wrap the previous sentence by passing
+     * hoop_last_error() itself as an argument. */
+    char text[HOOP_ERROR_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(hoop_error_text, sizeof(hoop_error_text), fmt, ap);
+    vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    memcpy(hoop_error_text, text, sizeof(text));
     return status;
 }
 

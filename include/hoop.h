@@ -82,8 +82,9 @@ typedef struct hoop_config {
 HOOP_API void hoop_config_init(hoop_config_t *cfg);
 
 /* Create a communicator. cfg may be NULL: everything then comes from the
- * environment, and with no HOOP_* variables at all the result is a one-rank
- * communicator (said in the log). Every rank of the job must call it; it
+ * environment: HOOP_* variables, else those of the launcher that started the
+ * process (Horovod, torchrun, OpenMPI, PMI, SLURM), and with none at all the
+ * result is a one-rank communicator (said in the log). Every rank of the job must call it; it
  * returns once all ranks have met at the root and connected their ring
  * neighbours, or with HOOP_ERR_TIMEOUT naming the ranks that never arrived.
  * *comm is set only on success. */

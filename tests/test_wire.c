@@ -98,3 +98,12 @@ Test(wire, buffer_bounds)
     cr_assert(r2.bad);
     cr_assert_eq(big[0], 0, "a failed read zeroes its destination");
 }
+
+#include "common/status.h"
+
+Test(wire, error_can_wrap_the_previous_error)
+{
+    hoop_error(HOOP_ERR_PEER, "rank 2: the peer closed");
+    hoop_error(HOOP_ERR_PEER, "rank 3: connecting: %s", hoop_last_error());
+    cr_assert_str_eq(hoop_last_error(), "rank 3: connecting: rank 2: the peer closed");
+}
