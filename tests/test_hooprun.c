@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -20,6 +21,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <limits.h>
 
 /* Far above what any run here needs, far below Criterion's own timeout. */
 #define RUN_LIMIT_S 40.0
@@ -497,6 +500,429 @@ Test(hooprun, bad_usage_exits_2, .timeout = 60)
         cr_assert_eq(r.status, 2, "case %zu: exit status %d\nstderr:\n%s", i, r.status, r.err.p);
         cr_assert(strstr(r.err.p, "usage"), "case %zu: no usage on stderr:\n%s", i, r.err.p);
         cr_assert_eq(r.out.len, 0, "case %zu: wrote to stdout:\n%s", i, r.out.p);
+        run_free(&r);
+    }
+}
+
+/* ---- several hosts --------------------------------------------------------
+ *
+ * Hosts that are this machine run their ranks directly. Other hosts go
+ * through a stand-in remote shell that runs the command here, as the remote
+ * user's shell would, and says on stderr which host and options it got; so
+ * placement, quoting and stopping are checked without a network. The real
+ * thing, over ssh between network namespaces, is in test_multihost.c.
+ */
+
+static char stub_dir[PATH_MAX];
+
+static void stub_cleanup(void)
+{
+    if (!stub_dir[0])
+        return;
+    static const char *const names[] = {"ssh", "rsh-stub", "commands", "hosts"};
+    char path[PATH_MAX + 16];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", stub_dir, names[i]);
+        unlink(path);
+    }
+    rmdir(stub_dir);
+    stub_dir[0] = '\0';
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    cr_assert(fd >= 0, "cannot create %s: %s", path, strerror(errno));
+    size_t len = strlen(text);
+    cr_assert(write(fd, text, len) == (ssize_t)len, "cannot write %s: %s", path, strerror(errno));
+    close(fd);
+}
+
+/* A directory with the stand-in under two names: "ssh", which hooprun
+ * recognises, and "rsh-stub", which it does not. Every command it is given
+ * is appended to DIR/commands. */
+static void make_stubs(void)
+{
+    static const char stub[] =
+        "#!/bin/sh\n"
+        "opts=\n"
+        "while [ $# -gt 2 ]; do opts=\"$opts $1\"; shift; done\n"
+        "echo \"host=$1 opts=$opts\" >&2\n"
+        "printf '%s\\n' \"$2\" >> \"${0%/*}/commands\"\n"
+        "exec /bin/sh -c \"$2\"\n";
+    const char *tmpdir = getenv("TMPDIR");
+    snprintf(stub_dir, sizeof stub_dir, "%s/hooprun-hosts-XXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+    cr_assert(mkdtemp(stub_dir) != NULL, "mkdtemp %s: %s", stub_dir, strerror(errno));
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/ssh", stub_dir);
+    write_file(path, stub, 0755);
+    snprintf(path, sizeof path, "%s/rsh-stub", stub_dir);
+    write_file(path, stub, 0755);
+}
+
+static const char *stub(const char *name, const char *opts)
+{
+    static char cmd[2][PATH_MAX + 128];
+    static int next;
+    char *c = cmd[next++ % 2];
+    snprintf(c, sizeof cmd[0], "%s/%s%s%s", stub_dir, name, opts ? " " : "", opts ? opts : "");
+    return c;
+}
+
+/* Each of the n ranks wrote exactly one stdout line "[r] rank=r ...". */
+static void expect_one_line_per_rank(const struct run *r, int n)
+{
+    cr_assert_eq((int)count_lines(r->out.p), n, "expected %d lines, got:\n%s", n, r->out.p);
+    for (int k = 0; k < n; k++) {
+        char want[32];
+        snprintf(want, sizeof want, "[%d] rank=%d", k, k);
+        cr_assert(strstr(r->out.p, want), "no line '%s' in:\n%s", want, r->out.p);
+    }
+}
+
+/* The root every rank printed as "root=HOST:PORT": the same for all, and
+ * host-prefixed. Returns the port. */
+static int common_root_port(const struct run *r, const char *host)
+{
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "root=%s:", host);
+    int port = -1;
+    for (const char *p = r->out.p; (p = strstr(p, "root=")); p++) {
+        cr_assert(strncmp(p, prefix, strlen(prefix)) == 0, "expected %s..., got '%.40s'", prefix, p);
+        int v = atoi(p + strlen(prefix));
+        cr_assert(port < 0 || v == port, "ranks disagree on the root port: %d and %d", port, v);
+        port = v;
+    }
+    cr_assert(port > 0 && port < 65536, "no root port in:\n%s", r->out.p);
+    return port;
+}
+
+Test(hooprun, hosts_of_this_machine_run_directly, .timeout = 60)
+{
+    struct run r;
+    /* A remote shell that cannot run proves that none was needed. */
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "3", "-H", "localhost:2,127.0.0.1:1", "--rsh",
+                         "/nonexistent/hoop-no-rsh", "sh", "-c",
+                         "echo rank=$HOOP_RANK size=$HOOP_SIZE root=$HOOP_ROOT"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    expect_one_line_per_rank(&r, 3);
+    cr_assert_eq(strstr(r.out.p, "size=3") != NULL, true, "stdout:\n%s", r.out.p);
+    common_root_port(&r, "127.0.0.1");
+    run_free(&r);
+
+    char self[256], hosts[300];
+    cr_assert(gethostname(self, sizeof self) == 0, "gethostname: %s", strerror(errno));
+    self[sizeof self - 1] = '\0';
+    snprintf(hosts, sizeof hosts, "%s:2", self);
+    run_hooprun(&r, ARGS("--timeout", "30", "-H", hosts, "--rsh", "/nonexistent/hoop-no-rsh", "sh",
+                         "-c", "echo rank=$HOOP_RANK root=$HOOP_ROOT"));
+    cr_assert_eq(r.status, 0, "-H %s: exit status %d\nstderr:\n%s", hosts, r.status, r.err.p);
+    expect_one_line_per_rank(&r, 2); /* -np defaults to the slots */
+    run_free(&r);
+}
+
+Test(hooprun, ranks_fill_the_hosts_in_order, .timeout = 60, .fini = stub_cleanup)
+{
+    make_stubs();
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "4", "-H", "localhost:1,node-a:2", "-H",
+                         "alice@node-b:2", "--root-addr", "198.18.0.9", "--rsh",
+                         stub("rsh-stub", "-p 2222"), "sh", "-c",
+                         "echo rank=$HOOP_RANK root=$HOOP_ROOT"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    expect_one_line_per_rank(&r, 4);
+    common_root_port(&r, "198.18.0.9");
+    /* Rank 0 ran here; node-b's second slot was not needed. */
+    cr_assert(!strstr(r.err.p, "[0] host="), "rank 0 went through the remote shell:\n%s", r.err.p);
+    cr_assert(strstr(r.err.p, "[1] host=node-a opts= -p 2222\n") &&
+                  strstr(r.err.p, "[2] host=node-a opts= -p 2222\n") &&
+                  strstr(r.err.p, "[3] host=alice@node-b opts= -p 2222\n"),
+              "wrong placement or options:\n%s", r.err.p);
+    cr_assert_eq((int)count_lines(r.err.p), 3, "stderr:\n%s", r.err.p);
+    run_free(&r);
+}
+
+Test(hooprun, remote_root_is_the_first_host, .timeout = 60, .fini = stub_cleanup)
+{
+    make_stubs();
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "-H", "node-a:1,localhost:1", "--rsh",
+                         stub("rsh-stub", NULL), "sh", "-c", "echo rank=$HOOP_RANK root=$HOOP_ROOT"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    expect_one_line_per_rank(&r, 2);
+    /* No port can be probed on another host: one is drawn from this range. */
+    int port = common_root_port(&r, "node-a");
+    cr_assert(port >= 20000 && port <= 59999, "port %d is outside 20000..59999", port);
+    run_free(&r);
+
+    run_hooprun(&r, ARGS("--timeout", "30", "--port", "45679", "-H", "[fe80::99]:2", "--rsh",
+                         stub("rsh-stub", NULL), "sh", "-c", "echo rank=$HOOP_RANK root=$HOOP_ROOT"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    expect_one_line_per_rank(&r, 2);
+    cr_assert_eq(common_root_port(&r, "[fe80::99]"), 45679);
+    cr_assert(strstr(r.err.p, "[0] host=fe80::99 opts=\n"), "the remote shell got:\n%s", r.err.p);
+    run_free(&r);
+}
+
+Test(hooprun, ssh_gets_batch_mode_and_no_terminal, .timeout = 60, .fini = stub_cleanup)
+{
+    make_stubs();
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-H", "node-a", "--rsh", stub("ssh", "-i key"), "true"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert_str_eq(r.err.p, "[0] host=node-a opts= -i key -T -o BatchMode=yes\n");
+    run_free(&r);
+
+    /* HOOP_RSH when there is no --rsh; --rsh when there is. */
+    char env[PATH_MAX + 64];
+    snprintf(env, sizeof env, "%s", stub("ssh", "-p  2222"));
+    cr_assert(setenv("HOOP_RSH", env, 1) == 0);
+    run_hooprun(&r, ARGS("--timeout", "30", "-H", "node-a", "true"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert_str_eq(r.err.p, "[0] host=node-a opts= -p 2222 -T -o BatchMode=yes\n");
+    run_free(&r);
+    run_hooprun(&r, ARGS("--timeout", "30", "-H", "node-a", "--rsh", stub("rsh-stub", NULL), "true"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert_str_eq(r.err.p, "[0] host=node-a opts=\n");
+    run_free(&r);
+}
+
+/* Whatever the arguments and the -x values hold reaches the remote program
+ * unchanged, in hooprun's directory; the token reaches it too, but not
+ * through the command line, which any user can read. */
+Test(hooprun, remote_ranks_get_arguments_and_variables_intact, .timeout = 60, .fini = stub_cleanup)
+{
+    make_stubs();
+    static const char tricky[] = "it's a \"test\" $HOME `x` \\ ;|&";
+    cr_assert(setenv("HOOP_TEST_FORWARDED", tricky, 1) == 0);
+    cr_assert(unsetenv("HOOP_TEST_UNSET") == 0);
+    char cwd[PATH_MAX];
+    cr_assert(getcwd(cwd, sizeof cwd) != NULL);
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "-H", "node-a:2", "--rsh",
+                         stub("rsh-stub", NULL), "-x", "HOOP_TEST_FORWARDED", "-x", "HOOP_TEST_UNSET",
+                         "-x", "HOOP_TEST_SET=a b'c", "--no-tag", "sh", "-c",
+                         "[ \"$HOOP_RANK\" = 1 ] || exit 0; "
+                         "printf '<%s>\\n' \"$HOOP_TEST_FORWARDED\" \"${HOOP_TEST_UNSET-unset}\" "
+                         "\"$HOOP_TEST_SET\" \"$PWD\" \"$HOOP_TOKEN\" \"$@\"",
+                         "sh", "a  b", "it's", "$HOME", "\\", "", "-x"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    char want[8192];
+    char token[33] = "";
+    const char *t = strstr(r.out.p, "\n<");
+    for (int i = 0; t && i < 3; i++) /* the fifth line */
+        t = strstr(t + 1, "\n<");
+    if (t)
+        snprintf(token, sizeof token, "%s", t + 2);
+    cr_assert(is_token(token), "no token in:\n%s", r.out.p);
+    snprintf(want, sizeof want, "<%s>\n<unset>\n<a b'c>\n<%s>\n<%s>\n<a  b>\n<it's>\n<$HOME>\n<\\>\n<>\n<-x>\n",
+             tricky, cwd, token);
+    cr_assert_str_eq(r.out.p, want);
+
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/commands", stub_dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL, "the remote shell was never run");
+    char cmds[16384];
+    size_t n = fread(cmds, 1, sizeof cmds - 1, f);
+    fclose(f);
+    cmds[n] = '\0';
+    cr_assert(strstr(cmds, "HOOP_RANK=1") != NULL, "commands:\n%s", cmds);
+    cr_assert(strstr(cmds, token) == NULL, "the token is on the remote command line:\n%s", cmds);
+    run_free(&r);
+}
+
+/* /proc entries whose command line holds tag; their pids and command lines
+ * go to report. With kill_them, they also get SIGKILL: the tag is unique to
+ * the test, so they are its own. */
+static int processes_with(const char *tag, char *report, size_t len, bool kill_them)
+{
+    DIR *d = opendir("/proc");
+    cr_assert(d != NULL, "opendir /proc: %s", strerror(errno));
+    int found = 0;
+    size_t used = 0;
+    report[0] = '\0';
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!isdigit((unsigned char)e->d_name[0]) || atoi(e->d_name) == getpid())
+            continue;
+        char path[300], cmd[4096];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (cmd[i] == '\0')
+                cmd[i] = ' ';
+        cmd[n] = '\0';
+        if (!strstr(cmd, tag))
+            continue;
+        found++;
+        if (kill_them)
+            kill(atoi(e->d_name), SIGKILL);
+        if (used < len) {
+            int k = snprintf(report + used, len - used, "%s: %.200s\n", e->d_name, cmd);
+            used += k > 0 ? (size_t)k : 0;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+static bool none_left(const char *tag, double within_s, char *report, size_t len)
+{
+    double end = now_s() + within_s;
+    while (processes_with(tag, report, len, false) > 0) {
+        if (now_s() > end) {
+            char ignored[1];
+            processes_with(tag, ignored, sizeof ignored, true);
+            return false;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+    }
+    return true;
+}
+
+Test(hooprun, failing_remote_rank_stops_every_rank, .timeout = 60, .fini = stub_cleanup)
+{
+    make_stubs();
+    char tag[64], report[4096];
+    snprintf(tag, sizeof tag, "hoop-remote-fail-%d", (int)getpid());
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "3", "-H", "localhost:1,node-a:2", "--root-addr",
+                         "198.18.0.9", "--rsh", stub("rsh-stub", NULL), "sh", "-c",
+                         "if [ \"$HOOP_RANK\" = 2 ]; then sleep 0.5; exit 3; fi; sleep 100; : $1",
+                         "sh", tag));
+    bool clean = none_left(tag, 5.0, report, sizeof report);
+    cr_assert_eq(r.status, 3, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert(strstr(r.err.p, "rank 2 on node-a exited with status 3"), "stderr:\n%s", r.err.p);
+    cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s to stop the job", r.elapsed_s);
+    cr_assert(clean, "left behind:\n%s", report);
+    run_free(&r);
+}
+
+/* Even a hooprun killed outright cannot close the lifeline in order; its
+ * end must still end the remote program. */
+Test(hooprun, killed_hooprun_ends_remote_ranks, .timeout = 60, .fini = stub_cleanup)
+{
+    make_stubs();
+    char tag[64], report[4096];
+    snprintf(tag, sizeof tag, "hoop-remote-orphan-%d", (int)getpid());
+    struct run r;
+    run_hooprun_sig(&r, ARGS("[0] up", "[1] up"), SIGKILL,
+                    ARGS("--timeout", "30", "-np", "2", "-H", "node-a:2", "--rsh",
+                         stub("rsh-stub", NULL), "sh", "-c", "echo up; sleep 100; : $1", "sh", tag));
+    bool clean = none_left(tag, 8.0, report, sizeof report);
+    cr_assert_eq(r.status, 128 + SIGKILL, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert(clean, "left behind by a killed hooprun:\n%s", report);
+    run_free(&r);
+}
+
+Test(hooprun, hostfile_lines_and_comments, .timeout = 60, .fini = stub_cleanup)
+{
+    make_stubs();
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/hosts", stub_dir);
+    write_file(path,
+               "# two here, three elsewhere\n"
+               "localhost slots=2   # this machine\n"
+               "\n"
+               "   node-a:2\n"
+               "node-b\t# one slot\n",
+               0644);
+    struct run r;
+    run_hooprun(&r, ARGS("--timeout", "30", "--hostfile", path, "--root-addr", "198.18.0.9", "--rsh",
+                         stub("rsh-stub", NULL), "sh", "-c", "echo rank=$HOOP_RANK size=$HOOP_SIZE"));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    expect_one_line_per_rank(&r, 5);
+    cr_assert(strstr(r.out.p, "[4] rank=4 size=5\n"), "stdout:\n%s", r.out.p);
+    cr_assert(!strstr(r.err.p, "[0] host=") && !strstr(r.err.p, "[1] host="), "stderr:\n%s", r.err.p);
+    cr_assert(strstr(r.err.p, "[2] host=node-a") && strstr(r.err.p, "[3] host=node-a") &&
+                  strstr(r.err.p, "[4] host=node-b"),
+              "wrong placement:\n%s", r.err.p);
+    run_free(&r);
+
+    run_hooprun(&r, ARGS("--timeout", "30", "-np", "6", "--hostfile", path, "--root-addr", "x",
+                         "--rsh", "/nonexistent/hoop-no-rsh", "true"));
+    cr_assert_eq(r.status, 2, "6 ranks on 5 slots: exit status %d\nstderr:\n%s", r.status, r.err.p);
+    cr_assert(strstr(r.err.p, "only 5"), "stderr:\n%s", r.err.p);
+    run_free(&r);
+}
+
+Test(hooprun, bad_hosts_exit_2, .timeout = 60, .fini = stub_cleanup)
+{
+    make_stubs();
+    static const struct {
+        const char *hosts; /* -H, or the hostfile's text when file is set */
+        bool file;
+        const char *says;
+    } cases[] = {
+        {"", false, "empty host name"},
+        {"node-a,", false, "empty host name"},
+        {"node-a,,node-b", false, "empty host name"},
+        {":2", false, "empty host name"},
+        {"node-a:", false, "slots"},
+        {"node-a:0", false, "slots"},
+        {"node-a:two", false, "slots"},
+        {"node-a:4097", false, "slots"},
+        {"fe80::1:2", false, "brackets"},
+        {"[fe80::1:2", false, "']'"},
+        {"[fe80::1]2", false, "after ']'"},
+        {"-oProxyCommand=x", false, "'-'"},
+        {"@node-a", false, "user"},
+        {"localhost:1,node-a:1", false, "--root-addr"},
+        {"node-a:1,node-b:1", false, "only 2"}, /* with -np 3 */
+        {"node-a slots=0\n", true, ":1: 'slots=0'"},
+        {"# fine\nnode-a slots=x\n", true, ":2: 'slots=x'"},
+        {"node-a:2 slots=2\n", true, "given twice"},
+        {"node-a max_slots=2\n", true, "not slots=N"},
+        {"node-a,node-b\n", true, "character"},
+        {"node'a\n", true, "character"},
+        {"# nothing\n\n", true, "names no host"},
+    };
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/hosts", stub_dir);
+    /* Should a case be taken for a good host after all, the remote shell
+     * fails to start rather than reach out to a network; HOOP_RSH covers
+     * the cases without --rsh. */
+    const char *no_rsh = "/nonexistent/hoop-no-rsh";
+    cr_assert(setenv("HOOP_RSH", no_rsh, 1) == 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct run r;
+        bool with_np = strcmp(cases[i].says, "only 2") == 0;
+        if (cases[i].file) {
+            write_file(path, cases[i].hosts, 0644);
+            run_hooprun(&r, ARGS("--rsh", no_rsh, "--hostfile", path, "true"));
+        } else if (with_np) {
+            run_hooprun(&r, ARGS("--rsh", no_rsh, "-np", "3", "-H", cases[i].hosts, "true"));
+        } else {
+            run_hooprun(&r, ARGS("--rsh", no_rsh, "-H", cases[i].hosts, "true"));
+        }
+        cr_assert_eq(r.status, 2, "case %zu (%s): exit status %d\nstderr:\n%s", i, cases[i].hosts,
+                     r.status, r.err.p);
+        cr_assert(strstr(r.err.p, cases[i].says), "case %zu (%s): stderr does not say '%s':\n%s", i,
+                  cases[i].hosts, cases[i].says, r.err.p);
+        cr_assert_eq(r.out.len, 0, "case %zu: wrote to stdout:\n%s", i, r.out.p);
+        run_free(&r);
+    }
+
+    const char *const *other[] = {
+        ARGS("--hostfile", "/nonexistent/hoop-hosts", "--rsh", no_rsh, "true"),
+        ARGS("-H", "node-a", "--hostfile", path, "--rsh", no_rsh, "true"),
+        ARGS("-H", "node-a", "--rsh", "", "true"),
+        ARGS("-H", "node-a", "--rsh", "   ", "true"),
+        ARGS("-np", "1", "-x", "1BAD", "true"),
+        ARGS("-np", "1", "-x", "=v", "true"),
+        ARGS("-np", "1", "--root-addr", "", "true"),
+        ARGS("-H", "node-a", "--rsh", no_rsh),
+    };
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        struct run r;
+        run_hooprun(&r, other[i]);
+        cr_assert_eq(r.status, 2, "case %s: exit status %d\nstderr:\n%s", other[i][1], r.status,
+                     r.err.p);
+        cr_assert(strstr(r.err.p, "hooprun: "), "case %s: no message:\n%s", other[i][1], r.err.p);
         run_free(&r);
     }
 }

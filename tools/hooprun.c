@@ -1,12 +1,17 @@
-/* hooprun.c - start the ranks of a hoop job on this machine.
+/* hooprun.c - start the ranks of a hoop job, on this machine or on several.
  *
  *   hooprun -np N [options] [--] prog [args...]
+ *   hooprun -np N -H hostA:4,hostB:4 [options] [--] prog [args...]
  *
  * Every rank is a child in a process group of its own, so that stopping a
  * rank also stops whatever it started. Its environment tells it where it
  * stands (HOOP_RANK, HOOP_SIZE, HOOP_ROOT, HOOP_TOKEN). Its stdout and stderr
  * come back through pipes and are forwarded whole lines at a time, tagged
  * with the rank, so that the lines of different ranks never mix mid-line.
+ *
+ * A rank on another host is a local remote-shell client (ssh) whose output
+ * comes back through the same pipes; how stopping it reaches the remote
+ * process is told at remote_wrapper.
  *
  * The first rank to fail brings the job down: the others get SIGTERM, then
  * SIGKILL after a grace period, and hooprun exits with the failed rank's
@@ -18,8 +23,10 @@
  * has gone wrong.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -31,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -56,6 +64,12 @@
 #define EXIT_USAGE 2
 #define EXIT_TIMEOUT 124
 #define EXIT_CANNOT_RUN 127
+/* Where the root listens when it is on another host: no free port can be
+ * probed there, so one is drawn from a range that ephemeral ports (32768..
+ * on Linux) overlap only in part and well-known services seldom use. */
+#define REMOTE_PORT_LO 20000
+#define REMOTE_PORT_HI 59999
+#define HOST_MAX 255
 
 struct stream {
     int fd;       /* read end of the pipe, -1 once closed */
@@ -67,6 +81,16 @@ struct rank {
     pid_t pid;    /* also its process group */
     bool running; /* started and not reaped yet */
     struct stream io[2]; /* [0] its stdout, [1] its stderr */
+    int host;     /* index into J.hosts, -1 when no hosts were given */
+    bool remote;  /* pid is the remote shell client */
+    int stdin_w;  /* a remote rank's lifeline (see remote_wrapper), or -1 */
+};
+
+struct host {
+    char *name;       /* as given, less IPv6 brackets: what the remote shell reaches */
+    const char *addr; /* name past any "user@": where ranks connect */
+    int slots;
+    bool local;       /* its ranks run here, without a remote shell */
 };
 
 /* Lines are gathered here so that one read from a rank becomes one write. */
@@ -84,6 +108,13 @@ struct options {
     double timeout_s;
     bool tag;
     char **argv;
+    const char **host_lists; /* every -H value, in order */
+    int n_host_lists;
+    const char *hostfile;
+    const char *rsh;         /* --rsh, else HOOP_RSH, else "ssh" */
+    const char *root_addr;
+    const char **xvars;      /* -x NAME or NAME=VALUE, in order */
+    int nx;
 };
 
 static struct {
@@ -94,7 +125,14 @@ static struct {
     int sigfd;
     pid_t self;
     char token[33];
-    char root[32];
+    char root[HOST_MAX + 16];
+    struct host *hosts;
+    int nhosts;
+    int nremote;     /* ranks started through the remote shell */
+    char **rsh;      /* the remote shell's words, NULL-terminated */
+    int nrsh;
+    bool rsh_is_ssh;
+    char *cwd;       /* where remote ranks start */
     bool stopping;
     bool killed;
     bool abandon;   /* leave now, dropping whatever is still pending */
@@ -112,21 +150,33 @@ static char scratch[LINE_MAX_BYTES + 1];
 
 static const char usage_text[] =
     "usage: hooprun -np N [options] [--] prog [args...]\n"
-    "Start N ranks of prog on this machine. Each gets HOOP_RANK, HOOP_SIZE,\n"
-    "HOOP_ROOT (127.0.0.1:PORT) and HOOP_TOKEN (fresh for every job).\n"
+    "Start N ranks of prog, on this machine or on the hosts given. Each gets\n"
+    "HOOP_RANK, HOOP_SIZE, HOOP_ROOT (127.0.0.1:PORT on one machine) and\n"
+    "HOOP_TOKEN (fresh for every job).\n"
     "\n"
-    "  -np N, -n N     number of ranks, 1..4096\n"
-    "  --port P        port of the root on 127.0.0.1 (default: a free one)\n"
-    "  --timeout SEC   stop every rank after SEC seconds and exit with 124\n"
-    "  --no-tag        do not prefix output lines with \"[rank] \"\n"
-    "  -h, --help      show this help\n"
+    "  -np N, -n N       number of ranks, 1..4096 (with hosts: all their slots)\n"
+    "  -H, --hosts LIST  hosts to run on, host[:slots],... (slots default to 1);\n"
+    "                    ranks fill the first host's slots, then the next one's\n"
+    "  --hostfile FILE   hosts from FILE, a line each: host, host:N or\n"
+    "                    host slots=N; '#' starts a comment\n"
+    "  --rsh CMD         remote shell for hosts other than this one, split on\n"
+    "                    spaces (default: $HOOP_RSH, else ssh)\n"
+    "  -x NAME[=VALUE]   pass NAME (hooprun's value, or VALUE) to every rank\n"
+    "  --root-addr ADDR  address of the first host that every rank can reach\n"
+    "                    (default: the first host's name, or 127.0.0.1)\n"
+    "  --port P          port of the root (default: a free one here; on a remote\n"
+    "                    first host, a random one in 20000..59999)\n"
+    "  --timeout SEC     stop every rank after SEC seconds and exit with 124\n"
+    "  --no-tag          do not prefix output lines with \"[rank] \"\n"
+    "  -h, --help        show this help\n"
     "\n"
     "Output of the ranks is forwarded line by line, stdout to stdout and\n"
-    "stderr to stderr. Rank 0 reads hooprun's stdin unless it is a terminal;\n"
-    "the others read /dev/null. When a rank fails, the others get SIGTERM,\n"
-    "then SIGKILL after 3 s, and hooprun exits with the failed rank's status\n"
-    "(128+S for signal S); SIGINT or SIGTERM to hooprun stops the job the same\n"
-    "way (a second one kills at once).\n";
+    "stderr to stderr. Rank 0 reads hooprun's stdin unless it is a terminal or\n"
+    "rank 0 is remote; the others read /dev/null. When a rank fails, the others\n"
+    "get SIGTERM, then SIGKILL after 3 s, and hooprun exits with the failed\n"
+    "rank's status (128+S for signal S); SIGINT or SIGTERM to hooprun stops the\n"
+    "job the same way (a second one kills at once). Remote ranks run in the\n"
+    "same directory as hooprun, and are stopped when their remote shell ends.\n";
 
 static uint64_t now_ns(void)
 {
@@ -220,17 +270,35 @@ static void set_exit(int code)
         J.exit_code = code;
 }
 
+static void close_lifeline(struct rank *k)
+{
+    if (k->stdin_w >= 0) {
+        close(k->stdin_w);
+        k->stdin_w = -1;
+    }
+}
+
 static int signal_running(int sig)
 {
     int n = 0;
     for (int r = 0; r < J.started; r++) {
-        if (!J.ranks[r].running)
+        struct rank *k = &J.ranks[r];
+        if (!k->running)
             continue;
+        n++;
+        /* SIGTERM to the remote shell client would only cut the connection:
+         * the remote process would get no signal, and its last output would
+         * be lost. Closing the lifeline asks the remote side to stop it, and
+         * the client then exits with it; SIGKILL still ends the client. */
+        if (k->remote) {
+            close_lifeline(k);
+            if (sig == SIGTERM)
+                continue;
+        }
         /* Should setpgid have failed on both sides of the fork, the rank
          * leads no group of its own; it can still be reached alone. */
-        if (kill(-J.ranks[r].pid, sig) < 0 && errno == ESRCH)
-            kill(J.ranks[r].pid, sig);
-        n++;
+        if (kill(-k->pid, sig) < 0 && errno == ESRCH)
+            kill(k->pid, sig);
     }
     return n;
 }
@@ -497,6 +565,8 @@ static void drain_rank(int rank)
 
 static void rank_ended(int rank, int status, bool may_drain)
 {
+    struct rank *k = &J.ranks[rank];
+    close_lifeline(k);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return;
     /* Once the job is stopping, later deaths are mostly its consequence. */
@@ -504,13 +574,19 @@ static void rank_ended(int rank, int status, bool may_drain)
         return;
     if (may_drain)
         drain_rank(rank);
+    char where[HOST_MAX + 8] = "";
+    if (k->remote)
+        snprintf(where, sizeof where, " on %s", J.hosts[k->host].name);
     if (WIFEXITED(status)) {
-        say("rank %d exited with status %d; stopping the other ranks", rank, WEXITSTATUS(status));
-        set_exit(WEXITSTATUS(status));
+        int code = WEXITSTATUS(status);
+        say("rank %d%s exited with status %d%s; stopping the other ranks", rank, where, code,
+            k->remote && J.rsh_is_ssh && code == 255 ? " (also ssh's status when it cannot connect)"
+                                                     : "");
+        set_exit(code);
     } else {
         char buf[32];
         int sig = WTERMSIG(status);
-        say("rank %d was killed by signal %s (%d); stopping the other ranks", rank,
+        say("rank %d%s was killed by signal %s (%d); stopping the other ranks", rank, where,
             signal_name(sig, buf, sizeof buf), sig);
         set_exit(128 + sig);
     }
@@ -576,10 +652,178 @@ static void child_fail(const char *what, int err)
     _exit(EXIT_CANNOT_RUN);
 }
 
+/* ---- remote ranks -------------------------------------------------------- */
+
+/* How a remote rank runs, as an sh script with the program and its
+ * arguments as "$@". A remote shell started without a terminal sends no
+ * signal to the remote side when its client is killed or its connection
+ * drops, and a terminal (ssh -tt) would mangle the output; so the client's
+ * stdin is the rank's lifeline instead. hooprun writes the job token into it
+ * first, then keeps it open for the life of the rank. Once it closes - hooprun
+ * stops the job, or hooprun, the client or the connection dies - the watcher
+ * sees EOF and sends SIGTERM, then SIGKILL 3 s later, to the program's
+ * process group (its own session under setsid, so that its descendants go
+ * too). When the program ends by itself, whatever is left in its group is
+ * killed as well: it would hold the connection open, and a local rank's
+ * leftovers are not waited for either. The watcher's trap takes its sleep
+ * along when it is told to go, so that nothing outlives the rank.
+ *
+ * The token travels on stdin rather than in the command line, where every
+ * user of either host could read it with ps. The program's own stdin is
+ * /dev/null, and, as for any command that sh runs in the background, SIGINT
+ * and SIGQUIT are ignored in it; hooprun stops ranks with SIGTERM. The
+ * script exits with the program's status (128+S when it was killed by signal
+ * S), which the client passes on; the redirection on wait keeps dash from
+ * reporting such a death as rank output. */
+static const char remote_wrapper[] =
+    "IFS= read -r HOOP_TOKEN || exit 1; export HOOP_TOKEN; "
+    "exec 3<&0 </dev/null; "
+    "if command -v setsid >/dev/null 2>&1; then setsid \"$@\" 3<&- & g=-$!; "
+    "else \"$@\" 3<&- & g=$!; fi; pid=$!; "
+    "{ trap 'kill $s; exit' TERM; cat >/dev/null; kill -s TERM -- $g; "
+    "sleep 3 & s=$!; wait $s; kill -s KILL -- $g; } <&3 >/dev/null 2>&1 & "
+    "w=$!; exec 3<&-; wait $pid 2>/dev/null; rc=$?; "
+    "kill $w 2>/dev/null; kill -s KILL -- $g 2>/dev/null; exit $rc";
+
+struct sbuf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+};
+
+static void sb_add(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->failed = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_str(struct sbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
+
+/* One word for a POSIX shell, whatever it holds: inside single quotes only
+ * the quote itself is special, and it is written as '\''. */
+static void sb_word(struct sbuf *b, const char *s)
+{
+    if (b->len > 0)
+        sb_add(b, " ", 1);
+    sb_add(b, "'", 1);
+    for (const char *q; (q = strchr(s, '\'')); s = q + 1) {
+        sb_add(b, s, (size_t)(q - s));
+        sb_add(b, "'\\''", 4);
+    }
+    sb_str(b, s);
+    sb_add(b, "'", 1);
+}
+
+static void sb_assign(struct sbuf *b, const char *name, const char *value)
+{
+    struct sbuf w = {0};
+    sb_str(&w, name);
+    sb_add(&w, "=", 1);
+    sb_str(&w, value);
+    if (w.failed)
+        b->failed = true;
+    else
+        sb_word(b, w.p);
+    free(w.p);
+}
+
+/* The -x variables that have a value, as NAME and VALUE. */
+static bool xvar(int i, char *name, size_t len, const char **value)
+{
+    const char *x = J.opt.xvars[i], *eq = strchr(x, '=');
+    size_t n = eq ? (size_t)(eq - x) : strlen(x);
+    if (n >= len)
+        return false;
+    memcpy(name, x, n);
+    name[n] = '\0';
+    *value = eq ? eq + 1 : getenv(name);
+    return *value != NULL;
+}
+
+/* What the remote user's shell runs:
+ *   cd 'CWD' && exec env 'NAME=VALUE'... 'HOOP_RANK=R' 'HOOP_SIZE=N' 'HOOP_ROOT=H:P'
+ *       sh -c 'WRAPPER' sh 'PROG' 'ARG'...
+ * Every word is quoted, so that any argument reaches the program intact;
+ * the HOOP_ variables come last, so that -x cannot change them. */
+static char *remote_command(int rank)
+{
+    struct sbuf b = {0};
+    char num[16], name[256];
+    const char *value;
+    sb_word(&b, "cd");
+    sb_word(&b, J.cwd);
+    sb_str(&b, " && exec");
+    sb_word(&b, "env");
+    for (int i = 0; i < J.opt.nx; i++)
+        if (xvar(i, name, sizeof name, &value))
+            sb_assign(&b, name, value);
+    snprintf(num, sizeof num, "%d", rank);
+    sb_assign(&b, "HOOP_RANK", num);
+    snprintf(num, sizeof num, "%d", J.opt.np);
+    sb_assign(&b, "HOOP_SIZE", num);
+    sb_assign(&b, "HOOP_ROOT", J.root);
+    sb_word(&b, "sh");
+    sb_word(&b, "-c");
+    sb_word(&b, remote_wrapper);
+    sb_word(&b, "sh");
+    for (char **a = J.opt.argv; *a; a++)
+        sb_word(&b, *a);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* The remote shell's words, then for ssh -T (a terminal would mangle the
+ * output and keep EOF on the lifeline from reaching the remote side) and
+ * BatchMode (a password prompt would hang the job unseen), then the host and
+ * the command. The user's -o options come first, so they win where they
+ * disagree: ssh keeps the first value it gets of each. */
+static char **remote_argv(int rank, char *cmd)
+{
+    char **av = calloc((size_t)J.nrsh + 6, sizeof *av);
+    if (!av)
+        return NULL;
+    int n = 0;
+    for (int i = 0; i < J.nrsh; i++)
+        av[n++] = J.rsh[i];
+    if (J.rsh_is_ssh) {
+        av[n++] = "-T";
+        av[n++] = "-o";
+        av[n++] = "BatchMode=yes";
+    }
+    av[n++] = J.hosts[J.ranks[rank].host].name;
+    av[n++] = cmd;
+    av[n] = NULL;
+    return av;
+}
+
+/* ---- starting ranks ------------------------------------------------------ */
+
 /* In the child, between fork and exec. hooprun has a single thread, so
  * malloc-using calls (setenv) are safe here. */
-static void run_child(int rank, int out_w, int err_w) __attribute__((noreturn));
-static void run_child(int rank, int out_w, int err_w)
+static void run_child(int rank, int out_w, int err_w, int in_r, char **remote)
+    __attribute__((noreturn));
+static void run_child(int rank, int out_w, int err_w, int in_r, char **remote)
 {
     setpgid(0, 0);
     /* Ranks must not outlive a hooprun that was killed outright: they would
@@ -590,10 +834,13 @@ static void run_child(int rank, int out_w, int err_w)
 
     if (dup2(out_w, STDOUT_FILENO) < 0 || dup2(err_w, STDERR_FILENO) < 0)
         _exit(EXIT_CANNOT_RUN);
-    /* A rank in a background process group that reads the terminal would be
-     * stopped by SIGTTIN and hang the job; several ranks sharing one input
-     * would split it unpredictably. */
-    if (rank != 0 || J.stdin_is_tty) {
+    if (remote) {
+        if (dup2(in_r, STDIN_FILENO) < 0)
+            _exit(EXIT_CANNOT_RUN);
+    } else if (rank != 0 || J.stdin_is_tty) {
+        /* A rank in a background process group that reads the terminal
+         * would be stopped by SIGTTIN and hang the job; several ranks
+         * sharing one input would split it unpredictably. */
         int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (fd < 0 || dup2(fd, STDIN_FILENO) < 0)
             child_fail("cannot open /dev/null", errno);
@@ -604,9 +851,21 @@ static void run_child(int rank, int out_w, int err_w)
     if (J.nofile_raised)
         setrlimit(RLIMIT_NOFILE, &J.orig_nofile);
 
-    char num[16];
+    if (remote) {
+        execvp(remote[0], remote);
+        char what[300];
+        snprintf(what, sizeof what, "cannot run the remote shell '%s'", remote[0]);
+        child_fail(what, errno);
+    }
+
+    int rc = 0;
+    char num[16], name[256];
+    const char *value;
+    for (int i = 0; i < J.opt.nx; i++)
+        if (strchr(J.opt.xvars[i], '=') && xvar(i, name, sizeof name, &value))
+            rc |= setenv(name, value, 1);
     snprintf(num, sizeof num, "%d", rank);
-    int rc = setenv("HOOP_RANK", num, 1);
+    rc |= setenv("HOOP_RANK", num, 1);
     snprintf(num, sizeof num, "%d", J.opt.np);
     rc |= setenv("HOOP_SIZE", num, 1);
     rc |= setenv("HOOP_ROOT", J.root, 1);
@@ -622,10 +881,30 @@ static void run_child(int rank, int out_w, int err_w)
 
 static bool spawn(int rank)
 {
-    int out[2] = {-1, -1}, err[2] = {-1, -1};
-    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+    struct rank *r = &J.ranks[rank];
+    int out[2] = {-1, -1}, err[2] = {-1, -1}, in[2] = {-1, -1};
+    char *cmd = NULL, **remote = NULL;
+    if (r->remote) {
+        cmd = remote_command(rank);
+        remote = cmd ? remote_argv(rank, cmd) : NULL;
+        if (!remote) {
+            say("cannot start rank %d: out of memory", rank);
+            goto fail;
+        }
+    }
+    if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
+        (r->remote && pipe2(in, O_CLOEXEC) < 0)) {
         say("cannot start rank %d: pipe: %s", rank, strerror(errno));
         goto fail;
+    }
+    if (r->remote) {
+        /* Far less than a pipe holds, so it cannot block. */
+        char line[sizeof J.token + 1];
+        int n = snprintf(line, sizeof line, "%s\n", J.token);
+        if (write(in[1], line, (size_t)n) != n) {
+            say("cannot start rank %d: writing to its pipe: %s", rank, strerror(errno));
+            goto fail;
+        }
     }
     pid_t pid = fork();
     if (pid < 0) {
@@ -633,19 +912,23 @@ static bool spawn(int rank)
         goto fail;
     }
     if (pid == 0)
-        run_child(rank, out[1], err[1]);
+        run_child(rank, out[1], err[1], in[0], remote);
     /* Also here, so that the group exists before the parent may signal it,
      * whichever of the two runs first. */
     setpgid(pid, pid);
     close(out[1]);
     close(err[1]);
+    if (in[0] >= 0)
+        close(in[0]);
+    free(remote);
+    free(cmd);
     fcntl(out[0], F_SETFL, O_NONBLOCK);
     fcntl(err[0], F_SETFL, O_NONBLOCK);
-    struct rank *r = &J.ranks[rank];
     r->pid = pid;
     r->running = true;
     r->io[0].fd = out[0];
     r->io[1].fd = err[0];
+    r->stdin_w = in[1];
     J.started++;
     J.running++;
     return true;
@@ -655,7 +938,11 @@ fail:
             close(out[i]);
         if (err[i] >= 0)
             close(err[i]);
+        if (in[i] >= 0)
+            close(in[i]);
     }
+    free(remote);
+    free(cmd);
     return false;
 }
 
@@ -692,12 +979,28 @@ static bool take_option(int argc, char **argv, int *i, const char *name, const c
     return true;
 }
 
+static bool valid_var_name(const char *s, size_t n)
+{
+    if (n == 0 || n > 255 || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
+        return false;
+    for (size_t i = 1; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_')
+            return false;
+    return true;
+}
+
 static void parse_args(int argc, char **argv, struct options *opt)
 {
     opt->np = 0;
     opt->port = 0;
     opt->timeout_s = 0;
     opt->tag = true;
+    opt->host_lists = calloc((size_t)argc, sizeof *opt->host_lists);
+    opt->xvars = calloc((size_t)argc, sizeof *opt->xvars);
+    if (!opt->host_lists || !opt->xvars) {
+        fprintf(stderr, "hooprun: out of memory\n");
+        exit(1);
+    }
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -725,20 +1028,351 @@ static void parse_args(int argc, char **argv, struct options *opt)
             if (end == v || *end != '\0' || !isfinite(t) || t <= 0 || t > 1e8)
                 usage_error("the timeout must be a number of seconds > 0, not '%s'", v);
             opt->timeout_s = t;
+        } else if (take_option(argc, argv, &i, "-H", &v) ||
+                   take_option(argc, argv, &i, "--hosts", &v)) {
+            opt->host_lists[opt->n_host_lists++] = v;
+        } else if (take_option(argc, argv, &i, "--hostfile", &v)) {
+            if (opt->hostfile)
+                usage_error("--hostfile can be given only once");
+            opt->hostfile = v;
+        } else if (take_option(argc, argv, &i, "--rsh", &v)) {
+            opt->rsh = v;
+        } else if (take_option(argc, argv, &i, "--root-addr", &v)) {
+            size_t n = strlen(v);
+            if (n == 0 || n > HOST_MAX || strpbrk(v, " \t\n'\"") || v[0] == '-')
+                usage_error("--root-addr needs a host name or address, not '%s'", v);
+            opt->root_addr = v;
+        } else if (take_option(argc, argv, &i, "-x", &v)) {
+            if (!valid_var_name(v, strcspn(v, "=")))
+                usage_error("-x needs NAME or NAME=VALUE with a variable name, not '%s'", v);
+            opt->xvars[opt->nx++] = v;
         } else {
             usage_error("unknown option '%s'", a);
         }
     }
-    if (opt->np == 0)
+    if (opt->n_host_lists > 0 && opt->hostfile)
+        usage_error("give the hosts with -H or with --hostfile, not both");
+    if (opt->np == 0 && opt->n_host_lists == 0 && !opt->hostfile)
         usage_error("-np N is required");
     if (i >= argc)
         usage_error("no program to run");
     opt->argv = argv + i;
 }
 
+/* ---- hosts --------------------------------------------------------------- */
+
+static void add_host(struct host *h)
+{
+    static int cap;
+    if (J.nhosts == cap) {
+        cap = cap ? 2 * cap : 16;
+        J.hosts = realloc(J.hosts, (size_t)cap * sizeof *J.hosts);
+        if (!J.hosts) {
+            fprintf(stderr, "hooprun: out of memory\n");
+            exit(1);
+        }
+    }
+    J.hosts[J.nhosts++] = *h;
+}
+
+/* One host: [user@]host or [user@]host:N, with an IPv6 address in brackets
+ * ([fe80::1]:2), since its colons would be taken for the slots otherwise.
+ * Returns NULL, or why the text is not a host. */
+static const char *parse_host(const char *text, size_t len, struct host *h, bool *slots_given)
+{
+    char buf[HOST_MAX + 16];
+    if (len == 0)
+        return "an empty host name";
+    if (len >= sizeof buf)
+        return "the name is too long";
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    /* The name becomes an argument of the remote shell, where a leading
+     * dash would make it an option. */
+    if (buf[0] == '-')
+        return "a host name cannot start with '-'";
+    /* What host names, IPv6 addresses (with a zone) and user names are
+     * made of, and nothing that a shell or the remote shell's own parsing
+     * would take for something else. */
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)buf[i]) && !strchr("._-:%@[]", buf[i]))
+            return "a character that no host name has";
+    char *at = strrchr(buf, '@');
+    char *rest = at ? at + 1 : buf;
+    size_t user_len = at ? (size_t)(rest - buf) : 0;
+    if (at == buf)
+        return "an empty user name before '@'";
+    char *addr = rest, *slots = NULL;
+    if (rest[0] == '[') {
+        char *close = strchr(rest, ']');
+        if (!close)
+            return "a '[' without its ']'";
+        addr = rest + 1;
+        *close = '\0';
+        if (close[1] == ':')
+            slots = close + 2;
+        else if (close[1] != '\0')
+            return "something other than ':N' after ']'";
+    } else {
+        char *colon = strchr(rest, ':');
+        if (colon && strchr(colon + 1, ':'))
+            return "more than one ':' (write an IPv6 address in brackets, as in [fe80::1]:2)";
+        if (colon) {
+            *colon = '\0';
+            slots = colon + 1;
+        }
+    }
+    if (!*addr)
+        return "an empty host name";
+    if (strlen(addr) + user_len > HOST_MAX)
+        return "the name is too long";
+    *slots_given = slots != NULL;
+    h->slots = 1;
+    if (slots && !parse_int(slots, 1, MAX_RANKS, &h->slots))
+        return "the slots after ':' must be a number 1..4096";
+    h->name = malloc(user_len + strlen(addr) + 1);
+    if (!h->name)
+        return "out of memory";
+    memcpy(h->name, buf, user_len);
+    strcpy(h->name + user_len, addr);
+    h->addr = h->name + user_len;
+    h->local = false;
+    return NULL;
+}
+
+static void parse_host_list(const char *list)
+{
+    const char *p = list;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        struct host h;
+        bool slots_given;
+        const char *why = parse_host(p, n, &h, &slots_given);
+        if (why)
+            usage_error("bad host '%.*s' in -H %s: %s", (int)(n > 300 ? 300 : n), p, list, why);
+        add_host(&h);
+        if (p[n] == '\0')
+            break;
+        p += n + 1;
+    }
+}
+
+static void hostfile_error(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+static void hostfile_error(const char *file, int line, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "hooprun: %s:%d: %s\n", file, line, msg);
+    exit(EXIT_USAGE);
+}
+
+/* Lines of "host", "host:N" or "host slots=N"; '#' starts a comment. */
+static void read_hostfile(const char *file)
+{
+    FILE *f = fopen(file, "r");
+    if (!f) {
+        fprintf(stderr, "hooprun: cannot read the hostfile %s: %s\n", file, strerror(errno));
+        exit(EXIT_USAGE);
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0;
+    int before = J.nhosts;
+    while (getline(&line, &cap, f) >= 0) {
+        lineno++;
+        line[strcspn(line, "#")] = '\0';
+        static const char blanks[] = " \t\r\n\v\f";
+        char *p = line + strspn(line, blanks);
+        if (!*p)
+            continue;
+        size_t n = strcspn(p, blanks);
+        struct host h;
+        bool slots_given;
+        const char *why = parse_host(p, n, &h, &slots_given);
+        if (why)
+            hostfile_error(file, lineno, "bad host '%.*s': %s", (int)(n > 300 ? 300 : n), p, why);
+        for (p += n; *(p += strspn(p, blanks));) {
+            n = strcspn(p, blanks);
+            if (n > 6 && strncmp(p, "slots=", 6) == 0) {
+                char num[16];
+                snprintf(num, sizeof num, "%.*s", (int)(n - 6), p + 6);
+                if (slots_given)
+                    hostfile_error(file, lineno, "the slots of %s are given twice", h.name);
+                if (n - 6 >= sizeof num || !parse_int(num, 1, MAX_RANKS, &h.slots))
+                    hostfile_error(file, lineno, "'%.*s': the slots must be a number 1..%d",
+                                   (int)(n > 300 ? 300 : n), p, MAX_RANKS);
+                slots_given = true;
+            } else {
+                hostfile_error(file, lineno, "'%.*s' is not slots=N", (int)(n > 300 ? 300 : n),
+                               p);
+            }
+            p += n;
+        }
+        add_host(&h);
+    }
+    bool failed = ferror(f);
+    free(line);
+    fclose(f);
+    if (failed) {
+        fprintf(stderr, "hooprun: cannot read the hostfile %s\n", file);
+        exit(EXIT_USAGE);
+    }
+    if (J.nhosts == before) {
+        fprintf(stderr, "hooprun: the hostfile %s names no host\n", file);
+        exit(EXIT_USAGE);
+    }
+}
+
+static bool is_loopback_name(const char *a)
+{
+    struct in_addr v4;
+    struct in6_addr v6;
+    if (strcasecmp(a, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, a, &v4) == 1)
+        return (ntohl(v4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, a, &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+/* An address literal that one of this machine's interfaces has. */
+static bool is_local_address(const char *a)
+{
+    struct in_addr v4;
+    struct in6_addr v6;
+    int family;
+    if (inet_pton(AF_INET, a, &v4) == 1)
+        family = AF_INET;
+    else if (inet_pton(AF_INET6, a, &v6) == 1)
+        family = AF_INET6;
+    else
+        return false;
+    struct ifaddrs *all;
+    if (getifaddrs(&all) < 0)
+        return false;
+    bool found = false;
+    for (struct ifaddrs *i = all; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != family)
+            continue;
+        if (family == AF_INET)
+            found = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == v4.s_addr;
+        else
+            found = memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, &v6, sizeof v6) == 0;
+    }
+    freeifaddrs(all);
+    return found;
+}
+
+/* This machine's name, with or without its domain ("node1" is also
+ * "node1.example.org"). Names are not looked up: a slow resolver must not
+ * stall the start, and a name that resolves here may mean another host to
+ * the ranks. */
+static bool is_own_name(const char *a)
+{
+    char self[HOST_MAX + 1];
+    if (gethostname(self, sizeof self) < 0)
+        return false;
+    self[HOST_MAX] = '\0';
+    if (strcasecmp(a, self) == 0)
+        return true;
+    size_t la = strcspn(a, "."), ls = strcspn(self, ".");
+    if (a[la] && self[ls])
+        return false;
+    return la == ls && strncasecmp(a, self, la) == 0;
+}
+
+/* Ranks on this machine are started directly. A host given with a user
+ * ("alice@node1") always goes through the remote shell, which is what can
+ * log in as someone else. */
+static bool host_is_local(const struct host *h)
+{
+    if (h->addr != h->name)
+        return false;
+    return is_loopback_name(h->addr) || is_local_address(h->addr) || is_own_name(h->addr);
+}
+
+static void split_rsh(const char *cmd)
+{
+    static const char blanks[] = " \t";
+    J.rsh = calloc(strlen(cmd) / 2 + 2, sizeof *J.rsh);
+    char *copy = strdup(cmd);
+    if (!J.rsh || !copy) {
+        fprintf(stderr, "hooprun: out of memory\n");
+        exit(1);
+    }
+    char *save = NULL;
+    for (char *w = strtok_r(copy, blanks, &save); w; w = strtok_r(NULL, blanks, &save))
+        J.rsh[J.nrsh++] = w;
+    if (J.nrsh == 0)
+        usage_error("the remote shell command is empty");
+    const char *base = strrchr(J.rsh[0], '/');
+    J.rsh_is_ssh = strcmp(base ? base + 1 : J.rsh[0], "ssh") == 0;
+}
+
+/* Read the hosts, settle the number of ranks and where each one runs. */
+static void setup_hosts(void)
+{
+    for (int i = 0; i < J.opt.n_host_lists; i++)
+        parse_host_list(J.opt.host_lists[i]);
+    if (J.opt.hostfile)
+        read_hostfile(J.opt.hostfile);
+    if (J.nhosts == 0)
+        return;
+    long slots = 0;
+    for (int h = 0; h < J.nhosts; h++)
+        slots += J.hosts[h].slots;
+    if (J.opt.np == 0) {
+        if (slots > MAX_RANKS)
+            usage_error("the hosts have %ld slots, more than %d ranks: give -np", slots, MAX_RANKS);
+        J.opt.np = (int)slots;
+    }
+    if (J.opt.np > slots)
+        usage_error("%d ranks need %d slots, but the hosts have only %ld", J.opt.np, J.opt.np,
+                    slots);
+    /* Only the hosts that get a rank matter from here on. */
+    int used = 0;
+    for (long left = J.opt.np; left > 0; used++)
+        left -= J.hosts[used].slots;
+    J.nhosts = used;
+    bool any_remote = false;
+    for (int h = 0; h < J.nhosts; h++) {
+        J.hosts[h].local = host_is_local(&J.hosts[h]);
+        any_remote |= !J.hosts[h].local;
+    }
+    const char *env_rsh = getenv("HOOP_RSH");
+    if (J.opt.rsh)
+        split_rsh(J.opt.rsh);
+    else if (any_remote)
+        split_rsh(env_rsh && *env_rsh ? env_rsh : "ssh");
+}
+
+static void place_ranks(void)
+{
+    int h = 0, left = J.nhosts ? J.hosts[0].slots : 0;
+    J.nremote = 0;
+    for (int r = 0; r < J.opt.np; r++) {
+        struct rank *k = &J.ranks[r];
+        k->io[0].fd = k->io[1].fd = -1;
+        k->stdin_w = -1;
+        k->host = -1;
+        if (J.nhosts == 0)
+            continue;
+        if (left == 0)
+            left = J.hosts[++h].slots;
+        left--;
+        k->host = h;
+        k->remote = !J.hosts[h].local;
+        if (k->remote)
+            J.nremote++;
+    }
+}
+
 /* A port that is free now; the root binds it a moment later. A race with
  * another program is possible but rare, and --port exists for when it bites. */
-static int free_port(void)
+static int free_port(uint32_t host_addr)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -746,7 +1380,7 @@ static int free_port(void)
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_addr.s_addr = htonl(host_addr);
     socklen_t len = sizeof addr;
     int port = -1;
     if (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
@@ -756,18 +1390,68 @@ static int free_port(void)
     return port;
 }
 
-static bool make_token(char out[33])
+static bool random_bytes(void *buf, size_t len)
 {
-    unsigned char raw[16];
     size_t got = 0;
-    while (got < sizeof raw) {
-        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+    while (got < len) {
+        ssize_t n = getrandom((char *)buf + got, len - got, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             return false;
         got += (size_t)n;
     }
+    return true;
+}
+
+/* Where rank 0 listens: HOOP_ROOT. */
+static bool setup_root(void)
+{
+    bool spread = J.nremote > 0;
+    bool here = J.nhosts == 0 || J.hosts[0].local;
+    const char *host;
+    if (J.opt.root_addr)
+        host = J.opt.root_addr;
+    else if (!spread)
+        host = "127.0.0.1";
+    else if (is_loopback_name(J.hosts[0].addr))
+        usage_error("the first host, %s, is this machine under a loopback name, which ranks on "
+                    "other hosts cannot reach: name it so that they can, or give --root-addr ADDR",
+                    J.hosts[0].name);
+    else
+        host = J.hosts[0].addr;
+
+    int port = J.opt.port;
+    if (port == 0 && here) {
+        /* Probed on every address when other hosts connect: a port free
+         * there is free on each address the root may bind. */
+        bool any = spread || J.opt.root_addr;
+        port = free_port(any ? INADDR_ANY : INADDR_LOOPBACK);
+        if (port <= 0) {
+            say("cannot find a free port on %s: %s", any ? "this machine" : "127.0.0.1",
+                strerror(errno));
+            return false;
+        }
+    } else if (port == 0) {
+        uint32_t v;
+        if (!random_bytes(&v, sizeof v)) {
+            say("cannot get random bytes for the port: %s", strerror(errno));
+            return false;
+        }
+        port = REMOTE_PORT_LO + (int)(v % (REMOTE_PORT_HI - REMOTE_PORT_LO + 1));
+    }
+    if (strchr(host, ':') && host[0] != '[')
+        snprintf(J.root, sizeof J.root, "[%s]:%d", host, port);
+    else
+        snprintf(J.root, sizeof J.root, "%s:%d", host, port);
+    return true;
+}
+
+static bool make_token(char out[33])
+{
+    unsigned char raw[16];
+    if (!random_bytes(raw, sizeof raw))
+        return false;
     static const char hex[] = "0123456789abcdef";
     for (size_t i = 0; i < sizeof raw; i++) {
         out[2 * i] = hex[raw[i] >> 4];
@@ -787,11 +1471,12 @@ static void ensure_std_fds(void)
                 exit(1);
 }
 
-/* Two pipes per rank plus a few: 4096 ranks need more than the usual soft
- * limit of 1024. The ranks get the original limit back. */
-static bool raise_nofile(int np)
+/* Two pipes per rank, a third for a remote one, plus a few: 4096 ranks need
+ * more than the usual soft limit of 1024. The ranks get the original limit
+ * back. */
+static bool raise_nofile(int np, int nremote)
 {
-    rlim_t need = (rlim_t)np * 2 + 32;
+    rlim_t need = (rlim_t)np * 2 + (rlim_t)nremote + 32;
     if (getrlimit(RLIMIT_NOFILE, &J.orig_nofile) < 0)
         return true;
     if (J.orig_nofile.rlim_cur == RLIM_INFINITY || J.orig_nofile.rlim_cur >= need)
@@ -917,27 +1602,29 @@ int main(int argc, char **argv)
     J.exit_code = -1;
     J.sigfd = -1;
     parse_args(argc, argv, &J.opt);
+    setup_hosts();
     ensure_std_fds();
     J.self = getpid();
     J.stdin_is_tty = isatty(STDIN_FILENO);
 
-    int port = J.opt.port ? J.opt.port : free_port();
-    if (port <= 0) {
-        say("cannot find a free port on 127.0.0.1: %s", strerror(errno));
-        return 1;
-    }
-    snprintf(J.root, sizeof J.root, "127.0.0.1:%d", port);
-    if (!make_token(J.token)) {
-        say("cannot get random bytes for the job token: %s", strerror(errno));
-        return 1;
-    }
-    if (!raise_nofile(J.opt.np))
-        return 1;
     J.ranks = calloc((size_t)J.opt.np, sizeof *J.ranks);
     if (!J.ranks) {
         say("out of memory");
         return 1;
     }
+    place_ranks();
+    if (!setup_root())
+        return 1;
+    if (J.nremote > 0 && !(J.cwd = getcwd(NULL, 0))) {
+        say("cannot get the current directory for the remote ranks: %s", strerror(errno));
+        return 1;
+    }
+    if (!make_token(J.token)) {
+        say("cannot get random bytes for the job token: %s", strerror(errno));
+        return 1;
+    }
+    if (!raise_nofile(J.opt.np, J.nremote))
+        return 1;
     if (!setup_signals()) {
         say("cannot set up signal handling: %s", strerror(errno));
         return 1;
@@ -948,7 +1635,6 @@ int main(int argc, char **argv)
     if (J.opt.timeout_s > 0)
         J.timeout_at = after_s(J.opt.timeout_s);
     for (int r = 0; r < J.opt.np; r++) {
-        J.ranks[r].io[0].fd = J.ranks[r].io[1].fd = -1;
         if (!spawn(r)) {
             set_exit(1);
             say("stopping the %d rank%s already started", J.started, J.started == 1 ? "" : "s");
