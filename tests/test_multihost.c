@@ -675,7 +675,7 @@ Test(multihost, remote_ranks_get_their_environment, .timeout = 240, .fini = mh_d
     for (int k = 0; k < 3; k++) {
         /* Ranks 0 and 1 fill the first host, B; rank 2 runs where hooprun does. */
         int ns = k < 2 ? 1 : 0;
-        char head[32], want[2 * PATH_MAX];
+        char head[64], want[2 * PATH_MAX];
         snprintf(head, sizeof head, "[%d] %d|3|198.18.0.2:", k, k);
         const char *line = strstr(r.out.p, head);
         cr_assert(line, "no line starting '%s' in:\n%s", head, r.out.p);
