@@ -350,6 +350,21 @@ static void copy_report(const harness_job_t *job, char *report, size_t report_le
         snprintf(report, report_len, "%s", job->report);
 }
 
+/* Wait for a job's ranks and hand its report over; spawned is false when
+ * not all size ranks could be started. */
+static bool finish_run(harness_job_t *job, bool spawned, int size, double deadline_s, char *report,
+                       size_t report_len)
+{
+    bool ok = harness_wait(job, deadline_s, 15.0);
+    if (!spawned) {
+        ok = false;
+        append(job->report, sizeof job->report, "could not start all %d ranks: %s\n", size,
+               strerror(errno));
+    }
+    copy_report(job, report, report_len);
+    return ok;
+}
+
 bool harness_run(int size, const hoop_config_t *base, harness_rank_fn fn, void *arg,
                  double deadline_s, char *report, size_t report_len)
 {
@@ -362,14 +377,7 @@ bool harness_run(int size, const hoop_config_t *base, harness_rank_fn fn, void *
     for (int r = 0; r < size; r++)
         if (harness_spawn_rank(&job, r, size, base, fn, arg) < 0)
             spawned = false;
-    bool ok = harness_wait(&job, deadline_s, 15.0);
-    if (!spawned) {
-        ok = false;
-        append(job.report, sizeof job.report, "could not start all %d ranks: %s\n", size,
-               strerror(errno));
-    }
-    copy_report(&job, report, report_len);
-    return ok;
+    return finish_run(&job, spawned, size, deadline_s, report, report_len);
 }
 
 bool harness_run_raw(int size, harness_raw_fn fn, void *arg, double deadline_s, char *report,
@@ -384,12 +392,15 @@ bool harness_run_raw(int size, harness_raw_fn fn, void *arg, double deadline_s, 
     for (int r = 0; r < size; r++)
         if (harness_spawn_raw(&job, r, size, fn, arg) < 0)
             spawned = false;
-    bool ok = harness_wait(&job, deadline_s, 15.0);
-    if (!spawned) {
-        ok = false;
-        append(job.report, sizeof job.report, "could not start all %d ranks: %s\n", size,
-               strerror(errno));
-    }
-    copy_report(&job, report, report_len);
-    return ok;
+    return finish_run(&job, spawned, size, deadline_s, report, report_len);
+}
+
+void harness_loopback_config(hoop_config_t *cfg, int rank, int size, int port,
+                             double bootstrap_timeout_s, char root[64], char token[64],
+                             const char *other_token)
+{
+    snprintf(root, 64, "127.0.0.1:%d", port);
+    harness_token(port, token, 64);
+    harness_make_config(cfg, NULL, rank, size, root, other_token ? other_token : token);
+    cfg->bootstrap_timeout_s = bootstrap_timeout_s;
 }

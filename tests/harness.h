@@ -99,4 +99,12 @@ void harness_token(int port, char *buf, size_t len);
 void harness_make_config(hoop_config_t *cfg, const hoop_config_t *base, int rank, int size,
                          const char *root, const char *token);
 
+/* The loopback job of a raw child on port: root ("127.0.0.1:port") and the
+ * job's token written to the caller's buffers (64 bytes each), cfg made by
+ * harness_make_config with the job's token (other_token instead when not
+ * NULL) and the given bootstrap timeout. root and token must outlive cfg. */
+void harness_loopback_config(hoop_config_t *cfg, int rank, int size, int port,
+                             double bootstrap_timeout_s, char root[64], char token[64],
+                             const char *other_token);
+
 #endif /* HOOP_TESTS_HARNESS_H */

@@ -1,9 +1,12 @@
 /* proc.c - see proc.h. */
 #include "proc.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,4 +254,184 @@ void proc_clear_launcher_env(void)
         if (!name[0] || unsetenv(name) != 0)
             return;
     }
+}
+
+void proc_text_append(struct proc_text *t, const char *s, size_t n)
+{
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 4096;
+        while (t->len + n + 1 > cap)
+            cap *= 2;
+        char *q = realloc(t->p, cap);
+        if (!q) {
+            fprintf(stderr, "proc_text_append: out of memory\n");
+            abort();
+        }
+        t->p = q;
+        t->cap = cap;
+    }
+    memcpy(t->p + t->len, s, n);
+    t->len += n;
+    t->p[t->len] = '\0';
+}
+
+static bool all_present(const char *text, const char *const *needles)
+{
+    for (size_t i = 0; needles[i]; i++)
+        if (!strstr(text, needles[i]))
+            return false;
+    return true;
+}
+
+bool proc_capture(struct proc_capture *res, const struct proc_capture_opts *o, int exec_fail,
+                  const char *const *argv)
+{
+    memset(res, 0, sizeof *res);
+    res->mark_s = -1;
+    proc_text_append(&res->out, "", 0);
+    proc_text_append(&res->err, "", 0);
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0)
+        return false;
+    if (pipe2(err, O_CLOEXEC) != 0) {
+        int e = errno;
+        close(out[0]);
+        close(out[1]);
+        errno = e;
+        return false;
+    }
+    double start = now_s();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(out[0]);
+        close(out[1]);
+        close(err[0]);
+        close(err[1]);
+        errno = e;
+        return false;
+    }
+    if (pid == 0) {
+        if (o->own_group)
+            setpgid(0, 0);
+        if (o->netns) {
+            char path[128];
+            snprintf(path, sizeof path, "/run/netns/%s", o->netns);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0 || setns(fd, CLONE_NEWNET) < 0)
+                _exit(125);
+        }
+        if (o->cwd && chdir(o->cwd) < 0)
+            _exit(125);
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul < 0 || dup2(nul, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
+            _exit(126);
+        if (o->env_name)
+            setenv(o->env_name, o->env_value, 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(exec_fail);
+    }
+    if (o->own_group)
+        setpgid(pid, pid);
+    close(out[1]);
+    close(err[1]);
+
+    struct pollfd pf[2] = {{.fd = out[0], .events = POLLIN}, {.fd = err[0], .events = POLLIN}};
+    struct proc_text *dst[2] = {&res->out, &res->err};
+    bool signalled = o->wait_for == NULL, exited = false, killed = false;
+    int status = 0;
+    while (pf[0].fd >= 0 || pf[1].fd >= 0 || !exited) {
+        double left = start + o->limit_s - now_s();
+        if (left <= 0 && !killed) {
+            if (o->own_group)
+                kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            killed = true;
+        }
+        if (killed && left < -5.0)
+            break; /* even its pipes stay open: give up on them */
+        if (!exited && waitpid(pid, &status, WNOHANG) == pid)
+            exited = true;
+        /* Short polls, since the child's exit is not among the events. */
+        int pr = poll(pf, 2, 20);
+        if (pr < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < 2; i++) {
+            if (pf[i].fd < 0 || !pf[i].revents)
+                continue;
+            char chunk[8192];
+            ssize_t got = read(pf[i].fd, chunk, sizeof chunk);
+            if (got > 0) {
+                proc_text_append(dst[i], chunk, (size_t)got);
+            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+                close(pf[i].fd);
+                pf[i].fd = -1;
+            }
+        }
+        if (o->mark && res->mark_s < 0 && strstr(res->out.p, o->mark))
+            res->mark_s = now_s() - start;
+        if (!signalled && all_present(res->out.p, o->wait_for)) {
+            kill(pid, o->sig);
+            signalled = true;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (pf[i].fd >= 0)
+            close(pf[i].fd);
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    res->elapsed_s = now_s() - start;
+    if (killed)
+        res->status = -1;
+    else if (WIFEXITED(status))
+        res->status = WEXITSTATUS(status);
+    else
+        res->status = 128 + WTERMSIG(status);
+    return true;
+}
+
+void proc_capture_free(struct proc_capture *res)
+{
+    free(res->out.p);
+    free(res->err.p);
+    res->out.p = res->err.p = NULL;
+}
+
+int proc_tagged(const char *tag, char *report, size_t len, const char *indent, bool kill_them)
+{
+    report[0] = '\0';
+    DIR *d = opendir("/proc");
+    if (!d)
+        return -1;
+    int found = 0;
+    size_t used = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!isdigit((unsigned char)e->d_name[0]) || atoi(e->d_name) == getpid())
+            continue;
+        char path[300], cmd[4096];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (cmd[i] == '\0')
+                cmd[i] = ' ';
+        cmd[n] = '\0';
+        if (!strstr(cmd, tag))
+            continue;
+        found++;
+        if (kill_them)
+            kill(atoi(e->d_name), SIGKILL);
+        if (used < len) {
+            int k = snprintf(report + used, len - used, "%s%s: %.200s\n", indent, e->d_name, cmd);
+            used += k > 0 ? (size_t)k : 0;
+        }
+    }
+    closedir(d);
+    return found;
 }

@@ -33,6 +33,48 @@ bool proc_run(struct proc *p, const char *const *argv, char *const *envp, double
 
 void proc_free(struct proc *p);
 
+/* Output that grows as it comes, always NUL-terminated once appended to. */
+struct proc_text {
+    char *p;
+    size_t len, cap;
+};
+
+void proc_text_append(struct proc_text *t, const char *s, size_t n);
+
+/* A run whose stdout and stderr are kept apart. */
+struct proc_capture {
+    int status;       /* exit code, 128 + signal, or -1 when it had to be killed */
+    double elapsed_s;
+    double mark_s;    /* when stdout first held opts->mark, or -1 */
+    struct proc_text out, err;
+};
+
+struct proc_capture_opts {
+    double limit_s;               /* killed after this */
+    const char *netns;            /* run in /run/netns/<netns>, or NULL for here */
+    const char *cwd;              /* run there, or NULL for here */
+    const char *env_name;         /* set to env_value in the child, or NULL */
+    const char *env_value;
+    bool own_group;               /* own process group, killed with the child */
+    const char *mark;             /* see mark_s; or NULL */
+    const char *const *wait_for;  /* NULL, or strings after all of which on stdout */
+    int sig;                      /* ... sig is sent to the child, once */
+};
+
+/* Run argv (NULL-terminated, argv[0] a path) with stdin /dev/null, stdout
+ * and stderr captured apart. The child exits 125 when it cannot enter netns
+ * or cwd, 126 when it cannot set up its descriptors and exec_fail when exec
+ * fails. False, with errno, when no child could be started. */
+bool proc_capture(struct proc_capture *res, const struct proc_capture_opts *o, int exec_fail,
+                  const char *const *argv);
+void proc_capture_free(struct proc_capture *res);
+
+/* The processes (other than this one) whose command line holds tag: their
+ * number, or -1 with errno when /proc cannot be read. Each one's pid and
+ * command line go to report, one line each after indent; with kill_them
+ * they also get SIGKILL. */
+int proc_tagged(const char *tag, char *report, size_t len, const char *indent, bool kill_them);
+
 /* The full path of prog on PATH, or NULL. */
 const char *proc_which(const char *prog, char *buf, size_t len);
 

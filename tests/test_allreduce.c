@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "hoop.h"
+#include "values.h"
 
 #define CANARY_ELEMS 16
 
@@ -36,139 +37,6 @@ static uint32_t mix(uint64_t i)
     x *= 0xBF58476D1CE4E5B9ull;
     x ^= x >> 32;
     return (uint32_t)x;
-}
-
-static bool is_float(hoop_dtype_t dt)
-{
-    return dt == HOOP_F16 || dt == HOOP_BF16 || dt == HOOP_F32 || dt == HOOP_F64;
-}
-
-static bool is_signed(hoop_dtype_t dt)
-{
-    return dt == HOOP_I8 || dt == HOOP_I32 || dt == HOOP_I64 || is_float(dt);
-}
-
-/* Largest total a sum of non-negative inputs may reach and stay exact in dt:
- * i8/u8 range, and the integers that bf16 (8 significant bits) and f16 (11)
- * hold exactly. */
-static int64_t sum_limit(hoop_dtype_t dt)
-{
-    switch (dt) {
-    case HOOP_I8: return 127;
-    case HOOP_U8: return 255;
-    case HOOP_BF16: return 256;
-    case HOOP_F16: return 2048;
-    default: return 1000;
-    }
-}
-
-static int64_t input_value(hoop_dtype_t dt, hoop_op_t op, int nranks, int rank, size_t i)
-{
-    uint32_t h = mix(i);
-    switch (op) {
-    case HOOP_SUM:
-    case HOOP_AVG: {
-        int64_t m = sum_limit(dt) / nranks;
-        if (m < 1)
-            m = 1;
-        int64_t v = (int64_t)(((uint64_t)h * 7u + (uint64_t)rank * 13u) % (uint64_t)(m + 1));
-        /* Centred on zero for signed types: the sum still stays within
-         * N * (m + 1) / 2 of zero, and a negative sum shows whether avg
-         * truncates toward zero. */
-        return is_signed(dt) ? v - (m + 1) / 2 : v;
-    }
-    case HOOP_PROD:
-        /* 1 or 2: every partial product is a power of two (at most 2^8),
-         * exact in any float type; i8/u8 wrap at 2^7/2^8. */
-        return 1 + (int64_t)((h >> rank) & 1u);
-    case HOOP_MIN:
-    case HOOP_MAX: {
-        int64_t v = (int64_t)(((uint64_t)h + (uint64_t)rank * 13u) % 97u);
-        /* Negative values catch a signed type compared as unsigned. */
-        return is_signed(dt) ? v - 48 : v;
-    }
-    default: return 0;
-    }
-}
-
-/* Integers are stored modulo 2^bits (two's complement), which is also how
- * the product of signed integers is expected to wrap. */
-static void put_int(void *buf, size_t i, hoop_dtype_t dt, uint64_t v)
-{
-    switch (dt) {
-    case HOOP_I8:
-    case HOOP_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case HOOP_I32:
-    case HOOP_U32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case HOOP_I64:
-    case HOOP_U64: ((uint64_t *)buf)[i] = v; break;
-    default: break;
-    }
-}
-
-static void put_float(void *buf, size_t i, hoop_dtype_t dt, double v)
-{
-    switch (dt) {
-    case HOOP_F16: ((uint16_t *)buf)[i] = hoop_f32_to_f16((float)v); break;
-    case HOOP_BF16: ((uint16_t *)buf)[i] = hoop_f32_to_bf16((float)v); break;
-    case HOOP_F32: ((float *)buf)[i] = (float)v; break;
-    case HOOP_F64: ((double *)buf)[i] = v; break;
-    default: break;
-    }
-}
-
-static void put_value(void *buf, size_t i, hoop_dtype_t dt, int64_t v)
-{
-    if (is_float(dt))
-        put_float(buf, i, dt, (double)v);
-    else
-        put_int(buf, i, dt, (uint64_t)v);
-}
-
-static void fill_input(void *buf, size_t count, hoop_dtype_t dt, hoop_op_t op, int nranks,
-                       int rank)
-{
-    for (size_t i = 0; i < count; i++)
-        put_value(buf, i, dt, input_value(dt, op, nranks, rank, i));
-}
-
-static void fill_expected(void *buf, size_t count, hoop_dtype_t dt, hoop_op_t op, int nranks)
-{
-    for (size_t i = 0; i < count; i++) {
-        int64_t acc = input_value(dt, op, nranks, 0, i);
-        uint64_t prod = (uint64_t)acc;
-        double fprod = (double)acc;
-        for (int r = 1; r < nranks; r++) {
-            int64_t v = input_value(dt, op, nranks, r, i);
-            switch (op) {
-            case HOOP_SUM:
-            case HOOP_AVG: acc += v; break;
-            case HOOP_PROD:
-                prod *= (uint64_t)v;
-                fprod *= (double)v;
-                break;
-            case HOOP_MIN: acc = v < acc ? v : acc; break;
-            case HOOP_MAX: acc = v > acc ? v : acc; break;
-            default: break;
-            }
-        }
-        if (op == HOOP_PROD) {
-            if (is_float(dt))
-                put_float(buf, i, dt, fprod);
-            else
-                put_int(buf, i, dt, prod);
-        } else if (op == HOOP_AVG) {
-            switch (dt) {
-            case HOOP_F64: put_float(buf, i, dt, (double)acc / nranks); break;
-            case HOOP_F32:
-            case HOOP_F16:
-            case HOOP_BF16: put_float(buf, i, dt, (double)((float)acc / (float)nranks)); break;
-            default: put_int(buf, i, dt, (uint64_t)(acc / nranks)); break;
-            }
-        } else {
-            put_value(buf, i, dt, acc);
-        }
-    }
 }
 
 static uint8_t canary_byte(size_t k)
@@ -201,16 +69,6 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
         h *= 0x100000001b3ull;
     }
     return h;
-}
-
-static void hex_elem(char *out, size_t outlen, const void *buf, size_t i, size_t es)
-{
-    const uint8_t *b = (const uint8_t *)buf + i * es;
-    size_t used = 0;
-    out[0] = '\0';
-    /* Little-endian machine: print the most significant byte first. */
-    for (size_t k = es; k-- > 0 && used + 3 < outlen;)
-        used += (size_t)snprintf(out + used, outlen - used, "%02x", b[k]);
 }
 
 typedef struct ar_case {
@@ -279,10 +137,10 @@ static int run_case(ar_state_t *s, const ar_case_t *c)
         harness_failf(s->rank, "out of memory for %zu bytes", data + canary);
         return -1;
     }
-    fill_input(s->send, c->count, c->dtype, c->op, s->nranks, s->rank);
+    values_put_input(s->send, 0, c->count, mix, c->dtype, c->op, s->nranks, s->rank);
     fill_canary(s->send, data, canary);
     memcpy(s->ref, s->send, data + canary);
-    fill_expected(s->expect, c->count, c->dtype, c->op, s->nranks);
+    values_put_expected(s->expect, 0, c->count, mix, c->dtype, c->op, s->nranks);
     uint8_t *out = s->send;
     if (!c->in_place) {
         out = s->recv;
@@ -310,8 +168,8 @@ static int run_case(ar_state_t *s, const ar_case_t *c)
             }
         }
         char got[40], want[40];
-        hex_elem(got, sizeof got, out, first, es);
-        hex_elem(want, sizeof want, s->expect, first, es);
+        values_hex_elem(got, sizeof got, out, first, es);
+        values_hex_elem(want, sizeof want, s->expect, first, es);
         describe_fail(s, c, "%zu wrong elements; first at index %zu: got 0x%s, expected 0x%s",
                       wrong, first, got, want);
         bad = true;

@@ -184,24 +184,31 @@ Test(bootstrap, no_environment_gives_one_rank, .timeout = 60)
     cr_assert(ok, "hoop_comm_init(NULL) with no HOOP_* variable:\n%s", report);
 }
 
+/* hoop_comm_init with cfg, for a rank expected to fail: its status and in
+ * *took how long it took; a communicator it formed after all is destroyed. */
+static hoop_status_t timed_init(const hoop_config_t *cfg, double *took)
+{
+    hoop_comm_t *comm = NULL;
+    double t0 = harness_now();
+    hoop_status_t st = hoop_comm_init(&comm, cfg);
+    *took = since(t0);
+    if (st == HOOP_OK)
+        hoop_comm_destroy(comm);
+    return st;
+}
+
 /* ---- wrong token ---------------------------------------------------------- */
 
 static int wrong_token_rank(int rank, int size, int port, void *arg)
 {
     char root[64], token[64];
-    snprintf(root, sizeof root, "127.0.0.1:%d", port);
-    harness_token(port, token, sizeof token);
     hoop_config_t cfg;
-    harness_make_config(&cfg, NULL, rank, size, root, rank == 1 ? "not-the-job-token" : token);
-    cfg.bootstrap_timeout_s = 3.0;
-    hoop_comm_t *comm = NULL;
-    double t0 = harness_now();
-    hoop_status_t st = hoop_comm_init(&comm, &cfg);
-    double took = since(t0);
-    if (st == HOOP_OK) {
-        hoop_comm_destroy(comm);
+    harness_loopback_config(&cfg, rank, size, port, 3.0, root, token,
+                            rank == 1 ? "not-the-job-token" : NULL);
+    double took;
+    hoop_status_t st = timed_init(&cfg, &took);
+    if (st == HOOP_OK)
         return harness_failf(rank, "hoop_comm_init succeeded although rank 1 has a wrong token");
-    }
     const char *msg = hoop_last_error();
     if (rank == 0) {
         if (st != HOOP_ERR_TIMEOUT)
@@ -368,19 +375,12 @@ Test(bootstrap, garbage_at_root_is_ignored, .timeout = 120)
 static int missing_rank(int rank, int size, int port, void *arg)
 {
     char root[64], token[64];
-    snprintf(root, sizeof root, "127.0.0.1:%d", port);
-    harness_token(port, token, sizeof token);
     hoop_config_t cfg;
-    harness_make_config(&cfg, NULL, rank, size, root, token);
-    cfg.bootstrap_timeout_s = 2.0;
-    hoop_comm_t *comm = NULL;
-    double t0 = harness_now();
-    hoop_status_t st = hoop_comm_init(&comm, &cfg);
-    double took = since(t0);
-    if (st == HOOP_OK) {
-        hoop_comm_destroy(comm);
+    harness_loopback_config(&cfg, rank, size, port, 2.0, root, token, NULL);
+    double took;
+    hoop_status_t st = timed_init(&cfg, &took);
+    if (st == HOOP_OK)
         return harness_failf(rank, "hoop_comm_init succeeded with rank 2 of 3 missing");
-    }
     const char *msg = hoop_last_error();
     if (took > 10.0)
         return harness_failf(rank, "took %.1f s to fail with a 2 s bootstrap timeout (%s: %s)",
@@ -406,25 +406,31 @@ Test(bootstrap, missing_rank_times_out, .timeout = 90)
 
 /* ---- two processes claim the same rank ------------------------------------ */
 
-static int duplicate_rank(int rank, int size, int port, void *arg)
+/* A rank of a job in which two processes claim rank 1: how its
+ * hoop_comm_init ended, as an OUT_* exit code, plus the status when
+ * status_in_exit. */
+static int claim_rank(int rank, int size, int port, double bootstrap_s, bool status_in_exit)
 {
     char root[64], token[64];
-    snprintf(root, sizeof root, "127.0.0.1:%d", port);
-    harness_token(port, token, sizeof token);
     hoop_config_t cfg;
-    harness_make_config(&cfg, NULL, rank, size, root, token);
-    cfg.bootstrap_timeout_s = 3.0;
+    harness_loopback_config(&cfg, rank, size, port, bootstrap_s, root, token, NULL);
     cfg.timeout_s = 10.0;
     hoop_comm_t *comm = NULL;
     hoop_status_t st = hoop_comm_init(&comm, &cfg);
     if (st != HOOP_OK) {
         const char *msg = hoop_last_error();
         fprintf(stderr, "rank %d: hoop_comm_init: %s: %s\n", rank, hoop_status_str(st), msg);
-        return strstr(msg, "rank 1") ? OUT_FAILED_AS_EXPECTED : OUT_FAILED_OTHERWISE;
+        return (strstr(msg, "rank 1") ? OUT_FAILED_AS_EXPECTED : OUT_FAILED_OTHERWISE) +
+               (status_in_exit ? (int)st : 0);
     }
     int rc = check_sum(comm, rank, size);
     hoop_comm_destroy(comm);
     return rc == 0 ? OUT_OK : OUT_BROKEN_AFTER_INIT;
+}
+
+static int duplicate_rank(int rank, int size, int port, void *arg)
+{
+    return claim_rank(rank, size, port, 3.0, false);
 }
 
 static const char *outcome_str(const harness_proc_t *p)
@@ -554,24 +560,8 @@ static bool wait_root_read_claims(const harness_job_t *job, pid_t a, pid_t b, do
 
 static int duplicate_rank_3(int rank, int size, int port, void *arg)
 {
-    char root[64], token[64];
-    snprintf(root, sizeof root, "127.0.0.1:%d", port);
-    harness_token(port, token, sizeof token);
-    hoop_config_t cfg;
-    harness_make_config(&cfg, NULL, rank, size, root, token);
-    cfg.bootstrap_timeout_s = DUP3_BOOTSTRAP_S;
-    cfg.timeout_s = 10.0;
-    hoop_comm_t *comm = NULL;
-    hoop_status_t st = hoop_comm_init(&comm, &cfg);
-    if (st != HOOP_OK) {
-        const char *msg = hoop_last_error();
-        fprintf(stderr, "rank %d: hoop_comm_init: %s: %s\n", rank, hoop_status_str(st), msg);
-        /* The status goes into the exit code for the parent to judge. */
-        return (strstr(msg, "rank 1") ? OUT_FAILED_AS_EXPECTED : OUT_FAILED_OTHERWISE) + (int)st;
-    }
-    int rc = check_sum(comm, rank, size);
-    hoop_comm_destroy(comm);
-    return rc == 0 ? OUT_OK : OUT_BROKEN_AFTER_INIT;
+    /* The status goes into the exit code for the parent to judge. */
+    return claim_rank(rank, size, port, DUP3_BOOTSTRAP_S, true);
 }
 
 Test(bootstrap, duplicate_rank_is_refused_while_root_waits, .timeout = 90)

@@ -21,6 +21,7 @@
 
 #include "harness.h"
 #include "hoop.h"
+#include "values.h"
 
 #define CANARY_ELEMS 16
 
@@ -72,143 +73,10 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static bool is_float(hoop_dtype_t dt)
+/* The hash through which an element's index enters a reduction input. */
+static uint32_t index_hash(uint64_t i)
 {
-    return dt == HOOP_F16 || dt == HOOP_BF16 || dt == HOOP_F32 || dt == HOOP_F64;
-}
-
-static bool is_signed(hoop_dtype_t dt)
-{
-    return dt == HOOP_I8 || dt == HOOP_I32 || dt == HOOP_I64 || is_float(dt);
-}
-
-/* Largest total a sum of non-negative inputs may reach and stay exact in dt:
- * i8/u8 range, and the integers that bf16 (8 significant bits) and f16 (11)
- * hold exactly. */
-static int64_t sum_limit(hoop_dtype_t dt)
-{
-    switch (dt) {
-    case HOOP_I8: return 127;
-    case HOOP_U8: return 255;
-    case HOOP_BF16: return 256;
-    case HOOP_F16: return 2048;
-    default: return 1000;
-    }
-}
-
-/* Rank `rank`'s input at element i of its sendbuf, for the collectives
- * that reduce. */
-static int64_t reduce_input(hoop_dtype_t dt, hoop_op_t op, int nranks, int rank, size_t i)
-{
-    uint32_t h = (uint32_t)mix64(i);
-    switch (op) {
-    case HOOP_SUM:
-    case HOOP_AVG: {
-        int64_t m = sum_limit(dt) / nranks;
-        if (m < 1)
-            m = 1;
-        int64_t v = (int64_t)(((uint64_t)h * 7u + (uint64_t)rank * 13u) % (uint64_t)(m + 1));
-        /* Centred on zero for signed types: a negative sum shows whether avg
-         * truncates toward zero. */
-        return is_signed(dt) ? v - (m + 1) / 2 : v;
-    }
-    case HOOP_PROD:
-        /* 1 or 2: every partial product is a power of two (at most 2^8),
-         * exact in any float type; i8/u8 wrap at 2^7/2^8. */
-        return 1 + (int64_t)((h >> rank) & 1u);
-    case HOOP_MIN:
-    case HOOP_MAX: {
-        int64_t v = (int64_t)(((uint64_t)h + (uint64_t)rank * 13u) % 97u);
-        /* Negative values catch a signed type compared as unsigned. */
-        return is_signed(dt) ? v - 48 : v;
-    }
-    default: return 0;
-    }
-}
-
-/* Integers are stored modulo 2^bits (two's complement), which is also how
- * the product of signed integers is expected to wrap. */
-static void put_int(void *buf, size_t i, hoop_dtype_t dt, uint64_t v)
-{
-    switch (dt) {
-    case HOOP_I8:
-    case HOOP_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case HOOP_I32:
-    case HOOP_U32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case HOOP_I64:
-    case HOOP_U64: ((uint64_t *)buf)[i] = v; break;
-    default: break;
-    }
-}
-
-static void put_float(void *buf, size_t i, hoop_dtype_t dt, double v)
-{
-    switch (dt) {
-    case HOOP_F16: ((uint16_t *)buf)[i] = hoop_f32_to_f16((float)v); break;
-    case HOOP_BF16: ((uint16_t *)buf)[i] = hoop_f32_to_bf16((float)v); break;
-    case HOOP_F32: ((float *)buf)[i] = (float)v; break;
-    case HOOP_F64: ((double *)buf)[i] = v; break;
-    default: break;
-    }
-}
-
-static void put_value(void *buf, size_t i, hoop_dtype_t dt, int64_t v)
-{
-    if (is_float(dt))
-        put_float(buf, i, dt, (double)v);
-    else
-        put_int(buf, i, dt, (uint64_t)v);
-}
-
-/* Elements [0, n) of buf get rank's input at elements [from, from + n). */
-static void put_reduce_input(void *buf, size_t from, size_t n, hoop_dtype_t dt, hoop_op_t op,
-                             int nranks, int rank)
-{
-    for (size_t k = 0; k < n; k++)
-        put_value(buf, k, dt, reduce_input(dt, op, nranks, rank, from + k));
-}
-
-/* Elements [0, n) of buf get the reduction over all ranks of elements
- * [from, from + n). */
-static void put_reduce_expected(void *buf, size_t from, size_t n, hoop_dtype_t dt, hoop_op_t op,
-                                int nranks)
-{
-    for (size_t k = 0; k < n; k++) {
-        size_t i = from + k;
-        int64_t acc = reduce_input(dt, op, nranks, 0, i);
-        uint64_t prod = (uint64_t)acc;
-        double fprod = (double)acc;
-        for (int r = 1; r < nranks; r++) {
-            int64_t v = reduce_input(dt, op, nranks, r, i);
-            switch (op) {
-            case HOOP_SUM:
-            case HOOP_AVG: acc += v; break;
-            case HOOP_PROD:
-                prod *= (uint64_t)v;
-                fprod *= (double)v;
-                break;
-            case HOOP_MIN: acc = v < acc ? v : acc; break;
-            case HOOP_MAX: acc = v > acc ? v : acc; break;
-            default: break;
-            }
-        }
-        if (op == HOOP_PROD) {
-            if (is_float(dt))
-                put_float(buf, k, dt, fprod);
-            else
-                put_int(buf, k, dt, prod);
-        } else if (op == HOOP_AVG) {
-            switch (dt) {
-            case HOOP_F64: put_float(buf, k, dt, (double)acc / nranks); break;
-            case HOOP_F32:
-            case HOOP_F16:
-            case HOOP_BF16: put_float(buf, k, dt, (double)((float)acc / (float)nranks)); break;
-            default: put_int(buf, k, dt, (uint64_t)(acc / nranks)); break;
-            }
-        } else {
-            put_value(buf, k, dt, acc);
-        }
-    }
+    return (uint32_t)mix64(i);
 }
 
 /* Data that is only moved: any bits at all, NaN patterns included, which a
@@ -248,16 +116,6 @@ static void fill_canary(void *buf, size_t from_byte, size_t nbytes, unsigned see
     uint8_t *b = buf;
     for (size_t k = 0; k < nbytes; k++)
         b[from_byte + k] = (uint8_t)(seed ^ (k * 37u));
-}
-
-static void hex_elem(char *out, size_t outlen, const void *buf, size_t i, size_t es)
-{
-    const uint8_t *b = (const uint8_t *)buf + i * es;
-    size_t used = 0;
-    out[0] = '\0';
-    /* Little-endian machine: print the most significant byte first. */
-    for (size_t k = es; k-- > 0 && used + 3 < outlen;)
-        used += (size_t)snprintf(out + used, outlen - used, "%02x", b[k]);
 }
 
 /* ---- one case -------------------------------------------------------------- */
@@ -383,8 +241,8 @@ static void report_out_mismatch(coll_state_t *s, const coll_case_t *c, size_t da
     if (first == SIZE_MAX)
         return;
     char got[40], want[40];
-    hex_elem(got, sizeof got, s->out, first, es);
-    hex_elem(want, sizeof want, s->want, first, es);
+    values_hex_elem(got, sizeof got, s->out, first, es);
+    values_hex_elem(want, sizeof want, s->want, first, es);
     if (first >= data_elems) {
         describe_fail(s, c, "wrote past the end of its output (element %zu after the last)",
                       first - data_elems);
@@ -452,7 +310,9 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
     /* The out-of-place sendbuf: this rank's input, then a canary. */
     switch (c->kind) {
     case K_REDUCE_SCATTER:
-    case K_REDUCE: put_reduce_input(s->send, 0, send_elems, c->dtype, c->op, n, me); break;
+    case K_REDUCE:
+        values_put_input(s->send, 0, send_elems, index_hash, c->dtype, c->op, n, me);
+        break;
     case K_ALLTOALL:
         for (int j = 0; j < n; j++)
             put_moved(s->send + (size_t)j * cnt * es, cnt, es, move_tag(c, me, j));
@@ -471,13 +331,13 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
     switch (c->kind) {
     case K_REDUCE_SCATTER:
         if (c->in_place) {
-            put_reduce_input(w, 0, N * cnt, c->dtype, c->op, n, me);
+            values_put_input(w, 0, N * cnt, index_hash, c->dtype, c->op, n, me);
             memcpy(s->out, w, N * cnt * es);
             /* sendbuf is const: the other ranks' blocks must survive. */
-            put_reduce_expected(w + (size_t)me * cnt * es, (size_t)me * cnt, cnt, c->dtype, c->op,
-                                n);
+            values_put_expected(w + (size_t)me * cnt * es, (size_t)me * cnt, cnt, index_hash,
+                                c->dtype, c->op, n);
         } else {
-            put_reduce_expected(w, (size_t)me * cnt, cnt, c->dtype, c->op, n);
+            values_put_expected(w, (size_t)me * cnt, cnt, index_hash, c->dtype, c->op, n);
             memcpy(s->out, w, cnt * es);
             invert(s->out, cnt * es);
         }
@@ -509,7 +369,7 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
         break;
     case K_REDUCE:
         if (is_root) {
-            put_reduce_expected(w, 0, cnt, c->dtype, c->op, n);
+            values_put_expected(w, 0, cnt, index_hash, c->dtype, c->op, n);
             memcpy(s->out, w, cnt * es);
             if (c->in_place)
                 memcpy(s->out, s->send, cnt * es);

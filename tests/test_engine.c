@@ -24,42 +24,11 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "proc.h"
 #include "hoop.h"
 
 /* Far above what any run here needs, far below Criterion's own timeout. */
 #define RUN_LIMIT_S 60.0
-
-struct text {
-    char *p;
-    size_t len, cap;
-};
-
-struct run {
-    int status; /* exit code, 128+signal, or -1 when it had to be killed */
-    double elapsed_s;
-    struct text out, err;
-};
-
-static void text_append(struct text *t, const char *p, size_t n)
-{
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 4096;
-        while (t->len + n + 1 > cap)
-            cap *= 2;
-        t->p = realloc(t->p, cap);
-        cr_assert(t->p != NULL, "out of memory");
-        t->cap = cap;
-    }
-    memcpy(t->p + t->len, p, n);
-    t->len += n;
-    t->p[t->len] = '\0';
-}
-
-static void run_free(struct run *r)
-{
-    free(r->out.p);
-    free(r->err.p);
-}
 
 static const char *built(const char *name)
 {
@@ -78,84 +47,21 @@ static const char *built(const char *name)
 /* Run argv (NULL-terminated) with HOOP_TCP_ENGINE=engine, in its own process
  * group so that a run past RUN_LIMIT_S is killed with everything it
  * started. */
-static void run_prog(struct run *res, const char *engine, const char *const *argv)
+static void run_prog(struct proc_capture *res, const char *engine, const char *const *argv)
 {
-    memset(res, 0, sizeof *res);
-    text_append(&res->out, "", 0);
-    text_append(&res->err, "", 0);
-    int out[2], err[2];
-    cr_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "pipe: %s",
-              strerror(errno));
-    double start = harness_now();
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert(pid >= 0, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        setpgid(0, 0);
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul < 0 || dup2(nul, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
-            _exit(126);
-        setenv("HOOP_TCP_ENGINE", engine, 1);
-        execv(argv[0], (char *const *)argv);
-        _exit(126);
-    }
-    setpgid(pid, pid);
-    close(out[1]);
-    close(err[1]);
-    struct pollfd pf[2] = {{.fd = out[0], .events = POLLIN}, {.fd = err[0], .events = POLLIN}};
-    struct text *dst[2] = {&res->out, &res->err};
-    bool exited = false, killed = false;
-    int status = 0;
-    while (pf[0].fd >= 0 || pf[1].fd >= 0 || !exited) {
-        double left = start + RUN_LIMIT_S - harness_now();
-        if (left <= 0 && !killed) {
-            kill(-pid, SIGKILL);
-            kill(pid, SIGKILL);
-            killed = true;
-        }
-        if (killed && left < -5.0)
-            break; /* even its pipes stay open: give up on them */
-        if (!exited && waitpid(pid, &status, WNOHANG) == pid)
-            exited = true;
-        /* Short polls, since the child's exit is not among the events. */
-        int pr = poll(pf, 2, 20);
-        if (pr < 0 && errno != EINTR)
-            break;
-        for (int i = 0; i < 2; i++) {
-            if (pf[i].fd < 0 || !pf[i].revents)
-                continue;
-            char chunk[8192];
-            ssize_t got = read(pf[i].fd, chunk, sizeof chunk);
-            if (got > 0) {
-                text_append(dst[i], chunk, (size_t)got);
-            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-                close(pf[i].fd);
-                pf[i].fd = -1;
-            }
-        }
-    }
-    for (int i = 0; i < 2; i++)
-        if (pf[i].fd >= 0)
-            close(pf[i].fd);
-    if (!exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-    }
-    res->elapsed_s = harness_now() - start;
-    if (killed)
-        res->status = -1;
-    else if (WIFEXITED(status))
-        res->status = WEXITSTATUS(status);
-    else
-        res->status = 128 + WTERMSIG(status);
-    cr_assert(!killed, "%s did not finish within %.0f s\nstdout:\n%s\nstderr:\n%s", argv[0],
-              RUN_LIMIT_S, res->out.p, res->err.p);
+    const struct proc_capture_opts o = {.limit_s = RUN_LIMIT_S,
+                                        .env_name = "HOOP_TCP_ENGINE",
+                                        .env_value = engine,
+                                        .own_group = true};
+    cr_assert(proc_capture(res, &o, 126, argv), "cannot run %s: %s", argv[0], strerror(errno));
+    cr_assert(res->status != -1, "%s did not finish within %.0f s\nstdout:\n%s\nstderr:\n%s",
+              argv[0], RUN_LIMIT_S, res->out.p, res->err.p);
 }
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 /* no_uring exits 125 when this kernel cannot install its filter. */
-static void skip_without_seccomp(const struct run *r)
+static void skip_without_seccomp(const struct proc_capture *r)
 {
     if (r->status == 125 && strstr(r->err.p, "no_uring:"))
         cr_skip_test("io_uring cannot be refused on this machine, so the fallback cannot be "
@@ -164,7 +70,7 @@ static void skip_without_seccomp(const struct run *r)
 
 Test(engine, refused_io_uring_falls_back_to_poll, .timeout = 120)
 {
-    struct run r;
+    struct proc_capture r;
     run_prog(&r, "auto",
              ARGS(built("no_uring"), built("hooprun"), "-np", "4", built("ring_bench"), "-b", "8",
                   "-e", "4M"));
@@ -175,12 +81,12 @@ Test(engine, refused_io_uring_falls_back_to_poll, .timeout = 120)
               "ring_bench did not report 0 wrong rows\nstdout:\n%s", r.out.p);
     cr_assert(strstr(r.err.p, "io_uring refused") && strstr(r.err.p, "using the poll engine"),
               "the log does not say that the poll engine replaced io_uring\nstderr:\n%s", r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(engine, forcing_refused_io_uring_fails_cleanly, .timeout = 120)
 {
-    struct run r;
+    struct proc_capture r;
     run_prog(&r, "uring",
              ARGS(built("no_uring"), built("hooprun"), "-np", "2", built("ring_bench"), "-b", "8",
                   "-e", "8"));
@@ -196,7 +102,7 @@ Test(engine, forcing_refused_io_uring_fails_cleanly, .timeout = 120)
               r.err.p);
     cr_assert(!strstr(r.err.p, "using the poll engine"),
               "a forced io_uring fell back to poll\nstderr:\n%s", r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 /* In-process, so that the status itself is checked. */
@@ -205,10 +111,7 @@ static int invalid_engine_rank(int rank, int size, int port, void *arg)
     const char *want = arg;
     hoop_config_t cfg;
     char root[64], token[64];
-    snprintf(root, sizeof root, "127.0.0.1:%d", port);
-    harness_token(port, token, sizeof token);
-    harness_make_config(&cfg, NULL, rank, size, root, token);
-    cfg.bootstrap_timeout_s = 10.0;
+    harness_loopback_config(&cfg, rank, size, port, 10.0, root, token, NULL);
     hoop_comm_t *comm = NULL;
     hoop_status_t st = hoop_comm_init(&comm, &cfg);
     if (st == HOOP_OK) {

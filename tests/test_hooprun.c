@@ -24,47 +24,11 @@
 
 #include <limits.h>
 
+#include "harness.h"
+#include "proc.h"
+
 /* Far above what any run here needs, far below Criterion's own timeout. */
 #define RUN_LIMIT_S 40.0
-
-struct buf {
-    char *p;
-    size_t len, cap;
-};
-
-struct run {
-    int status;       /* exit code, 128+signal, or -1 when it had to be killed */
-    double elapsed_s;
-    struct buf out, err;
-};
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void buf_append(struct buf *b, const char *p, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (b->len + n + 1 > cap)
-            cap *= 2;
-        b->p = realloc(b->p, cap);
-        cr_assert(b->p != NULL, "out of memory");
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void run_free(struct run *r)
-{
-    free(r->out.p);
-    free(r->err.p);
-}
 
 static const char *hooprun_path(void)
 {
@@ -78,18 +42,10 @@ static const char *hooprun_path(void)
     return path;
 }
 
-static bool all_present(const char *text, const char *const *needles)
-{
-    for (size_t i = 0; needles[i]; i++)
-        if (!strstr(text, needles[i]))
-            return false;
-    return true;
-}
-
 /* Run hooprun with args (NULL-terminated, without argv[0]). If wait_for is
  * given, sig is sent to hooprun once its stdout holds every one of those
  * strings. */
-static void run_hooprun_sig(struct run *res, const char *const *wait_for, int sig,
+static void run_hooprun_sig(struct proc_capture *res, const char *const *wait_for, int sig,
                             const char *const *args)
 {
     const char *argv[64];
@@ -101,81 +57,13 @@ static void run_hooprun_sig(struct run *res, const char *const *wait_for, int si
     }
     argv[n] = NULL;
 
-    memset(res, 0, sizeof *res);
-    buf_append(&res->out, "", 0);
-    buf_append(&res->err, "", 0);
-    int out[2], err[2];
-    cr_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
-    double start = now_s();
-    pid_t pid = fork();
-    cr_assert(pid >= 0, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul < 0 || dup2(nul, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
-            _exit(126);
-        execv(argv[0], (char *const *)argv);
-        _exit(126);
-    }
-    close(out[1]);
-    close(err[1]);
-
-    struct pollfd pf[2] = {{.fd = out[0], .events = POLLIN}, {.fd = err[0], .events = POLLIN}};
-    struct buf *dst[2] = {&res->out, &res->err};
-    bool signalled = wait_for == NULL, exited = false, killed = false;
-    int status = 0;
-    while (pf[0].fd >= 0 || pf[1].fd >= 0 || !exited) {
-        double left = start + RUN_LIMIT_S - now_s();
-        if (left <= 0 && !killed) {
-            kill(pid, SIGKILL);
-            killed = true;
-        }
-        if (killed && left < -5.0)
-            break; /* even its pipes stay open: give up on them */
-        if (!exited) {
-            pid_t w = waitpid(pid, &status, WNOHANG);
-            if (w == pid)
-                exited = true;
-        }
-        /* Short polls, since the child's exit is not among the events. */
-        int pr = poll(pf, 2, 20);
-        if (pr < 0 && errno != EINTR)
-            break;
-        for (int i = 0; i < 2; i++) {
-            if (pf[i].fd < 0 || !pf[i].revents)
-                continue;
-            char chunk[8192];
-            ssize_t got = read(pf[i].fd, chunk, sizeof chunk);
-            if (got > 0) {
-                buf_append(dst[i], chunk, (size_t)got);
-            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-                close(pf[i].fd);
-                pf[i].fd = -1;
-            }
-        }
-        if (!signalled && all_present(res->out.p, wait_for)) {
-            kill(pid, sig);
-            signalled = true;
-        }
-    }
-    for (int i = 0; i < 2; i++)
-        if (pf[i].fd >= 0)
-            close(pf[i].fd);
-    if (!exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-    }
-    res->elapsed_s = now_s() - start;
-    if (killed)
-        res->status = -1;
-    else if (WIFEXITED(status))
-        res->status = WEXITSTATUS(status);
-    else
-        res->status = 128 + WTERMSIG(status);
-    cr_assert(!killed, "hooprun did not finish within %.0f s\nstdout:\n%s\nstderr:\n%s",
+    const struct proc_capture_opts o = {.limit_s = RUN_LIMIT_S, .wait_for = wait_for, .sig = sig};
+    cr_assert(proc_capture(res, &o, 126, argv), "cannot run hooprun: %s", strerror(errno));
+    cr_assert(res->status != -1, "hooprun did not finish within %.0f s\nstdout:\n%s\nstderr:\n%s",
               RUN_LIMIT_S, res->out.p, res->err.p);
 }
 
-static void run_hooprun(struct run *res, const char *const *args)
+static void run_hooprun(struct proc_capture *res, const char *const *args)
 {
     run_hooprun_sig(res, NULL, 0, args);
 }
@@ -204,7 +92,7 @@ static bool is_token(const char *t)
 /* Gone, or a zombie waiting for a parent that may never reap it. */
 static bool process_gone(pid_t pid, double within_s)
 {
-    double end = now_s() + within_s;
+    double end = harness_now() + within_s;
     for (;;) {
         if (kill(pid, 0) < 0 && errno == ESRCH)
             return true;
@@ -219,7 +107,7 @@ static bool process_gone(pid_t pid, double within_s)
         const char *paren = strrchr(stat, ')');
         if (paren && (paren[2] == 'Z' || paren[2] == 'X'))
             return true;
-        if (now_s() > end)
+        if (harness_now() > end)
             return false;
         nanosleep(&(struct timespec){.tv_nsec = 20 * 1000 * 1000}, NULL);
     }
@@ -233,7 +121,7 @@ static const char *token_of(const char *line)
 
 Test(hooprun, environment_of_every_rank, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "3", "sh", "-c",
                          "echo rank=$HOOP_RANK size=$HOOP_SIZE root=$HOOP_ROOT token=$HOOP_TOKEN"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
@@ -262,12 +150,12 @@ Test(hooprun, environment_of_every_rank, .timeout = 60)
         cr_assert_str_eq(root, root0, "ranks disagree on the root");
         cr_assert_str_eq(token, token0, "ranks disagree on the token");
     }
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, every_job_gets_its_own_token, .timeout = 60)
 {
-    struct run a, b;
+    struct proc_capture a, b;
     const char *const *args = ARGS("--timeout", "30", "-np", "1", "sh", "-c", "echo token=$HOOP_TOKEN");
     run_hooprun(&a, args);
     run_hooprun(&b, args);
@@ -277,24 +165,24 @@ Test(hooprun, every_job_gets_its_own_token, .timeout = 60)
     sscanf(token_of(b.out.p), "%63s", tb);
     cr_assert(is_token(ta) && is_token(tb), "bad tokens in '%s' and '%s'", a.out.p, b.out.p);
     cr_assert_str_neq(ta, tb, "two jobs got the same token %s", ta);
-    run_free(&a);
-    run_free(&b);
+    proc_capture_free(&a);
+    proc_capture_free(&b);
 }
 
 Test(hooprun, no_tag_leaves_lines_alone, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "--no-tag", "-np", "2", "sh", "-c", "echo hello $HOOP_RANK"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
     bool a = strcmp(r.out.p, "hello 0\nhello 1\n") == 0;
     bool b = strcmp(r.out.p, "hello 1\nhello 0\n") == 0;
     cr_assert(a || b, "unexpected output:\n%s", r.out.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, failing_rank_stops_the_others, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "3", "sh", "-c",
                          "if [ \"$HOOP_RANK\" = 1 ]; then exit 3; fi; sleep 100"));
     cr_assert_eq(r.status, 3, "exit status %d, expected the failed rank's 3\nstderr:\n%s", r.status,
@@ -302,7 +190,7 @@ Test(hooprun, failing_rank_stops_the_others, .timeout = 60)
     cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s to stop the job", r.elapsed_s);
     cr_assert(strstr(r.err.p, "rank 1 exited with status 3"), "stderr does not name rank 1:\n%s",
               r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 /* The pid in dir/name, or 0; the file goes away either way. */
@@ -337,7 +225,7 @@ Test(hooprun, stopping_a_rank_stops_its_descendants, .timeout = 60)
                          "sleep 100 & echo $! > $d/p0.tmp; mv $d/p0.tmp $d/p0; wait; "
                          "else while [ ! -s $d/p0 ]; do sleep 0.05; done; "
                          "sleep 100 & echo $! > $d/p1.tmp; mv $d/p1.tmp $d/p1; exit 4; fi";
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "sh", "-c", script, "sh", dir));
     int pid[2] = {take_pid(dir, "p0"), take_pid(dir, "p1")};
     rmdir(dir);
@@ -352,24 +240,24 @@ Test(hooprun, stopping_a_rank_stops_its_descendants, .timeout = 60)
     cr_assert(gone[0], "the background process %d of the stopped rank 0 survived the job", pid[0]);
     cr_assert(gone[1], "the background process %d of the failed rank 1 survived the job", pid[1]);
     cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s", r.elapsed_s);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, rank_killed_by_signal, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "sh", "-c",
                          "if [ \"$HOOP_RANK\" = 1 ]; then kill -9 $$; fi; sleep 100"));
     cr_assert_eq(r.status, 128 + SIGKILL, "exit status %d\nstderr:\n%s", r.status, r.err.p);
     cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s to stop the job", r.elapsed_s);
     cr_assert(strstr(r.err.p, "rank 1 was killed by signal SIGKILL (9)"),
               "stderr does not name the rank and the signal:\n%s", r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, stderr_goes_to_stderr, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "sh", "-c",
                          "echo out$HOOP_RANK; echo err$HOOP_RANK >&2"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
@@ -377,36 +265,36 @@ Test(hooprun, stderr_goes_to_stderr, .timeout = 60)
     cr_assert(strstr(r.err.p, "[0] err0\n") && strstr(r.err.p, "[1] err1\n"), "stderr:\n%s", r.err.p);
     cr_assert(!strstr(r.out.p, "err"), "stderr leaked into stdout:\n%s", r.out.p);
     cr_assert(!strstr(r.err.p, "out"), "stdout leaked into stderr:\n%s", r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, missing_program, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "/nonexistent/hoop-no-such-program"));
     cr_assert_neq(r.status, 0, "a missing program counted as success");
     cr_assert(strstr(r.err.p, "cannot run '/nonexistent/hoop-no-such-program'"),
               "no 'cannot run' message on stderr:\n%s", r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, unfinished_last_line_is_forwarded, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "1", "printf", "abc"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
     cr_assert_str_eq(r.out.p, "[0] abc\n");
-    run_free(&r);
+    proc_capture_free(&r);
 
     run_hooprun(&r, ARGS("--timeout", "30", "--no-tag", "-np", "1", "printf", "abc"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
     cr_assert_str_eq(r.out.p, "abc");
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, long_line_comes_in_tagged_pieces, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "1", "sh", "-c",
                          "head -c 150000 /dev/zero | tr '\\000' x; echo; echo end"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
@@ -422,18 +310,18 @@ Test(hooprun, long_line_comes_in_tagged_pieces, .timeout = 60)
     }
     cr_assert_eq(xs, 150000, "%zu of 150000 bytes came through", xs);
     cr_assert_eq(lines, 4, "expected 3 pieces and 'end', got %zu lines", lines);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 /* Ranks that write a lot and exit at once: everything still in the pipes
  * must come out, in order for each rank. */
 Test(hooprun, no_output_is_lost, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "4", "sh", "-c", "seq 1 20000; seq 1 3000 >&2"));
     cr_assert_eq(r.status, 0, "exit status %d", r.status);
-    struct run *rr = &r;
-    struct buf *bufs[2] = {&rr->out, &rr->err};
+    struct proc_capture *rr = &r;
+    struct proc_text *bufs[2] = {&rr->out, &rr->err};
     int expect[2] = {20000, 3000};
     for (int b = 0; b < 2; b++) {
         int last[4] = {0, 0, 0, 0};
@@ -450,38 +338,38 @@ Test(hooprun, no_output_is_lost, .timeout = 60)
             cr_assert_eq(last[k], expect[b], "rank %d: %s ended at %d", k, b ? "stderr" : "stdout",
                          last[k]);
     }
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, timeout_stops_the_job, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "1", "-np", "2", "sleep", "100"));
     cr_assert_neq(r.status, 0, "a timed out job counted as success");
     cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s", r.elapsed_s);
     cr_assert(strstr(r.err.p, "timeout"), "stderr does not say why:\n%s", r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, sigterm_stops_the_job, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun_sig(&r, ARGS("[0] up", "[1] up"), SIGTERM,
                     ARGS("--timeout", "30", "-np", "2", "sh", "-c", "echo up; sleep 100"));
     cr_assert_eq(r.status, 128 + SIGTERM, "exit status %d\nstderr:\n%s", r.status, r.err.p);
     cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s", r.elapsed_s);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, port_option_sets_the_root, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "--port", "45678", "-np", "2", "sh", "-c",
                          "echo $HOOP_ROOT"));
     cr_assert_eq(r.status, 0, "exit status %d", r.status);
     cr_assert(strstr(r.out.p, "[0] 127.0.0.1:45678\n") && strstr(r.out.p, "[1] 127.0.0.1:45678\n"),
               "stdout:\n%s", r.out.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, bad_usage_exits_2, .timeout = 60)
@@ -495,12 +383,12 @@ Test(hooprun, bad_usage_exits_2, .timeout = 60)
         ARGS("true"),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct run r;
+        struct proc_capture r;
         run_hooprun(&r, cases[i]);
         cr_assert_eq(r.status, 2, "case %zu: exit status %d\nstderr:\n%s", i, r.status, r.err.p);
         cr_assert(strstr(r.err.p, "usage"), "case %zu: no usage on stderr:\n%s", i, r.err.p);
         cr_assert_eq(r.out.len, 0, "case %zu: wrote to stdout:\n%s", i, r.out.p);
-        run_free(&r);
+        proc_capture_free(&r);
     }
 }
 
@@ -570,7 +458,7 @@ static const char *stub(const char *name, const char *opts)
 }
 
 /* Each of the n ranks wrote exactly one stdout line "[r] rank=r ...". */
-static void expect_one_line_per_rank(const struct run *r, int n)
+static void expect_one_line_per_rank(const struct proc_capture *r, int n)
 {
     cr_assert_eq((int)count_lines(r->out.p), n, "expected %d lines, got:\n%s", n, r->out.p);
     for (int k = 0; k < n; k++) {
@@ -582,7 +470,7 @@ static void expect_one_line_per_rank(const struct run *r, int n)
 
 /* The root every rank printed as "root=HOST:PORT": the same for all, and
  * host-prefixed. Returns the port. */
-static int common_root_port(const struct run *r, const char *host)
+static int common_root_port(const struct proc_capture *r, const char *host)
 {
     char prefix[300];
     snprintf(prefix, sizeof prefix, "root=%s:", host);
@@ -599,7 +487,7 @@ static int common_root_port(const struct run *r, const char *host)
 
 Test(hooprun, hosts_of_this_machine_run_directly, .timeout = 60)
 {
-    struct run r;
+    struct proc_capture r;
     /* A remote shell that cannot run proves that none was needed. */
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "3", "-H", "localhost:2,127.0.0.1:1", "--rsh",
                          "/nonexistent/hoop-no-rsh", "sh", "-c",
@@ -608,7 +496,7 @@ Test(hooprun, hosts_of_this_machine_run_directly, .timeout = 60)
     expect_one_line_per_rank(&r, 3);
     cr_assert_eq(strstr(r.out.p, "size=3") != NULL, true, "stdout:\n%s", r.out.p);
     common_root_port(&r, "127.0.0.1");
-    run_free(&r);
+    proc_capture_free(&r);
 
     char self[256], hosts[300];
     cr_assert(gethostname(self, sizeof self) == 0, "gethostname: %s", strerror(errno));
@@ -618,13 +506,13 @@ Test(hooprun, hosts_of_this_machine_run_directly, .timeout = 60)
                          "-c", "echo rank=$HOOP_RANK root=$HOOP_ROOT"));
     cr_assert_eq(r.status, 0, "-H %s: exit status %d\nstderr:\n%s", hosts, r.status, r.err.p);
     expect_one_line_per_rank(&r, 2); /* -np defaults to the slots */
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, ranks_fill_the_hosts_in_order, .timeout = 60, .fini = stub_cleanup)
 {
     make_stubs();
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "4", "-H", "localhost:1,node-a:2", "-H",
                          "alice@node-b:2", "--root-addr", "198.18.0.9", "--rsh",
                          stub("rsh-stub", "-p 2222"), "sh", "-c",
@@ -639,13 +527,13 @@ Test(hooprun, ranks_fill_the_hosts_in_order, .timeout = 60, .fini = stub_cleanup
                   strstr(r.err.p, "[3] host=alice@node-b opts= -p 2222\n"),
               "wrong placement or options:\n%s", r.err.p);
     cr_assert_eq((int)count_lines(r.err.p), 3, "stderr:\n%s", r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, remote_root_is_the_first_host, .timeout = 60, .fini = stub_cleanup)
 {
     make_stubs();
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "-H", "node-a:1,localhost:1", "--rsh",
                          stub("rsh-stub", NULL), "sh", "-c", "echo rank=$HOOP_RANK root=$HOOP_ROOT"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
@@ -653,7 +541,7 @@ Test(hooprun, remote_root_is_the_first_host, .timeout = 60, .fini = stub_cleanup
     /* No port can be probed on another host: one is drawn from this range. */
     int port = common_root_port(&r, "node-a");
     cr_assert(port >= 20000 && port <= 59999, "port %d is outside 20000..59999", port);
-    run_free(&r);
+    proc_capture_free(&r);
 
     run_hooprun(&r, ARGS("--timeout", "30", "--port", "45679", "-H", "[fe80::99]:2", "--rsh",
                          stub("rsh-stub", NULL), "sh", "-c", "echo rank=$HOOP_RANK root=$HOOP_ROOT"));
@@ -661,17 +549,17 @@ Test(hooprun, remote_root_is_the_first_host, .timeout = 60, .fini = stub_cleanup
     expect_one_line_per_rank(&r, 2);
     cr_assert_eq(common_root_port(&r, "[fe80::99]"), 45679);
     cr_assert(strstr(r.err.p, "[0] host=fe80::99 opts=\n"), "the remote shell got:\n%s", r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, ssh_gets_batch_mode_and_no_terminal, .timeout = 60, .fini = stub_cleanup)
 {
     make_stubs();
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-H", "node-a", "--rsh", stub("ssh", "-i key"), "true"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
     cr_assert_str_eq(r.err.p, "[0] host=node-a opts= -i key -T -o BatchMode=yes\n");
-    run_free(&r);
+    proc_capture_free(&r);
 
     /* HOOP_RSH when there is no --rsh; --rsh when there is. */
     char env[PATH_MAX + 64];
@@ -680,11 +568,11 @@ Test(hooprun, ssh_gets_batch_mode_and_no_terminal, .timeout = 60, .fini = stub_c
     run_hooprun(&r, ARGS("--timeout", "30", "-H", "node-a", "true"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
     cr_assert_str_eq(r.err.p, "[0] host=node-a opts= -p 2222 -T -o BatchMode=yes\n");
-    run_free(&r);
+    proc_capture_free(&r);
     run_hooprun(&r, ARGS("--timeout", "30", "-H", "node-a", "--rsh", stub("rsh-stub", NULL), "true"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
     cr_assert_str_eq(r.err.p, "[0] host=node-a opts=\n");
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 /* Whatever the arguments and the -x values hold reaches the remote program
@@ -698,7 +586,7 @@ Test(hooprun, remote_ranks_get_arguments_and_variables_intact, .timeout = 60, .f
     cr_assert(unsetenv("HOOP_TEST_UNSET") == 0);
     char cwd[PATH_MAX];
     cr_assert(getcwd(cwd, sizeof cwd) != NULL);
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "2", "-H", "node-a:2", "--rsh",
                          stub("rsh-stub", NULL), "-x", "HOOP_TEST_FORWARDED", "-x", "HOOP_TEST_UNSET",
                          "-x", "HOOP_TEST_SET=a b'c", "--no-tag", "sh", "-c",
@@ -729,7 +617,7 @@ Test(hooprun, remote_ranks_get_arguments_and_variables_intact, .timeout = 60, .f
     cmds[n] = '\0';
     cr_assert(strstr(cmds, "HOOP_RANK=1") != NULL, "commands:\n%s", cmds);
     cr_assert(strstr(cmds, token) == NULL, "the token is on the remote command line:\n%s", cmds);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 /* /proc entries whose command line holds tag; their pids and command lines
@@ -737,44 +625,16 @@ Test(hooprun, remote_ranks_get_arguments_and_variables_intact, .timeout = 60, .f
  * the test, so they are its own. */
 static int processes_with(const char *tag, char *report, size_t len, bool kill_them)
 {
-    DIR *d = opendir("/proc");
-    cr_assert(d != NULL, "opendir /proc: %s", strerror(errno));
-    int found = 0;
-    size_t used = 0;
-    report[0] = '\0';
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!isdigit((unsigned char)e->d_name[0]) || atoi(e->d_name) == getpid())
-            continue;
-        char path[300], cmd[4096];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < n; i++)
-            if (cmd[i] == '\0')
-                cmd[i] = ' ';
-        cmd[n] = '\0';
-        if (!strstr(cmd, tag))
-            continue;
-        found++;
-        if (kill_them)
-            kill(atoi(e->d_name), SIGKILL);
-        if (used < len) {
-            int k = snprintf(report + used, len - used, "%s: %.200s\n", e->d_name, cmd);
-            used += k > 0 ? (size_t)k : 0;
-        }
-    }
-    closedir(d);
+    int found = proc_tagged(tag, report, len, "", kill_them);
+    cr_assert(found >= 0, "opendir /proc: %s", strerror(errno));
     return found;
 }
 
 static bool none_left(const char *tag, double within_s, char *report, size_t len)
 {
-    double end = now_s() + within_s;
+    double end = harness_now() + within_s;
     while (processes_with(tag, report, len, false) > 0) {
-        if (now_s() > end) {
+        if (harness_now() > end) {
             char ignored[1];
             processes_with(tag, ignored, sizeof ignored, true);
             return false;
@@ -789,7 +649,7 @@ Test(hooprun, failing_remote_rank_stops_every_rank, .timeout = 60, .fini = stub_
     make_stubs();
     char tag[64], report[4096];
     snprintf(tag, sizeof tag, "hoop-remote-fail-%d", (int)getpid());
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "3", "-H", "localhost:1,node-a:2", "--root-addr",
                          "198.18.0.9", "--rsh", stub("rsh-stub", NULL), "sh", "-c",
                          "if [ \"$HOOP_RANK\" = 2 ]; then sleep 0.5; exit 3; fi; sleep 100; : $1",
@@ -799,7 +659,7 @@ Test(hooprun, failing_remote_rank_stops_every_rank, .timeout = 60, .fini = stub_
     cr_assert(strstr(r.err.p, "rank 2 on node-a exited with status 3"), "stderr:\n%s", r.err.p);
     cr_assert_lt(r.elapsed_s, 10.0, "took %.1f s to stop the job", r.elapsed_s);
     cr_assert(clean, "left behind:\n%s", report);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 /* Even a hooprun killed outright cannot close the lifeline in order; its
@@ -809,14 +669,14 @@ Test(hooprun, killed_hooprun_ends_remote_ranks, .timeout = 60, .fini = stub_clea
     make_stubs();
     char tag[64], report[4096];
     snprintf(tag, sizeof tag, "hoop-remote-orphan-%d", (int)getpid());
-    struct run r;
+    struct proc_capture r;
     run_hooprun_sig(&r, ARGS("[0] up", "[1] up"), SIGKILL,
                     ARGS("--timeout", "30", "-np", "2", "-H", "node-a:2", "--rsh",
                          stub("rsh-stub", NULL), "sh", "-c", "echo up; sleep 100; : $1", "sh", tag));
     bool clean = none_left(tag, 8.0, report, sizeof report);
     cr_assert_eq(r.status, 128 + SIGKILL, "exit status %d\nstderr:\n%s", r.status, r.err.p);
     cr_assert(clean, "left behind by a killed hooprun:\n%s", report);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, hostfile_lines_and_comments, .timeout = 60, .fini = stub_cleanup)
@@ -831,7 +691,7 @@ Test(hooprun, hostfile_lines_and_comments, .timeout = 60, .fini = stub_cleanup)
                "   node-a:2\n"
                "node-b\t# one slot\n",
                0644);
-    struct run r;
+    struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "--hostfile", path, "--root-addr", "198.18.0.9", "--rsh",
                          stub("rsh-stub", NULL), "sh", "-c", "echo rank=$HOOP_RANK size=$HOOP_SIZE"));
     cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
@@ -841,13 +701,13 @@ Test(hooprun, hostfile_lines_and_comments, .timeout = 60, .fini = stub_cleanup)
     cr_assert(strstr(r.err.p, "[2] host=node-a") && strstr(r.err.p, "[3] host=node-a") &&
                   strstr(r.err.p, "[4] host=node-b"),
               "wrong placement:\n%s", r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 
     run_hooprun(&r, ARGS("--timeout", "30", "-np", "6", "--hostfile", path, "--root-addr", "x",
                          "--rsh", "/nonexistent/hoop-no-rsh", "true"));
     cr_assert_eq(r.status, 2, "6 ranks on 5 slots: exit status %d\nstderr:\n%s", r.status, r.err.p);
     cr_assert(strstr(r.err.p, "only 5"), "stderr:\n%s", r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(hooprun, bad_hosts_exit_2, .timeout = 60, .fini = stub_cleanup)
@@ -889,7 +749,7 @@ Test(hooprun, bad_hosts_exit_2, .timeout = 60, .fini = stub_cleanup)
     const char *no_rsh = "/nonexistent/hoop-no-rsh";
     cr_assert(setenv("HOOP_RSH", no_rsh, 1) == 0);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct run r;
+        struct proc_capture r;
         bool with_np = strcmp(cases[i].says, "only 2") == 0;
         if (cases[i].file) {
             write_file(path, cases[i].hosts, 0644);
@@ -904,7 +764,7 @@ Test(hooprun, bad_hosts_exit_2, .timeout = 60, .fini = stub_cleanup)
         cr_assert(strstr(r.err.p, cases[i].says), "case %zu (%s): stderr does not say '%s':\n%s", i,
                   cases[i].hosts, cases[i].says, r.err.p);
         cr_assert_eq(r.out.len, 0, "case %zu: wrote to stdout:\n%s", i, r.out.p);
-        run_free(&r);
+        proc_capture_free(&r);
     }
 
     const char *const *other[] = {
@@ -918,11 +778,11 @@ Test(hooprun, bad_hosts_exit_2, .timeout = 60, .fini = stub_cleanup)
         ARGS("-H", "node-a", "--rsh", no_rsh),
     };
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
-        struct run r;
+        struct proc_capture r;
         run_hooprun(&r, other[i]);
         cr_assert_eq(r.status, 2, "case %s: exit status %d\nstderr:\n%s", other[i][1], r.status,
                      r.err.p);
         cr_assert(strstr(r.err.p, "hooprun: "), "case %s: no message:\n%s", other[i][1], r.err.p);
-        run_free(&r);
+        proc_capture_free(&r);
     }
 }

@@ -32,6 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness.h"
+#include "proc.h"
+
 /* Far above what a run needs even on a loaded machine, where an ssh login
  * alone can take seconds; far below the tests' own timeouts. */
 #define RUN_LIMIT_S 100.0
@@ -52,132 +55,19 @@ static struct {
     char hooprun[PATH_MAX], ring_bench[PATH_MAX];
 } M;
 
-struct buf {
-    char *p;
-    size_t len, cap;
-};
-
-struct run {
-    int status;       /* exit code, 128+signal, or -1 when it had to be killed */
-    double elapsed_s;
-    double mark_s;    /* when stdout first held the mark, or -1 */
-    struct buf out, err;
-};
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void nap(int ms)
 {
     nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L}, NULL);
 }
 
-static void buf_append(struct buf *b, const char *p, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (b->len + n + 1 > cap)
-            cap *= 2;
-        b->p = realloc(b->p, cap);
-        cr_assert(b->p != NULL, "out of memory");
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void run_free(struct run *r)
-{
-    free(r->out.p);
-    free(r->err.p);
-}
-
 /* Run argv (argv[0] a path) in network namespace ns (or here, when NULL) and
  * directory cwd (or here), capturing stdout and stderr; killed after
  * limit_s. */
-static void run_in(struct run *res, const char *ns, const char *cwd, double limit_s,
+static void run_in(struct proc_capture *res, const char *ns, const char *cwd, double limit_s,
                    const char *mark, const char *const *argv)
 {
-    memset(res, 0, sizeof *res);
-    res->mark_s = -1;
-    buf_append(&res->out, "", 0);
-    buf_append(&res->err, "", 0);
-    int out[2], err[2];
-    cr_assert(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
-    double start = now_s();
-    pid_t pid = fork();
-    cr_assert(pid >= 0, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        if (ns) {
-            char path[128];
-            snprintf(path, sizeof path, "/run/netns/%s", ns);
-            int fd = open(path, O_RDONLY | O_CLOEXEC);
-            if (fd < 0 || setns(fd, CLONE_NEWNET) < 0)
-                _exit(125);
-        }
-        if (cwd && chdir(cwd) < 0)
-            _exit(125);
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul < 0 || dup2(nul, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
-            _exit(126);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(out[1]);
-    close(err[1]);
-
-    struct pollfd pf[2] = {{.fd = out[0], .events = POLLIN}, {.fd = err[0], .events = POLLIN}};
-    struct buf *dst[2] = {&res->out, &res->err};
-    bool exited = false, killed = false;
-    int status = 0;
-    while (pf[0].fd >= 0 || pf[1].fd >= 0 || !exited) {
-        double left = start + limit_s - now_s();
-        if (left <= 0 && !killed) {
-            kill(pid, SIGKILL);
-            killed = true;
-        }
-        if (killed && left < -5.0)
-            break; /* even its pipes stay open: give up on them */
-        if (!exited && waitpid(pid, &status, WNOHANG) == pid)
-            exited = true;
-        /* Short polls, since the child's exit is not among the events. */
-        int pr = poll(pf, 2, 20);
-        if (pr < 0 && errno != EINTR)
-            break;
-        for (int i = 0; i < 2; i++) {
-            if (pf[i].fd < 0 || !pf[i].revents)
-                continue;
-            char chunk[8192];
-            ssize_t got = read(pf[i].fd, chunk, sizeof chunk);
-            if (got > 0) {
-                buf_append(dst[i], chunk, (size_t)got);
-            } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-                close(pf[i].fd);
-                pf[i].fd = -1;
-            }
-        }
-        if (mark && res->mark_s < 0 && strstr(res->out.p, mark))
-            res->mark_s = now_s() - start;
-    }
-    for (int i = 0; i < 2; i++)
-        if (pf[i].fd >= 0)
-            close(pf[i].fd);
-    if (!exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-    }
-    res->elapsed_s = now_s() - start;
-    if (killed)
-        res->status = -1;
-    else if (WIFEXITED(status))
-        res->status = WEXITSTATUS(status);
-    else
-        res->status = 128 + WTERMSIG(status);
+    const struct proc_capture_opts o = {.limit_s = limit_s, .netns = ns, .cwd = cwd, .mark = mark};
+    cr_assert(proc_capture(res, &o, 127, argv), "cannot run %s: %s", argv[0], strerror(errno));
 }
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -185,12 +75,12 @@ static void run_in(struct run *res, const char *ns, const char *cwd, double limi
 /* A helper command that must work; its output is in the failure message. */
 static void must(const char *const *argv)
 {
-    struct run r;
+    struct proc_capture r;
     run_in(&r, NULL, NULL, CMD_LIMIT_S, NULL, argv);
     cr_assert_eq(r.status, 0, "'%s %s %s ...' failed with status %d:\n%s%s", argv[0],
                  argv[1] ? argv[1] : "", argv[1] && argv[2] ? argv[2] : "", r.status, r.out.p,
                  r.err.p);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 static bool find_program(const char *name, char *out, size_t len)
@@ -218,14 +108,14 @@ static void write_file(const char *path, const char *text)
 
 static char *read_file(const char *path)
 {
-    struct buf b = {0};
-    buf_append(&b, "", 0);
+    struct proc_text b = {0};
+    proc_text_append(&b, "", 0);
     FILE *f = fopen(path, "r");
     if (f) {
         char chunk[4096];
         size_t n;
         while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-            buf_append(&b, chunk, n);
+            proc_text_append(&b, chunk, n);
         fclose(f);
     }
     return b.p;
@@ -288,36 +178,8 @@ static int ns_processes(int i, char *report, size_t len, bool kill_them)
 /* Processes anywhere whose command line holds tag. */
 static int tagged_processes(const char *tag, char *report, size_t len)
 {
-    int found = 0;
-    size_t used = 0;
-    report[0] = '\0';
-    DIR *d = opendir("/proc");
-    if (!d)
-        return 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!isdigit((unsigned char)e->d_name[0]) || atoi(e->d_name) == getpid())
-            continue;
-        char path[300], cmd[4096];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        for (size_t k = 0; k < n; k++)
-            if (cmd[k] == '\0')
-                cmd[k] = ' ';
-        cmd[n] = '\0';
-        if (!strstr(cmd, tag))
-            continue;
-        found++;
-        if (used < len) {
-            int k = snprintf(report + used, len - used, "  %s: %.200s\n", e->d_name, cmd);
-            used += k > 0 ? (size_t)k : 0;
-        }
-    }
-    closedir(d);
-    return found;
+    int found = proc_tagged(tag, report, len, "  ", false);
+    return found > 0 ? found : 0;
 }
 
 /* ---- the two hosts ------------------------------------------------------- */
@@ -340,9 +202,9 @@ static void remove_dir(const char *dir)
 
 static void ns_delete(const char *name)
 {
-    struct run r;
+    struct proc_capture r;
     run_in(&r, NULL, NULL, CMD_LIMIT_S, NULL, ARGS(M.ip, "netns", "delete", name));
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 static void mh_down(void)
@@ -356,8 +218,8 @@ static void mh_down(void)
         if (M.sshd[i] <= 0)
             continue;
         kill(M.sshd[i], SIGTERM);
-        double end = now_s() + 5.0;
-        while (waitpid(M.sshd[i], NULL, WNOHANG) == 0 && now_s() < end)
+        double end = harness_now() + 5.0;
+        while (waitpid(M.sshd[i], NULL, WNOHANG) == 0 && harness_now() < end)
             nap(20);
         if (kill(M.sshd[i], 0) == 0) {
             kill(M.sshd[i], SIGKILL);
@@ -438,7 +300,7 @@ static void start_sshd(int i)
     }
     M.sshd[i] = pid;
 
-    double end = now_s() + 20.0;
+    double end = harness_now() + 20.0;
     for (;;) {
         char *text_log = read_file(log);
         bool listening = strstr(text_log, "Server listening on") != NULL;
@@ -447,7 +309,7 @@ static void start_sshd(int i)
         if (died)
             M.sshd[i] = 0;
         cr_assert(!died, "sshd in %s exited at once:\n%s", M.ns[i], text_log);
-        cr_assert(listening || now_s() < end, "sshd in %s is not listening after 20 s:\n%s",
+        cr_assert(listening || harness_now() < end, "sshd in %s is not listening after 20 s:\n%s",
                   M.ns[i], text_log);
         free(text_log);
         if (listening)
@@ -481,16 +343,16 @@ static void mh_up(void)
     sweep_stale_namespaces();
     for (int i = 0; i < 2; i++) {
         snprintf(M.ns[i], sizeof M.ns[i], NS_PREFIX "%d-%c", (int)getpid(), 'a' + i);
-        struct run r;
+        struct proc_capture r;
         run_in(&r, NULL, NULL, CMD_LIMIT_S, NULL, ARGS(M.ip, "netns", "add", M.ns[i]));
         if (r.status != 0) {
             char why[512];
             snprintf(why, sizeof why, "%s%s", r.out.p, r.err.p);
             why[strcspn(why, "\n")] = '\0';
-            run_free(&r);
+            proc_capture_free(&r);
             skip_setup("'ip netns add' was refused", why);
         }
-        run_free(&r);
+        proc_capture_free(&r);
         M.ns_made[i] = true;
     }
 
@@ -542,7 +404,7 @@ static void mh_up(void)
 }
 
 /* hooprun with args, started in namespace A. */
-static void hooprun_in_a(struct run *r, const char *cwd, const char *mark, const char *const *args)
+static void hooprun_in_a(struct proc_capture *r, const char *cwd, const char *mark, const char *const *args)
 {
     const char *argv[64];
     size_t n = 0;
@@ -571,7 +433,7 @@ static bool has_line_starting(const char *text, const char *prefix)
     return false;
 }
 
-static void expect_good_ring_bench(const struct run *r)
+static void expect_good_ring_bench(const struct proc_capture *r)
 {
     cr_assert_eq(r->status, 0, "exit status %d\nstdout:\n%s\nstderr:\n%s", r->status, r->out.p,
                  r->err.p);
@@ -584,7 +446,7 @@ static void expect_good_ring_bench(const struct run *r)
 Test(multihost, ring_bench_over_ssh, .timeout = 240, .fini = mh_down)
 {
     mh_up();
-    struct run r;
+    struct proc_capture r;
     /* HOOP_LOG_LEVEL=info makes every rank say something, so that the
      * output of each, remote ones included, is seen to come back tagged. */
     hooprun_in_a(&r, NULL, NULL,
@@ -598,7 +460,7 @@ Test(multihost, ring_bench_over_ssh, .timeout = 240, .fini = mh_down)
         cr_assert(has_line_starting(r.out.p, tag) || has_line_starting(r.err.p, tag),
                   "no line from rank %d\nstdout:\n%s\nstderr:\n%s", k, r.out.p, r.err.p);
     }
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(multihost, failing_remote_rank_stops_every_rank, .timeout = 240, .fini = mh_down)
@@ -606,7 +468,7 @@ Test(multihost, failing_remote_rank_stops_every_rank, .timeout = 240, .fini = mh
     mh_up();
     char tag[64];
     snprintf(tag, sizeof tag, "hoop-multihost-fail-%d", (int)getpid());
-    struct run r;
+    struct proc_capture r;
     hooprun_in_a(&r, NULL, "[3] up",
                  ARGS("--timeout", "90", "-np", "4", "-H", "198.18.0.1:2,198.18.0.2:2", "--rsh",
                       M.rsh, "sh", "-c",
@@ -616,7 +478,7 @@ Test(multihost, failing_remote_rank_stops_every_rank, .timeout = 240, .fini = mh
     /* The remote sessions may take a moment to close after hooprun. */
     char report[2][4096], tagged[4096];
     int left[2], ntagged;
-    double end = now_s() + 10.0;
+    double end = harness_now() + 10.0;
     do {
         for (int i = 0; i < 2; i++)
             left[i] = ns_processes(i, report[i], sizeof report[i], false);
@@ -624,7 +486,7 @@ Test(multihost, failing_remote_rank_stops_every_rank, .timeout = 240, .fini = mh
         if (left[0] + left[1] + ntagged == 0)
             break;
         nap(50);
-    } while (now_s() < end);
+    } while (harness_now() < end);
 
     cr_assert_eq(r.status, 3, "exit status %d, expected the failed rank's 3\nstdout:\n%s\nstderr:\n%s",
                  r.status, r.out.p, r.err.p);
@@ -635,7 +497,7 @@ Test(multihost, failing_remote_rank_stops_every_rank, .timeout = 240, .fini = mh
     cr_assert_eq(ntagged, 0, "rank processes outlived the job:\n%s", tagged);
     cr_assert_eq(left[1], 0, "left behind on the remote host:\n%s", report[1]);
     cr_assert_eq(left[0], 0, "left behind on the local host:\n%s", report[0]);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 Test(multihost, hostfile_over_ssh, .timeout = 240, .fini = mh_down)
@@ -647,12 +509,12 @@ Test(multihost, hostfile_over_ssh, .timeout = 240, .fini = mh_down)
                      "198.18.0.1 slots=2\n"
                      "\n"
                      "198.18.0.2:2   # reached over ssh\n");
-    struct run r;
+    struct proc_capture r;
     hooprun_in_a(&r, NULL, NULL,
                  ARGS("--timeout", "90", "-np", "4", "--hostfile", path, "--rsh", M.rsh, "-x",
                       "HOOP_TCP_ENGINE", M.ring_bench, "-b", "8", "-e", "64K"));
     expect_good_ring_bench(&r);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 /* Where each rank ran (by its network namespace), what it was told, and
@@ -662,7 +524,7 @@ Test(multihost, remote_ranks_get_their_environment, .timeout = 240, .fini = mh_d
     mh_up();
     static const char tricky[] = "it's \"quoted\" $HOME `x` \\ ;|&";
     cr_assert(setenv("HOOP_MH_VALUE", tricky, 1) == 0);
-    struct run r;
+    struct proc_capture r;
     hooprun_in_a(&r, M.dir, NULL,
                  ARGS("--timeout", "90", "-np", "3", "-H", "198.18.0.2:2,198.18.0.1", "--rsh", M.rsh,
                       "-x", "HOOP_MH_VALUE", "sh", "-c",
@@ -689,7 +551,7 @@ Test(multihost, remote_ranks_get_their_environment, .timeout = 240, .fini = mh_d
                   (int)strcspn(line, "\n"), line);
     }
     cr_assert(port >= 20000 && port <= 59999, "root port %d is outside 20000..59999", port);
-    run_free(&r);
+    proc_capture_free(&r);
 }
 
 /* A process in namespace i listening on a port of addr[i]; returns the
@@ -737,7 +599,7 @@ Test(multihost, taken_root_port_stops_the_job, .timeout = 240, .fini = mh_down)
     mh_up();
     char port[16];
     snprintf(port, sizeof port, "%d", squat_port(1));
-    struct run r;
+    struct proc_capture r;
     hooprun_in_a(&r, NULL, NULL,
                  ARGS("--timeout", "90", "-np", "3", "-H", "198.18.0.2:1,198.18.0.1:2", "--port",
                       port, "--rsh", M.rsh, "-x", "HOOP_TCP_ENGINE", M.ring_bench, "-b", "8", "-e",
@@ -748,5 +610,5 @@ Test(multihost, taken_root_port_stops_the_job, .timeout = 240, .fini = mh_down)
     cr_assert(strstr(r.err.p, "in use"), "rank 0 does not say the address is in use:\n%s", r.err.p);
     /* Well before the bootstrap timeout the other ranks would sit out. */
     cr_assert_lt(r.elapsed_s, 60.0, "took %.1f s", r.elapsed_s);
-    run_free(&r);
+    proc_capture_free(&r);
 }
