@@ -12,7 +12,6 @@
 
 #define HOOP_CHUNK_MIN 64
 #define HOOP_CHUNK_MAX (1ull << 30)
-#define HOOP_DEPTH_MAX HOOP_RING_DEPTH_MAX
 
 void hoop_config_init(hoop_config_t *cfg)
 {
@@ -44,12 +43,12 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
         *chunk = (size_t)v;
     }
     if (cfg && cfg->pipeline_depth) {
-        if (cfg->pipeline_depth < 1 || cfg->pipeline_depth > HOOP_DEPTH_MAX)
+        if (cfg->pipeline_depth < 1 || cfg->pipeline_depth > HOOP_RING_DEPTH_MAX)
             return hoop_error(HOOP_ERR_INVALID, "pipeline_depth %d is outside 1..%d",
-                              cfg->pipeline_depth, HOOP_DEPTH_MAX);
+                              cfg->pipeline_depth, HOOP_RING_DEPTH_MAX);
         *depth = cfg->pipeline_depth;
     } else {
-        if ((st = hoop_param_u64("HOOP_PIPELINE_DEPTH", 1, HOOP_DEPTH_MAX, &v)))
+        if ((st = hoop_param_u64("HOOP_PIPELINE_DEPTH", 1, HOOP_RING_DEPTH_MAX, &v)))
             return st;
         *depth = (int)v;
     }

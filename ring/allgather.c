@@ -4,11 +4,6 @@
  * next rank's once: (N-1)/N of the result. */
 #include "ring/pipeline.h"
 
-static int mod(int a, int n)
-{
-    return ((a % n) + n) % n;
-}
-
 hoop_status_t hoop_ring_allgatherv(struct hoop_ring *r, void *recvbuf, const size_t *counts,
                                    const size_t *displs, hoop_dtype_t dtype, double timeout_s)
 {
@@ -18,7 +13,7 @@ hoop_status_t hoop_ring_allgatherv(struct hoop_ring *r, void *recvbuf, const siz
     for (int k = 0; k < n; k++)
         total += counts[k];
     for (int s = 0; s < n - 1; s++) {
-        int a = mod(me - s, n), b = mod(me - s - 1, n);
+        int a = hoop_ring_mod(me - s, n), b = hoop_ring_mod(me - s - 1, n);
         st[s] = (struct hoop_step){
             .send_buf = HOOP_BUF_OUTPUT, .send_off = displs[a], .send_len = counts[a],
             .send_dep = s > 0, .recv_mode = HOOP_RECV_DIRECT, .recv_buf = HOOP_BUF_OUTPUT,

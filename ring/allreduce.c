@@ -11,11 +11,6 @@
  * order and then copied, so the result is the same bits on every rank. */
 #include "ring/pipeline.h"
 
-static int mod(int a, int n)
-{
-    return ((a % n) + n) % n;
-}
-
 hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                   size_t count, hoop_dtype_t dtype, hoop_op_t op, double timeout_s)
 {
@@ -25,7 +20,7 @@ hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void
 #define SEG_LEN(k) (base + ((size_t)(k) < extra ? 1 : 0))
     struct hoop_step *st = r->steps;
     for (int t = 0; t < n - 1; t++) {
-        int s = mod(me - t, n), v = mod(me - t - 1, n);
+        int s = hoop_ring_mod(me - t, n), v = hoop_ring_mod(me - t - 1, n);
         st[t] = (struct hoop_step){
             .send_buf = t == 0 ? HOOP_BUF_INPUT : HOOP_BUF_OUTPUT, .send_off = SEG_OFF(s),
             .send_len = SEG_LEN(s), .send_dep = t > 0, .recv_mode = HOOP_RECV_REDUCE,
@@ -34,7 +29,7 @@ hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void
             .phase = "reduce-scatter", .phase_step = t + 1, .phase_steps = n - 1};
     }
     for (int k = 0; k < n - 1; k++) {
-        int s = mod(me + 1 - k, n), v = mod(me - k, n);
+        int s = hoop_ring_mod(me + 1 - k, n), v = hoop_ring_mod(me - k, n);
         st[n - 1 + k] = (struct hoop_step){
             .send_buf = HOOP_BUF_OUTPUT, .send_off = SEG_OFF(s), .send_len = SEG_LEN(s),
             .send_dep = 1, .recv_mode = HOOP_RECV_DIRECT, .recv_buf = HOOP_BUF_OUTPUT,

@@ -46,6 +46,12 @@ struct hoop_pipe {
     struct hoop_step *steps; /* the ring's table, filled by the caller */
 };
 
+/* a mod n in 0..n-1 for any a: schedules name segments as rank - step. */
+static inline int hoop_ring_mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
+
 /* Run the steps. On failure the transport is cancelled (no buffer is
  * touched afterwards) and the sentence names the step and the peer. */
 hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, double timeout_s);

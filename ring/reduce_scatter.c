@@ -6,11 +6,6 @@
  * last step's (block r) to recvbuf. Every rank sends (N-1)/N of sendbuf. */
 #include "ring/pipeline.h"
 
-static int mod(int a, int n)
-{
-    return ((a % n) + n) % n;
-}
-
 hoop_status_t hoop_ring_reduce_scatter(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                        size_t recvcount, hoop_dtype_t dtype, hoop_op_t op,
                                        double timeout_s)
@@ -24,7 +19,7 @@ hoop_status_t hoop_ring_reduce_scatter(struct hoop_ring *r, const void *sendbuf,
     }
     struct hoop_step *st = r->steps;
     for (int t = 0; t < n - 1; t++) {
-        int s = mod(me - t - 1, n), v = mod(me - t - 2, n);
+        int s = hoop_ring_mod(me - t - 1, n), v = hoop_ring_mod(me - t - 2, n);
         int last = t == n - 2;
         st[t] = (struct hoop_step){
             .send_buf = t == 0 ? HOOP_BUF_INPUT : HOOP_BUF_WORK, .send_off = (size_t)s * m,
