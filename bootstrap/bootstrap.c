@@ -117,6 +117,7 @@ hoop_status_t hoop_bootstrap_init(struct hoop_bootstrap *bs, const struct hoop_b
     memset(bs, 0, sizeof(*bs));
     bs->rank = cfg->rank;
     bs->size = cfg->size;
+    memcpy(bs->token, cfg->token, HOOP_TOKEN_BYTES);
     bs->root_fd = -1;
     bs->peers = calloc((size_t)cfg->size, sizeof(*bs->peers));
     bs->fds = malloc((size_t)cfg->size * sizeof(int));

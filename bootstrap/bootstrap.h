@@ -53,6 +53,7 @@ struct hoop_bootstrap {
     int rank;
     int size;
     uint64_t comm_id;
+    uint8_t token[HOOP_TOKEN_BYTES];
     int root_fd;             /* ranks > 0: connection to the root */
     int *fds;                /* rank 0: connection of each rank (fds[0] = -1) */
     struct hoop_peer *peers; /* the table, size entries */
@@ -62,6 +63,26 @@ struct hoop_bootstrap {
 hoop_status_t hoop_bootstrap_init(struct hoop_bootstrap *bs, const struct hoop_boot_cfg *cfg,
                                   hoop_boot_handle_fn handle_fn, void *ctx);
 void hoop_bootstrap_fini(struct hoop_bootstrap *bs);
+
+/* After a failure the connections to the root carry notices: a rank tells
+ * the root what it saw (HOOP_HELLO_NOTICE), and the root, once it has heard
+ * enough, tells every rank who failed (HOOP_HELLO_VERDICT). */
+#define HOOP_NOTICE_MAX 1024
+#define HOOP_NOTICE_NOBODY (-1)
+
+struct hoop_notice {
+    int status;  /* hoop_status_t */
+    int culprit; /* the rank to blame, or HOOP_NOTICE_NOBODY */
+    char why[HOOP_NOTICE_MAX + 1];
+};
+
+/* 0 or -errno. */
+int hoop_notice_write(const struct hoop_bootstrap *bs, int fd, int kind, const struct hoop_notice *n,
+                      uint64_t deadline_ns);
+/* One message of `kind` from fd: 0, -EPIPE when the other end has closed,
+ * -EPROTO for anything else (wrong kind, token or length), or -errno. */
+int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int kind, struct hoop_notice *n,
+                     uint64_t deadline_ns);
 
 /* Internal to bootstrap/: this process's identity, the info codec, and the
  * root's side of the protocol. */

@@ -3,6 +3,7 @@
 #include "collectives/comm.h"
 #include "common/status.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -10,6 +11,9 @@ hoop_status_t hoop_coll_begin(const hoop_comm_t *comm, const char *name)
 {
     if (!comm)
         return hoop_error(HOOP_ERR_INVALID, "%s: the communicator is NULL", name);
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire) == 2 && !comm->broken)
+        return hoop_error(HOOP_ERR_ABORTED, "rank %d: %s: the communicator was aborted: %s",
+                          comm->rank, name, comm->abort_why);
     if (comm->broken)
         return hoop_error(comm->broken,
                           "rank %d: %s: the communicator is unusable after an earlier error (%s); "
@@ -70,6 +74,7 @@ hoop_status_t hoop_coll_check_root(const hoop_comm_t *comm, const char *name, in
 hoop_status_t hoop_coll_end(hoop_comm_t *comm, hoop_status_t st)
 {
     if (st && st != HOOP_ERR_INVALID) {
+        st = hoop_comm_fail(comm, st);
         comm->broken = st;
         snprintf(comm->broken_why, sizeof(comm->broken_why), "%s", hoop_last_error());
     }

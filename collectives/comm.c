@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define HOOP_CHUNK_MIN 64
 #define HOOP_CHUNK_MAX (1ull << 30)
@@ -78,6 +79,7 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory", bcfg.rank);
     c->rank = bcfg.rank;
     c->size = bcfg.size;
+    c->abort_fd = -1;
     c->launcher = bcfg.launcher;
     size_t chunk = 0;
     int depth = 0;
@@ -111,13 +113,21 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
         }
     if (c->size > 1 && (st = hoop_ring_connect(&c->ring, c->bs.peers, c->bs.comm_id, deadline)))
         goto err_boot;
+    if ((st = hoop_comm_control_init(c)))
+        goto err_boot;
     HOOP_INFO("rank %d of %d (local %d of %d) on %s: communicator ready over %s", c->rank, c->size,
               c->local_rank, c->local_size, c->bs.peers[c->rank].host, c->transport);
     *out = c;
     return HOOP_OK;
 
 err_boot:
+    if (c->size > 1)
+        hoop_ring_close(&c->ring);
     hoop_bootstrap_fini(&c->bs);
+    if (c->abort_fd >= 0)
+        close(c->abort_fd);
+    free(c);
+    return st;
 err_ring:
     if (c->size > 1)
         hoop_ring_close(&c->ring);
@@ -133,6 +143,8 @@ hoop_status_t hoop_comm_destroy(hoop_comm_t *c)
     if (c->size > 1)
         hoop_ring_close(&c->ring);
     hoop_bootstrap_fini(&c->bs);
+    if (c->abort_fd >= 0)
+        close(c->abort_fd);
     free(c);
     return HOOP_OK;
 }

@@ -20,7 +20,12 @@ struct hoop_comm {
     /* After a failed collective the ranks' streams are out of step: every
      * later call fails with the first error. */
     hoop_status_t broken;
-    char broken_why[256];
+    char broken_why[2048];
+    /* hoop_comm_abort: 0, 1 while the reason is written, 2 once it is. */
+    _Atomic int aborted;
+    char abort_why[256];
+    int abort_fd; /* eventfd the transport watches; -1 for one rank */
+    double fail_grace_s;
     char transport[48];
     const char *launcher;
 };
@@ -43,5 +48,12 @@ hoop_status_t hoop_coll_check_root(const hoop_comm_t *comm, const char *name, in
 /* After the ring: a failure other than a bad argument breaks the
  * communicator (the ranks' streams are out of step). Returns st. */
 hoop_status_t hoop_coll_end(hoop_comm_t *comm, hoop_status_t st);
+
+/* fail.c: after a failed collective, tell the root and hear its verdict
+ * (the root gathers the others' reports and names the culprit); returns the
+ * status to give the caller, with its sentence set. */
+hoop_status_t hoop_comm_fail(hoop_comm_t *comm, hoop_status_t st);
+/* Set up the communicator's control: the abort eventfd and the watches. */
+hoop_status_t hoop_comm_control_init(hoop_comm_t *comm);
 
 #endif

@@ -58,9 +58,5 @@ hoop_status_t hoop_barrier(hoop_comm_t *comm)
         return st;
     /* One byte around the ring and back: the result depends on every rank's
      * input, so no rank can leave before all have entered. */
-    unsigned char b = 0;
-    st = hoop_ring_allreduce(&comm->ring, &b, &b, 1, HOOP_U8, HOOP_MAX, comm->timeout_s);
-    if (st)
-        hoop_error_append(" (in barrier)");
-    return hoop_coll_end(comm, st);
+    return hoop_coll_end(comm, hoop_ring_barrier(&comm->ring, comm->timeout_s));
 }

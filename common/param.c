@@ -23,6 +23,7 @@ static const struct hoop_param hoop_params[] = {
     {"HOOP_BOOTSTRAP_TIMEOUT", "120", "Seconds to form a communicator before failing with the ranks that never arrived."},
     {"HOOP_SOCKET_IFNAME", "", "Interfaces whose address a rank advertises, comma-separated: name prefixes (eth), exact names (=eth0), CIDR ranges (10.0.0.0/8), ^ to exclude (^docker,lo). Unset: the interface that routes to the root."},
     {"HOOP_TIMEOUT", "300", "Seconds one collective may take before it fails with HOOP_ERR_TIMEOUT."},
+    {"HOOP_FAIL_GRACE", "2", "Seconds the root gathers the ranks' reports after a collective fails before it names the culprit to every rank (a rank that has not reported by then is named as stopped or stuck); the others wait twice as long for that word."},
     {"HOOP_TRANSPORT", "tcp", "Data transport. Only tcp exists so far."},
     {"HOOP_CHUNK_BYTES", "1M", "Ring chunk size in bytes (K/M/G suffixes); the unit of pipelining."},
     {"HOOP_PIPELINE_DEPTH", "4", "Chunks in flight per direction (receive slots of HOOP_CHUNK_BYTES each)."},

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define HOOP_ERROR_MAX 1024
+#define HOOP_ERROR_MAX 2048
 
 static _Thread_local char hoop_error_text[HOOP_ERROR_MAX];
 
@@ -61,7 +61,10 @@ hoop_status_t hoop_status_from_errno(int neg_errno)
     case ETIME:
         return HOOP_ERR_TIMEOUT;
     case ECANCELED:
+    case EINTR: /* a transport's wait woken by the communicator's control */
         return HOOP_ERR_ABORTED;
+    case EBADMSG:
+        return HOOP_ERR_MISMATCH;
     default:
         return HOOP_ERR_SYSTEM;
     }

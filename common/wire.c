@@ -41,7 +41,7 @@ int hoop_hello_decode(const uint8_t in[HOOP_HELLO_BYTES], size_t max_body, struc
         return -EPROTO;
     if (t.version != HOOP_WIRE_VERSION)
         return -EPROTONOSUPPORT;
-    if (t.kind < HOOP_HELLO_JOIN || t.kind > HOOP_HELLO_DATA)
+    if (t.kind < HOOP_HELLO_JOIN || t.kind > HOOP_HELLO_VERDICT)
         return -EPROTO;
     memcpy(t.token, in + 8, HOOP_TOKEN_BYTES);
     t.rank = (uint32_t)get_le(in + 40, 4);
@@ -127,4 +127,51 @@ void hoop_buf_get_bytes(struct hoop_buf *b, void *dst, size_t n)
         memcpy(dst, p, n);
     else if (n)
         memset(dst, 0, n);
+}
+
+void hoop_frame_encode(const struct hoop_frame *f, uint8_t out[HOOP_FRAME_BYTES])
+{
+    struct hoop_buf b = {.p = out, .len = HOOP_FRAME_BYTES};
+    hoop_buf_put_u32(&b, HOOP_FRAME_MAGIC);
+    hoop_buf_put_u16(&b, HOOP_FRAME_VERSION);
+    hoop_buf_put_u8(&b, f->coll);
+    hoop_buf_put_u8(&b, f->dtype);
+    hoop_buf_put_u8(&b, f->op);
+    hoop_buf_put_u8(&b, 0);
+    hoop_buf_put_u16(&b, 0);
+    hoop_buf_put_u32(&b, f->root);
+    hoop_buf_put_u32(&b, f->sender);
+    hoop_buf_put_u32(&b, f->step);
+    hoop_buf_put_u64(&b, f->seq);
+    hoop_buf_put_u64(&b, f->count);
+    hoop_buf_put_u64(&b, f->len);
+    hoop_buf_put_u32(&b, f->chunk);
+    hoop_buf_put_u32(&b, 0);
+}
+
+int hoop_frame_decode(const uint8_t in[HOOP_FRAME_BYTES], struct hoop_frame *f)
+{
+    struct hoop_buf b = {.p = (uint8_t *)in, .len = HOOP_FRAME_BYTES};
+    struct hoop_frame x;
+    uint32_t magic = hoop_buf_get_u32(&b);
+    uint16_t version = hoop_buf_get_u16(&b);
+    x.coll = hoop_buf_get_u8(&b);
+    x.dtype = hoop_buf_get_u8(&b);
+    x.op = hoop_buf_get_u8(&b);
+    uint32_t zero = hoop_buf_get_u8(&b);
+    zero |= hoop_buf_get_u16(&b);
+    x.root = hoop_buf_get_u32(&b);
+    x.sender = hoop_buf_get_u32(&b);
+    x.step = hoop_buf_get_u32(&b);
+    x.seq = hoop_buf_get_u64(&b);
+    x.count = hoop_buf_get_u64(&b);
+    x.len = hoop_buf_get_u64(&b);
+    x.chunk = hoop_buf_get_u32(&b);
+    zero |= hoop_buf_get_u32(&b);
+    if (b.bad || magic != HOOP_FRAME_MAGIC || zero)
+        return -EPROTO;
+    if (version != HOOP_FRAME_VERSION)
+        return -EPROTONOSUPPORT;
+    *f = x;
+    return 0;
 }

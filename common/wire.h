@@ -22,6 +22,8 @@ enum hoop_hello_kind {
     HOOP_HELLO_TABLE = 2,  /* root -> rank: body = every rank's info */
     HOOP_HELLO_REFUSE = 3, /* root -> rank: body = the reason, a sentence */
     HOOP_HELLO_DATA = 4,   /* data connection: aux = socket index */
+    HOOP_HELLO_NOTICE = 5, /* rank -> root after a failure: body = a notice */
+    HOOP_HELLO_VERDICT = 6,/* root -> rank: body = the notice that names the culprit */
 };
 
 struct hoop_hello {
@@ -70,5 +72,36 @@ uint16_t hoop_buf_get_u16(struct hoop_buf *b);
 uint32_t hoop_buf_get_u32(struct hoop_buf *b);
 uint64_t hoop_buf_get_u64(struct hoop_buf *b);
 void hoop_buf_get_bytes(struct hoop_buf *b, void *dst, size_t n);
+
+/* The header of every data message (56 bytes, little endian):
+ *   0  u32 magic "HOPD"     4  u16 version      6  u8 collective  7 u8 dtype
+ *   8  u8  op (255: none)   9  u8 zero[3]      12  u32 root (all ones: none)
+ *  16  u32 sender          20  u32 step        24  u64 sequence number
+ *  32  u64 count           40  u64 payload length
+ *  48  u32 chunk           52  u32 zero
+ * The sender says what it is doing; the receiver compares it with what it
+ * is doing itself before it trusts a byte of the payload. */
+#define HOOP_FRAME_MAGIC 0x44504f48u /* bytes 'H' 'O' 'P' 'D' */
+#define HOOP_FRAME_VERSION 1
+#define HOOP_FRAME_BYTES 56
+#define HOOP_FRAME_NONE 0xffffffffu
+
+struct hoop_frame {
+    uint8_t coll;
+    uint8_t dtype;
+    uint8_t op;
+    uint32_t root;
+    uint32_t sender;
+    uint32_t step;
+    uint64_t seq;
+    uint64_t count;
+    uint64_t len;
+    uint32_t chunk;
+};
+
+void hoop_frame_encode(const struct hoop_frame *f, uint8_t out[HOOP_FRAME_BYTES]);
+/* 0, or -EPROTO (not a hoop frame) or -EPROTONOSUPPORT (another version);
+ * f is filled only on success. */
+int hoop_frame_decode(const uint8_t in[HOOP_FRAME_BYTES], struct hoop_frame *f);
 
 #endif

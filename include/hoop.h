@@ -94,6 +94,13 @@ HOOP_API hoop_status_t hoop_comm_init(hoop_comm_t **comm, const hoop_config_t *c
  * collective: it does not wait for the other ranks. */
 HOOP_API hoop_status_t hoop_comm_destroy(hoop_comm_t *comm);
 
+/* Abort the communicator, from any thread, at any time: a collective in
+ * progress on it returns HOOP_ERR_ABORTED with `reason` (NULL: none) at
+ * once, and so does every later one; the other ranks' collectives fail
+ * with HOOP_ERR_PEER naming this rank and the reason. Then destroy the
+ * communicator (from the thread that drives it) and create a new one. */
+HOOP_API hoop_status_t hoop_comm_abort(hoop_comm_t *comm, const char *reason);
+
 /* Rank and size, and the same within this machine (ranks whose hosts match),
  * or -1 for a NULL communicator. */
 HOOP_API int hoop_comm_rank(const hoop_comm_t *comm);

@@ -10,9 +10,14 @@
  * sends 2(N-1)/N of the buffer; each element is reduced in one place in ring
  * order and then copied, so the result is the same bits on every rank. */
 #include "ring/pipeline.h"
+#include "common/status.h"
 
-hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
-                                  size_t count, hoop_dtype_t dtype, hoop_op_t op, double timeout_s)
+#include <stdint.h>
+#include <stdlib.h>
+
+static hoop_status_t ring_allreduce(struct hoop_ring *r, int coll, const char *what,
+                                    const void *sendbuf, void *recvbuf, size_t count,
+                                    hoop_dtype_t dtype, hoop_op_t op, double timeout_s, int keep)
 {
     const int n = r->size, me = r->rank;
     size_t base = count / (size_t)n, extra = count % (size_t)n;
@@ -38,8 +43,35 @@ hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void
     }
 #undef SEG_OFF
 #undef SEG_LEN
-    struct hoop_pipe p = {.what = "allreduce", .input = sendbuf, .output = recvbuf,
+    struct hoop_pipe p = {.coll = coll, .root = -1, .keep_frame = keep, .what = what, .input = sendbuf, .output = recvbuf,
                           .count = count, .dtype = dtype, .op = op, .nsteps = 2 * (n - 1),
                           .steps = st};
     return hoop_ring_run(r, &p, timeout_s);
+}
+
+hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
+                                  size_t count, hoop_dtype_t dtype, hoop_op_t op, double timeout_s)
+{
+    return ring_allreduce(r, HOOP_COLL_ALLREDUCE, "allreduce", sendbuf, recvbuf, count, dtype, op,
+                          timeout_s, 0);
+}
+
+hoop_status_t hoop_ring_barrier(struct hoop_ring *r, double timeout_s)
+{
+    unsigned char b = 0;
+    return ring_allreduce(r, HOOP_COLL_BARRIER, "barrier", &b, &b, 1, HOOP_U8, HOOP_MAX, timeout_s,
+                          0);
+}
+
+hoop_status_t hoop_ring_agree(struct hoop_ring *r, const char *what, double timeout_s)
+{
+    /* One byte per rank, so that every rank sends and receives at every
+     * step and every hop compares frames. */
+    uint8_t *b = calloc((size_t)r->size, 1);
+    if (!b)
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory", r->rank);
+    hoop_status_t st = ring_allreduce(r, r->cur.coll, what, b, b, (size_t)r->size, HOOP_U8,
+                                      HOOP_MAX, timeout_s, 1);
+    free(b);
+    return st;
 }

@@ -14,25 +14,40 @@ hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void 
 {
     const int n = r->size, me = r->rank;
     const size_t bytes = count * hoop_dtype_size(dtype);
-    uint64_t seq = ++r->seq;
+    uint64_t seq = hoop_frame_begin(r, HOOP_COLL_ALLTOALL, count, dtype, -1, -1);
     uint64_t deadline = hoop_deadline_after(timeout_s);
     hoop_status_t st;
+    int err = 0, bad_peer = -1, dir = 0;
+    char what[96];
+    snprintf(what, sizeof(what), "alltoall #%llu (%zu x %s per rank)", (unsigned long long)seq,
+             count, hoop_dtype_str(dtype));
+    /* Off the ring: the announcements on the ring let every rank compare
+     * its collective with its predecessor's. */
+    if ((err = hoop_frame_announce(r, 1, 1)))
+        goto fail;
     int *list = r->p2p_list, np = 0;
     for (int q = 0; q < n; q++)
         if (q != me)
             list[np++] = q;
-    if ((st = hoop_ring_peers(r, list, np, deadline)))
+    if ((st = hoop_ring_peers(r, list, np, deadline))) {
+        r->ops->cancel(r->tp);
+        if (r->fail_err)
+            return st; /* the agreement's own sentence */
+        r->fail_err = -ENOTCONN;
+        r->fail_peer = r->prev;
         return hoop_error(st, "rank %d: alltoall #%llu: connecting to the other ranks: %s", me,
                           (unsigned long long)seq, hoop_last_error());
+    }
     memcpy((char *)recvbuf + (size_t)me * bytes, (const char *)sendbuf + (size_t)me * bytes, bytes);
-    int err = 0, bad_peer = -1, dir = 0;
     for (int s = 1; s < n && !err; s++) {
         int to = (me + s) % n, from = (me - s + n) % n;
-        struct hoop_tp_req *sq = &r->p2p_sreq[to], *rq = &r->p2p_rreq[from];
+        struct hoop_tp_req *sq = &r->p2p_sreq[to].tp, *rq = &r->p2p_rreq[from].tp;
         sq->buf = (char *)sendbuf + (size_t)to * bytes;
         sq->len = bytes;
+        hoop_frame_send(r, &r->p2p_sreq[to], 0, 0);
         rq->buf = (char *)recvbuf + (size_t)from * bytes;
         rq->len = bytes;
+        hoop_frame_expect(r, &r->p2p_rreq[from], from, 0, 0);
         if ((err = r->ops->irecv(r->peer_rx[from], rq))) {
             bad_peer = from;
             dir = 1;
@@ -42,21 +57,28 @@ hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void 
     }
     int pending = !err;
     while (pending && !err) {
-        pending = 0;
+        int ann = hoop_frame_announced(r);
+        if (ann < 0) {
+            err = ann;
+            bad_peer = r->prev;
+            dir = 1;
+            break;
+        }
+        pending = !ann;
         for (int p = 0; p < n && !err; p++) {
             if (p == me)
                 continue;
-            if (r->p2p_sreq[p].state < 0) {
-                err = r->p2p_sreq[p].state;
+            if (r->p2p_sreq[p].tp.state < 0) {
+                err = r->p2p_sreq[p].tp.state;
                 bad_peer = p;
                 dir = 0;
-            } else if (r->p2p_rreq[p].state < 0) {
-                err = r->p2p_rreq[p].state;
+            } else if (r->p2p_rreq[p].tp.state < 0) {
+                err = r->p2p_rreq[p].tp.state;
                 bad_peer = p;
                 dir = 1;
             }
-            pending |= r->p2p_sreq[p].state == HOOP_REQ_PENDING ||
-                       r->p2p_rreq[p].state == HOOP_REQ_PENDING;
+            pending |= r->p2p_sreq[p].tp.state == HOOP_REQ_PENDING ||
+                       r->p2p_rreq[p].tp.state == HOOP_REQ_PENDING;
         }
         if (!pending || err)
             break;
@@ -68,12 +90,19 @@ hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void 
     }
     if (!err)
         return HOOP_OK;
+fail:
     r->ops->cancel(r->tp);
+    r->fail_err = err;
+    r->fail_peer = bad_peer >= 0 ? bad_peer : r->prev;
+    if ((st = hoop_frame_status(r, err, what)))
+        return st;
     if (err == -ETIMEDOUT) {
         int waiting = -1;
         for (int p = 0; p < n && waiting < 0; p++)
-            if (p != me && r->p2p_rreq[p].state == HOOP_REQ_PENDING)
+            if (p != me && r->p2p_rreq[p].tp.state == HOOP_REQ_PENDING)
                 waiting = p;
+        if (waiting < 0 && hoop_frame_announced(r) == 0)
+            waiting = r->prev;
         return hoop_error(HOOP_ERR_TIMEOUT,
                           "rank %d: alltoall #%llu (%zu x %s per rank) timed out after %.1f s: "
                           "still waiting for data from rank %d (%s)", me, (unsigned long long)seq,

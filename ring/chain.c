@@ -23,7 +23,7 @@ hoop_status_t hoop_ring_broadcast(struct hoop_ring *r, void *buf, size_t count,
         st[nsteps++] = (struct hoop_step){.send_buf = HOOP_BUF_OUTPUT, .send_len = count,
                                           .send_dep = pos > 0, .phase = "broadcast forward",
                                           .phase_steps = 1};
-    struct hoop_pipe p = {.what = "broadcast", .input = buf, .output = buf, .count = count,
+    struct hoop_pipe p = {.coll = HOOP_COLL_BROADCAST, .root = root, .what = "broadcast", .input = buf, .output = buf, .count = count,
                           .dtype = dtype, .op = -1, .nsteps = nsteps, .steps = st};
     return hoop_ring_run(r, &p, timeout_s);
 }
@@ -51,7 +51,7 @@ hoop_status_t hoop_ring_reduce(struct hoop_ring *r, const void *sendbuf, void *r
         st[nsteps++] = (struct hoop_step){.send_buf = pos == 0 ? HOOP_BUF_INPUT : HOOP_BUF_WORK,
                                           .send_len = count, .send_dep = pos > 0,
                                           .phase = "reduce forward", .phase_steps = 1};
-    struct hoop_pipe p = {.what = "reduce", .input = sendbuf, .output = recvbuf, .count = count,
+    struct hoop_pipe p = {.coll = HOOP_COLL_REDUCE, .root = root, .what = "reduce", .input = sendbuf, .output = recvbuf, .count = count,
                           .dtype = dtype, .op = op, .nsteps = nsteps, .steps = st};
     return hoop_ring_run(r, &p, timeout_s);
 }

@@ -3,12 +3,25 @@
  * first use, on their own channel so they are never mistaken for the ring's
  * connections; every rank makes them in the same collective call. */
 #include "ring/ring.h"
+#include "common/clock.h"
 #include "common/status.h"
 
 hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
                               uint64_t deadline_ns)
 {
     hoop_status_t st;
+    int missing = 0;
+    for (int i = 0; i < npeers; i++)
+        missing |= !r->peer_tx[peers[i]] || !r->peer_rx[peers[i]];
+    if (!missing)
+        return HOOP_OK;
+    /* The ranks agree on the collective first: a rank whose neighbours are
+     * in another collective learns it here, instead of waiting for
+     * connections that will never come. */
+    uint64_t now = hoop_now_ns();
+    double left = deadline_ns > now ? (double)(deadline_ns - now) / 1e9 : 0.001;
+    if ((st = hoop_ring_agree(r, "agreeing before it connects to its partners", left)))
+        return st;
     /* Every connect first, then every accept. A connect completes in the
      * peer's listen backlog without the peer doing anything, so no rank
      * ever waits for one that is itself waiting: accepting pair by pair

@@ -77,7 +77,8 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
 {
     const struct hoop_transport_ops *ops = r->ops;
     const unsigned D = (unsigned)r->depth;
-    uint64_t seq = ++r->seq;
+    uint64_t seq = p->keep_frame ? r->seq
+                                 : hoop_frame_begin(r, p->coll, p->count, p->dtype, p->op, p->root);
     uint64_t deadline = hoop_deadline_after(timeout_s);
     struct run x = {.p = p, .st = p->steps, .nsteps = p->nsteps, .es = hoop_dtype_size(p->dtype)};
     x.ce = r->chunk_bytes / x.es ? r->chunk_bytes / x.es : 1;
@@ -90,11 +91,17 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
     unsigned char slot_of[HOOP_RING_DEPTH_MAX];
 
     size_t rbytes_left = 0, sbytes_left = 0;
-    for (int t = 0; t < x.nsteps; t++) {
-        if (x.st[t].recv_mode != HOOP_RECV_NONE)
+    for (int t = 0, ns = 0, nr = 0; t < x.nsteps; t++) {
+        p->steps[t].send_ord = ns;
+        p->steps[t].recv_ord = nr;
+        if (x.st[t].recv_mode != HOOP_RECV_NONE) {
             rbytes_left += x.st[t].recv_len * es;
-        if (x.st[t].send_buf != HOOP_BUF_NONE)
+            nr++;
+        }
+        if (x.st[t].send_buf != HOOP_BUF_NONE) {
             sbytes_left += x.st[t].send_len * es;
+            ns++;
+        }
     }
 
     struct cursor spost = {0, 0}, rpost = {0, 0}, rdone;
@@ -103,14 +110,18 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
     rdone = rpost;
     unsigned long long shead = 0, stail = 0, rhead = 0, rtail = 0;
     int failed_dir = -1; /* 0 send, 1 receive */
-    int err = 0;
+    /* A rank that sends its successor no chunk announces itself instead,
+     * so that every rank compares its collective with its predecessor's. */
+    int err = hoop_frame_announce(r, sbytes_left == 0, rbytes_left == 0);
+    if (err)
+        goto fail;
 
     for (;;) {
         int moved = 0;
         /* Received chunks, in order: reduce into place, free the slot. */
-        while (rhead < rtail && r->rreq[rhead % D].state != HOOP_REQ_PENDING) {
+        while (rhead < rtail && r->rreq[rhead % D].tp.state != HOOP_REQ_PENDING) {
             unsigned i = (unsigned)(rhead % D);
-            struct hoop_tp_req *q = &r->rreq[i];
+            struct hoop_tp_req *q = &r->rreq[i].tp;
             if (q->state < 0) {
                 err = q->state;
                 failed_dir = 1;
@@ -131,8 +142,8 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
             rhead++;
             moved = 1;
         }
-        while (shead < stail && r->sreq[shead % D].state != HOOP_REQ_PENDING) {
-            struct hoop_tp_req *q = &r->sreq[shead % D];
+        while (shead < stail && r->sreq[shead % D].tp.state != HOOP_REQ_PENDING) {
+            struct hoop_tp_req *q = &r->sreq[shead % D].tp;
             if (q->state < 0) {
                 err = q->state;
                 failed_dir = 0;
@@ -145,7 +156,7 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
         while (rtail - rhead < D && rpost.t < x.nsteps) {
             const struct hoop_step *s = &x.st[rpost.t];
             unsigned i = (unsigned)(rtail % D);
-            struct hoop_tp_req *q = &r->rreq[i];
+            struct hoop_tp_req *q = &r->rreq[i].tp;
             size_t at = rpost.c * x.ce;
             meta[i].k = rpost;
             meta[i].len = chunk_len(&x, s->recv_len, rpost.c);
@@ -160,6 +171,7 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
                 q->buf = x.bufs[s->recv_buf] + (s->recv_off + at) * es;
             }
             q->len = meta[i].len * es;
+            hoop_frame_expect(r, &r->rreq[i], r->prev, (uint32_t)s->recv_ord, (uint32_t)rpost.c);
             int rc = ops->irecv(r->rx, q);
             if (rc) {
                 err = rc;
@@ -175,9 +187,10 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
                (!x.st[spost.t].send_dep || rdone.t > spost.t - 1 ||
                 (rdone.t == spost.t - 1 && rdone.c > spost.c))) {
             const struct hoop_step *s = &x.st[spost.t];
-            struct hoop_tp_req *q = &r->sreq[stail % D];
+            struct hoop_tp_req *q = &r->sreq[stail % D].tp;
             q->buf = x.bufs[s->send_buf] + (s->send_off + spost.c * x.ce) * es;
             q->len = chunk_len(&x, s->send_len, spost.c) * es;
+            hoop_frame_send(r, &r->sreq[stail % D], (uint32_t)s->send_ord, (uint32_t)spost.c);
             int rc = ops->isend(r->tx, q);
             if (rc) {
                 err = rc;
@@ -189,7 +202,12 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
             normalize(&x, &spost, 1);
             moved = 1;
         }
-        if (rdone.t >= x.nsteps && spost.t >= x.nsteps && shead == stail)
+        int ann = hoop_frame_announced(r);
+        if (ann < 0) {
+            err = ann;
+            goto fail;
+        }
+        if (rdone.t >= x.nsteps && spost.t >= x.nsteps && shead == stail && ann)
             return HOOP_OK;
         if (moved)
             continue;
@@ -215,6 +233,11 @@ fail:;
         snprintf(what, sizeof(what), "%s #%llu (%zu x %s)", p->what, (unsigned long long)seq,
                  p->count, hoop_dtype_str(p->dtype));
     ops->cancel(r->tp);
+    r->fail_err = err;
+    r->fail_peer = failed_dir == 0 ? r->next : r->prev;
+    hoop_status_t fst = hoop_frame_status(r, err, what);
+    if (fst)
+        return fst;
     if (err == -ETIMEDOUT) {
         int on_recv = rhead < rtail || rdone.t < x.nsteps;
         return hoop_error(HOOP_ERR_TIMEOUT,

@@ -30,12 +30,17 @@ struct hoop_step {
     size_t recv_len;
     size_t local_off;  /* REDUCE: offset of this rank's own input */
     int avg_n;         /* REDUCE: divide by this after the last sum of an average */
+    int send_ord;      /* filled by hoop_ring_run: which send (and receive) of the */
+    int recv_ord;      /* collective this is, the step number both ends agree on */
     const char *phase; /* for sentences: "reduce-scatter", "allgather", ... */
     int phase_step;    /* 1-based */
     int phase_steps;
 };
 
 struct hoop_pipe {
+    int coll;         /* enum hoop_coll_kind, for the frames */
+    int root;         /* for the frames; -1 for none */
+    int keep_frame;   /* part of the collective already begun: its frames, its number */
     const char *what; /* "allreduce", ... */
     const void *input;
     void *output;

@@ -102,6 +102,15 @@ void hoop_ring_close(struct hoop_ring *r)
     memset(r, 0, sizeof(*r));
 }
 
+hoop_status_t hoop_ring_watch(struct hoop_ring *r, int fd)
+{
+    int rc = r->ops->watch(r->tp, fd);
+    if (rc)
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: cannot watch descriptor %d: %s", r->rank, fd,
+                          hoop_errno_str(rc));
+    return HOOP_OK;
+}
+
 hoop_status_t hoop_ring_reserve_work(struct hoop_ring *r, size_t bytes)
 {
     if (bytes <= r->work_bytes)

@@ -4,6 +4,7 @@
 #define HOOP_RING_H
 
 #include "bootstrap/bootstrap.h"
+#include "ring/frame.h"
 #include "transport/transport.h"
 #include "hoop.h"
 
@@ -28,8 +29,8 @@ struct hoop_ring {
     size_t chunk_bytes;
     int depth;
     uint8_t *scratch; /* depth receive slots of chunk_bytes, reused by every call */
-    struct hoop_tp_req *sreq;
-    struct hoop_tp_req *rreq;
+    struct hoop_ring_req *sreq;
+    struct hoop_ring_req *rreq;
     struct hoop_step *steps; /* 2 * size entries: the table of the collective running */
     size_t *counts;          /* size entries each, for allgather's spans */
     size_t *displs;
@@ -37,12 +38,18 @@ struct hoop_ring {
     uint64_t comm_id;
     void **peer_tx;          /* size entries: direct connections, made on first use */
     void **peer_rx;
-    struct hoop_tp_req *p2p_sreq; /* size entries each */
-    struct hoop_tp_req *p2p_rreq;
+    struct hoop_ring_req *p2p_sreq; /* size entries each */
+    struct hoop_ring_req *p2p_rreq;
     int *p2p_list;           /* size entries: scratch for hoop_ring_peers' lists */
     uint8_t *work;           /* partial reductions of reduce_scatter and reduce */
     size_t work_bytes;
     uint64_t seq; /* collectives run so far */
+    struct hoop_frame cur;   /* what the running collective's frames say */
+    struct hoop_ring_req ann_s, ann_r; /* its announcements (frame.h) */
+    int ann_posted;          /* bit 0: ann_s, bit 1: ann_r */
+    char frame_why[640];     /* what the last failed frame check found */
+    int fail_err;            /* the last failure's -errno, and the rank it implicates */
+    int fail_peer;
 };
 
 /* Create the transport and the reusable buffers (before the bootstrap). */
@@ -66,11 +73,21 @@ hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
  * (and its pages touched once) so that later calls fault nothing in. */
 hoop_status_t hoop_ring_reserve_work(struct hoop_ring *r, size_t bytes);
 
+/* Watch fd in every wait of the ring (see the transport's watch). */
+hoop_status_t hoop_ring_watch(struct hoop_ring *r, int fd);
+
 /* The ring collectives. Each needs size >= 2; counts may be 0. On failure
  * the transport is cancelled: the ring must not be used again. */
 hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                   size_t count, hoop_dtype_t dtype, hoop_op_t op,
                                   double timeout_s);
+/* Before a collective off the ring makes its first connections: a ring
+ * allreduce of one byte per rank whose frames carry the collective begun,
+ * so that every rank learns that the ranks agree, or fails, before any
+ * waits for a connection. */
+hoop_status_t hoop_ring_agree(struct hoop_ring *r, const char *what, double timeout_s);
+/* One byte around the ring and back, as its own collective in the frames. */
+hoop_status_t hoop_ring_barrier(struct hoop_ring *r, double timeout_s);
 hoop_status_t hoop_ring_reduce_scatter(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                        size_t recvcount, hoop_dtype_t dtype, hoop_op_t op,
                                        double timeout_s);

@@ -18,15 +18,16 @@
 #include <string.h>
 
 /* Send `sb` to `to` and receive `rb` from `from` (either may be -1). */
-static int small_exchange(struct hoop_ring *r, int to, const void *sb, int from, void *rb,
-                          size_t bytes, uint64_t deadline, int *bad_peer)
+static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb, int from,
+                          void *rb, size_t bytes, uint64_t deadline, int *bad_peer)
 {
-    struct hoop_tp_req *sq = &r->sreq[0], *rq = &r->rreq[0];
+    struct hoop_tp_req *sq = &r->sreq[0].tp, *rq = &r->rreq[0].tp;
     sq->state = rq->state = 0;
     int rc;
     if (from >= 0) {
         rq->buf = rb;
         rq->len = bytes;
+        hoop_frame_expect(r, &r->rreq[0], from, (uint32_t)round, 0);
         if ((rc = r->ops->irecv(r->peer_rx[from], rq))) {
             *bad_peer = from;
             return rc;
@@ -35,6 +36,7 @@ static int small_exchange(struct hoop_ring *r, int to, const void *sb, int from,
     if (to >= 0) {
         sq->buf = (void *)sb;
         sq->len = bytes;
+        hoop_frame_send(r, &r->sreq[0], (uint32_t)round, 0);
         if ((rc = r->ops->isend(r->peer_tx[to], sq))) {
             *bad_peer = to;
             return rc;
@@ -48,6 +50,10 @@ static int small_exchange(struct hoop_ring *r, int to, const void *sb, int from,
         if (sq->state < 0) {
             *bad_peer = to;
             return sq->state;
+        }
+        if ((rc = hoop_frame_announced(r)) < 0) {
+            *bad_peer = r->prev;
+            return rc;
         }
         if (rq->state != HOOP_REQ_PENDING && sq->state != HOOP_REQ_PENDING)
             return 0;
@@ -69,7 +75,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
 {
     const int n = r->size, me = r->rank;
     const size_t bytes = count * hoop_dtype_size(dtype);
-    uint64_t seq = ++r->seq;
+    uint64_t seq = hoop_frame_begin(r, HOOP_COLL_ALLREDUCE, count, dtype, op, -1);
     uint64_t deadline = hoop_deadline_after(timeout_s);
     int p2 = 1;
     while (p2 * 2 <= n)
@@ -83,28 +89,38 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
         list[np++] = me + p2;
     for (int bit = 1; bit < p2 && me < p2; bit <<= 1)
         list[np++] = me ^ bit;
+    /* The partners are off the ring: the announcements on the ring let
+     * every rank compare its collective with its predecessor's. */
+    const char *phase = "announcing itself";
+    int err = hoop_frame_announce(r, 1, 1), bad = r->prev;
+    if (err)
+        goto fail;
     st = hoop_ring_peers(r, list, np, deadline);
-    if (st)
+    if (st) {
+        r->ops->cancel(r->tp);
+        if (r->fail_err)
+            return st; /* the agreement's own sentence */
+        r->fail_err = -ENOTCONN;
+        r->fail_peer = r->prev;
         return hoop_error(st, "rank %d: allreduce #%llu (small): connecting to its partners: %s",
                           me, (unsigned long long)seq, hoop_last_error());
+    }
 
     void *tmp = r->scratch; /* bytes <= the scratch size, checked by the caller */
-    int err = 0, bad = -1;
-    const char *phase = "";
+    int rounds = 0;
+    for (int b = 1; b < p2; b <<= 1)
+        rounds++;
     if (me >= p2) {
         phase = "handing input to its partner";
-        err = small_exchange(r, me - p2, sendbuf, -1, NULL, bytes, deadline, &bad);
+        err = small_exchange(r, 0, me - p2, sendbuf, -1, NULL, bytes, deadline, &bad);
         if (!err) {
             phase = "receiving the result";
-            err = small_exchange(r, -1, NULL, me - p2, recvbuf, bytes, deadline, &bad);
+            err = small_exchange(r, rounds + 1, -1, NULL, me - p2, recvbuf, bytes, deadline, &bad);
         }
     } else {
-        int rounds = 0;
-        for (int b = 1; b < p2; b <<= 1)
-            rounds++;
         if (me < extra) {
             phase = "taking its partner's input";
-            err = small_exchange(r, -1, NULL, me + p2, tmp, bytes, deadline, &bad);
+            err = small_exchange(r, 0, -1, NULL, me + p2, tmp, bytes, deadline, &bad);
             if (!err)
                 hoop_reduce_kernel(recvbuf, sendbuf, tmp, count, dtype, op,
                                    (op == HOOP_AVG && rounds == 0) ? n : 0);
@@ -114,7 +130,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
         for (int bit = 1, k = 1; bit < p2 && !err; bit <<= 1, k++) {
             int partner = me ^ bit;
             phase = "exchanging partial results";
-            err = small_exchange(r, partner, recvbuf, partner, tmp, bytes, deadline, &bad);
+            err = small_exchange(r, k, partner, recvbuf, partner, tmp, bytes, deadline, &bad);
             if (err)
                 break;
             int avg_n = (op == HOOP_AVG && k == rounds) ? n : 0;
@@ -125,12 +141,25 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
         }
         if (!err && me < extra) {
             phase = "returning the result";
-            err = small_exchange(r, me + p2, recvbuf, -1, NULL, bytes, deadline, &bad);
+            err = small_exchange(r, rounds + 1, me + p2, recvbuf, -1, NULL, bytes, deadline, &bad);
         }
+    }
+    if (!err) {
+        phase = "waiting for its predecessor's announcement";
+        bad = r->prev;
+        err = hoop_frame_announce_wait(r, deadline);
     }
     if (!err)
         return HOOP_OK;
+fail:
     r->ops->cancel(r->tp);
+    r->fail_err = err;
+    r->fail_peer = bad;
+    char what[96];
+    snprintf(what, sizeof(what), "allreduce #%llu (%zu x %s %s, small-message path)",
+             (unsigned long long)seq, count, hoop_dtype_str(dtype), hoop_op_str(op));
+    if ((st = hoop_frame_status(r, err, what)))
+        return st;
     const char *host = bad >= 0 ? r->peers[bad].host : "?";
     if (err == -ETIMEDOUT)
         return hoop_error(HOOP_ERR_TIMEOUT,

@@ -356,6 +356,7 @@ static void tcp_destroy(void *vtp)
         free(k);
     }
     tp->eng->fini(tp);
+    free(tp->watch);
     if (tp->lfd >= 0)
         close(tp->lfd);
     free(tp);
@@ -376,6 +377,7 @@ const struct hoop_transport_ops hoop_transport_tcp = {
     .isend = tcp_isend,
     .irecv = tcp_irecv,
     .progress = tcp_progress,
+    .watch = tcp_watch,
     .cancel = tcp_cancel,
     .close = tcp_close,
     .destroy = tcp_destroy,

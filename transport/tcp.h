@@ -8,15 +8,29 @@
 #include "common/wire.h"
 #include "transport/transport.h"
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
 enum { TCP_TX = 0, TCP_RX = 1 };
 
 struct tcp_dir {
     struct hoop_tp_req *head, *tail; /* queued; head is on the wire when busy */
     int busy;                        /* the engine is moving head's bytes */
+    /* The io_uring engine's record of the transfer in the kernel: a send
+     * is one sendmsg of the header and the payload; a receive of a message
+     * with a header is a header recv linked to a payload recv, so that the
+     * header is seen (and checked) while the payload is still coming. */
+    struct msghdr mh;
+    struct iovec iov[2];
+    unsigned sqes;   /* still in the kernel */
+    size_t hdr_asked;/* bytes the header recv asked for, 0 when none */
+    long hdr_res;    /* its result when short (which cancels the payload recv) */
+    long last_res;   /* the result of the last (or only) part */
+    int hdr_short;
 };
 
-/* Aligned so the low bit of its address can carry the direction in an
- * io_uring user_data. */
+/* Aligned so the low bits of its address can carry the direction and the
+ * part of a transfer in an io_uring user_data. */
 struct tcp_sock {
     int fd;
     int err; /* first error seen; later requests fail with it at once */
@@ -58,6 +72,8 @@ struct tcp_engine {
     int (*progress)(struct tcp_tp *tp, uint64_t deadline_ns);
     /* Every socket is shut: return once the kernel holds no buffer. */
     void (*drain)(struct tcp_tp *tp);
+    /* tp->watch has a new entry (at the end). 0 or -errno. */
+    int (*watch)(struct tcp_tp *tp);
 };
 
 extern const struct tcp_engine tcp_engine_uring;
@@ -75,6 +91,8 @@ struct tcp_tp {
     int nsocks;
     int sockbuf;
     unsigned user_timeout_ms;
+    int *watch;        /* descriptors whose reading wakes progress() */
+    int nwatch;
     struct tcp_conn *conns;
     struct tcp_stashed *stash;
     int nstash;
@@ -84,10 +102,15 @@ struct tcp_tp {
 int tcp_isend(void *conn, struct hoop_tp_req *req);
 int tcp_irecv(void *conn, struct hoop_tp_req *req);
 int tcp_progress(void *tp, uint64_t deadline_ns);
+int tcp_watch(void *tp, int fd);
 void tcp_cancel(void *tp);
 /* An engine's report on a busy direction: res bytes moved, 0 when the peer
  * closed, or -errno (-EAGAIN and -EINTR: nothing moved, try again).
  * Returns the number of requests it completed. */
 int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res);
+/* Part of a busy direction's transfer is done and more of it is still with
+ * the engine (the header of a message whose payload is already posted):
+ * res bytes moved. Returns 1 when the header's check failed the request. */
+int tcp_queue_part(struct tcp_tp *tp, struct tcp_sock *s, int d, size_t res);
 
 #endif

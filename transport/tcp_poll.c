@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 
 struct tcp_poll {
@@ -54,10 +55,20 @@ static int tcp_poll_io(struct tcp_tp *tp, struct tcp_sock *s, int d)
     int completed = 0;
     while (s->dir[d].busy) {
         struct hoop_tp_req *r = s->dir[d].head;
-        char *p = (char *)r->buf + r->done;
-        size_t left = r->len - r->done;
-        ssize_t n = d == TCP_TX ? send(s->fd, p, left, MSG_NOSIGNAL | MSG_DONTWAIT)
-                                : recv(s->fd, p, left, MSG_DONTWAIT);
+        /* The rest of the header, then the payload, in one call. A
+         * receive stops at the header's end, so that the header is checked
+         * before a byte of payload lands. */
+        struct iovec iov[2];
+        int n_iov = 0;
+        if (r->done < r->hdr_len)
+            iov[n_iov++] = (struct iovec){(char *)r->hdr + r->done, r->hdr_len - r->done};
+        if (r->len && (d == TCP_TX || n_iov == 0)) {
+            size_t off = r->done > r->hdr_len ? r->done - r->hdr_len : 0;
+            iov[n_iov++] = (struct iovec){(char *)r->buf + off, r->len - off};
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+        ssize_t n = d == TCP_TX ? sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT)
+                                : recvmsg(s->fd, &mh, MSG_DONTWAIT);
         if (n < 0 && errno == EAGAIN)
             break;
         completed += tcp_queue_moved(tp, s, d, n < 0 ? -errno : (long)n);
@@ -93,8 +104,29 @@ static int tcp_poll_gather(struct tcp_tp *tp, nfds_t *count)
             e->pfd[n] = (struct pollfd){.fd = s->fd, .events = ev};
             e->sock[n++] = s;
         }
+    for (int i = 0; i < tp->nwatch; i++) {
+        if (n == e->cap) {
+            size_t cap = e->cap ? 2 * e->cap : 16;
+            struct pollfd *pfd = realloc(e->pfd, cap * sizeof(*pfd));
+            if (!pfd)
+                return -ENOMEM;
+            e->pfd = pfd;
+            struct tcp_sock **sock = realloc(e->sock, cap * sizeof(*sock));
+            if (!sock)
+                return -ENOMEM;
+            e->sock = sock;
+            e->cap = cap;
+        }
+        e->pfd[n] = (struct pollfd){.fd = tp->watch[i], .events = POLLIN};
+        e->sock[n++] = NULL;
+    }
     *count = (nfds_t)n;
     return 0;
+}
+
+static int tcp_poll_watch(struct tcp_tp *tp)
+{
+    return 0; /* gathered with the sockets on every wait */
 }
 
 static int tcp_poll_progress(struct tcp_tp *tp, uint64_t deadline_ns)
@@ -114,11 +146,15 @@ static int tcp_poll_progress(struct tcp_tp *tp, uint64_t deadline_ns)
         rc = ppoll(e->pfd, n, &ts, NULL);
         if (rc < 0 && errno != EINTR)
             return -errno;
-        int completed = 0;
+        int completed = 0, woken = 0;
         for (nfds_t k = 0; rc > 0 && k < n; k++) {
             short re = e->pfd[k].revents;
             if (!re)
                 continue;
+            if (!e->sock[k]) {
+                woken = 1;
+                continue;
+            }
             /* An error or hang-up shows itself as the result of the transfer. */
             short bad = re & (POLLERR | POLLHUP | POLLNVAL);
             if (re & (POLLOUT | bad))
@@ -128,6 +164,8 @@ static int tcp_poll_progress(struct tcp_tp *tp, uint64_t deadline_ns)
         }
         if (completed)
             return completed;
+        if (woken)
+            return -EINTR;
         if (hoop_now_ns() >= deadline_ns)
             return 0;
     }
@@ -151,4 +189,5 @@ const struct tcp_engine tcp_engine_poll = {
     .start = tcp_poll_start,
     .progress = tcp_poll_progress,
     .drain = tcp_poll_drain,
+    .watch = tcp_poll_watch,
 };

@@ -4,11 +4,13 @@
  * over the connection's sockets; only the head of a queue is on the wire,
  * so at most one send and one recv are in progress per socket (a second
  * recv on the same stream could be filled out of order). A short transfer
- * is resumed for the rest. The first error of a socket sticks: every
- * request queued on it, and every later one, fails with it. */
+ * is resumed for the rest. A received header is checked the moment it is
+ * complete. The first error of a socket sticks: every request queued on
+ * it, and every later one, fails with it. */
 #include "transport/tcp.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 
 /* Returns the number of requests it ended. */
@@ -33,7 +35,7 @@ static int tcp_advance(struct tcp_tp *tp, struct tcp_sock *s, int d)
             completed += tcp_fail_queue(s, d, s->err);
             break;
         }
-        if (r->done == r->len) {
+        if (r->done == hoop_tp_req_total(r)) {
             r->state = 0;
             q->head = r->next;
             if (!q->head)
@@ -52,9 +54,30 @@ static int tcp_advance(struct tcp_tp *tp, struct tcp_sock *s, int d)
     return completed;
 }
 
+int tcp_queue_part(struct tcp_tp *tp, struct tcp_sock *s, int d, size_t res)
+{
+    struct hoop_tp_req *r = s->dir[d].head;
+    if (!r)
+        return 0;
+    size_t before = r->done;
+    r->done += res;
+    if (d != TCP_RX || !r->check || before >= r->hdr_len || r->done < r->hdr_len)
+        return 0;
+    int rc = r->check(r);
+    if (!rc)
+        return 0;
+    /* The rest of this transfer may still be in the kernel: the request
+     * ends now, its socket fails, and cancel() waits for the kernel. */
+    if (!s->err)
+        s->err = rc;
+    r->state = rc;
+    return 1;
+}
+
 int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res)
 {
     struct tcp_dir *q = &s->dir[d];
+    int completed = 0;
     q->busy = 0;
     tp->inflight--;
     if (res == -EINTR || res == -EAGAIN) {
@@ -67,10 +90,16 @@ int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res)
          * closed its end. */
         if (!s->err)
             s->err = -EPIPE;
-    } else if (q->head) {
-        q->head->done += (size_t)res;
+    } else {
+        completed = tcp_queue_part(tp, s, d, (size_t)res);
     }
-    return tcp_advance(tp, s, d);
+    if (completed && q->head) {
+        /* Failed by its check: already counted. */
+        q->head = q->head->next;
+        if (!q->head)
+            q->tail = NULL;
+    }
+    return completed + tcp_advance(tp, s, d);
 }
 
 static int tcp_post(struct tcp_conn *c, int d, struct hoop_tp_req *req)
@@ -108,6 +137,17 @@ int tcp_progress(void *vtp, uint64_t deadline_ns)
 {
     struct tcp_tp *tp = vtp;
     return tp->eng->progress(tp, deadline_ns);
+}
+
+int tcp_watch(void *vtp, int fd)
+{
+    struct tcp_tp *tp = vtp;
+    int *w = realloc(tp->watch, (size_t)(tp->nwatch + 1) * sizeof(*w));
+    if (!w)
+        return -ENOMEM;
+    tp->watch = w;
+    w[tp->nwatch++] = fd;
+    return tp->eng->watch(tp);
 }
 
 void tcp_cancel(void *vtp)

@@ -12,12 +12,28 @@
 
 #include <errno.h>
 #include <liburing.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 /* io_uring lengths are 32-bit. */
 #define TCP_MAX_IO (1u << 30)
+
+/* A watched descriptor: a one-shot POLL_ADD in the kernel while armed. */
+struct tcp_uring_watch {
+    int fd;
+    int armed;
+} __attribute__((aligned(8)));
+
+struct tcp_uring {
+    struct io_uring ring; /* first: tcp_ring() */
+    struct tcp_uring_watch **watch;
+    int nwatch;
+    int woken;
+};
+
+#define TCP_UD_WATCH 4u
 
 static struct io_uring *tcp_ring(struct tcp_tp *tp)
 {
@@ -31,7 +47,7 @@ static int tcp_uring_check(struct io_uring *ring)
     struct io_uring_probe *probe = io_uring_get_probe_ring(ring);
     if (!probe)
         return -EOPNOTSUPP;
-    int ok = io_uring_opcode_supported(probe, IORING_OP_SEND) &&
+    int ok = io_uring_opcode_supported(probe, IORING_OP_SENDMSG) &&
              io_uring_opcode_supported(probe, IORING_OP_RECV);
     io_uring_free_probe(probe);
     if (!ok)
@@ -54,9 +70,10 @@ static int tcp_uring_check(struct io_uring *ring)
 
 static int tcp_uring_init(struct tcp_tp *tp)
 {
-    struct io_uring *ring = calloc(1, sizeof(*ring));
-    if (!ring)
+    struct tcp_uring *e = calloc(1, sizeof(*e));
+    if (!e)
         return -ENOMEM;
+    struct io_uring *ring = &e->ring;
     /* COOP_TASKRUN: completions are run when we enter the kernel anyway, with
      * no interrupting IPI; no SINGLE_ISSUER, because a communicator may be
      * driven from different threads over its life. */
@@ -67,48 +84,105 @@ static int tcp_uring_init(struct tcp_tp *tp)
         rc = io_uring_queue_init_params(tp->uring_entries, ring, &p);
     }
     if (rc < 0) {
-        free(ring);
+        free(e);
         return rc;
     }
     if ((rc = tcp_uring_check(ring)) < 0) {
         io_uring_queue_exit(ring);
-        free(ring);
+        free(e);
         return rc;
     }
-    tp->eng_state = ring;
+    tp->eng_state = e;
     return 0;
 }
 
 static void tcp_uring_fini(struct tcp_tp *tp)
 {
-    struct io_uring *ring = tcp_ring(tp);
-    if (!ring)
+    struct tcp_uring *e = tp->eng_state;
+    if (!e)
         return;
-    io_uring_queue_exit(ring);
-    free(ring);
+    io_uring_queue_exit(&e->ring); /* ends the armed polls too */
+    for (int i = 0; i < e->nwatch; i++)
+        free(e->watch[i]);
+    free(e->watch);
+    free(e);
     tp->eng_state = NULL;
 }
+
+/* user_data: the socket's address, the direction in bit 0, and bit 1 set
+ * on the header recv of a linked pair. */
+#define TCP_UD_HEADER 2u
 
 static int tcp_uring_start(struct tcp_tp *tp, struct tcp_sock *s, int d)
 {
     struct io_uring *ring = tcp_ring(tp);
-    struct hoop_tp_req *r = s->dir[d].head;
-    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-    if (!sqe) {
+    struct tcp_dir *q = &s->dir[d];
+    struct hoop_tp_req *r = q->head;
+    size_t hdr_left = r->done < r->hdr_len ? r->hdr_len - r->done : 0;
+    size_t off = r->done > r->hdr_len ? r->done - r->hdr_len : 0;
+    size_t left = r->len - off;
+    unsigned n = left > TCP_MAX_IO ? TCP_MAX_IO : (unsigned)left;
+    int pair = d == TCP_RX && hdr_left && n;
+    unsigned need = pair ? 2 : 1;
+    if (io_uring_sq_space_left(ring) < need) {
         io_uring_submit(ring);
-        sqe = io_uring_get_sqe(ring);
-        if (!sqe)
+        if (io_uring_sq_space_left(ring) < need)
             return -EBUSY;
     }
-    size_t left = r->len - r->done;
-    unsigned n = left > TCP_MAX_IO ? TCP_MAX_IO : (unsigned)left;
-    char *p = (char *)r->buf + r->done;
-    if (d == TCP_TX)
-        io_uring_prep_send(sqe, s->fd, p, n, MSG_WAITALL | MSG_NOSIGNAL);
-    else
-        io_uring_prep_recv(sqe, s->fd, p, n, MSG_WAITALL);
-    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)s | (uint64_t)d);
+    uint64_t ud = (uint64_t)(uintptr_t)s | (uint64_t)d;
+    q->hdr_asked = 0;
+    q->hdr_short = 0;
+    q->sqes = need;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+    if (d == TCP_TX) {
+        int k = 0;
+        if (hdr_left)
+            q->iov[k++] = (struct iovec){(char *)r->hdr + r->done, hdr_left};
+        if (n)
+            q->iov[k++] = (struct iovec){(char *)r->buf + off, n};
+        q->mh = (struct msghdr){.msg_iov = q->iov, .msg_iovlen = (size_t)k};
+        io_uring_prep_sendmsg(sqe, s->fd, &q->mh, MSG_WAITALL | MSG_NOSIGNAL);
+        io_uring_sqe_set_data64(sqe, ud);
+        return 0;
+    }
+    if (hdr_left) {
+        q->hdr_asked = hdr_left;
+        io_uring_prep_recv(sqe, s->fd, (char *)r->hdr + r->done, (unsigned)hdr_left, MSG_WAITALL);
+        if (pair) {
+            /* A short header breaks the link: the payload recv ends with
+             * -ECANCELED and the queue starts again from what arrived. */
+            io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK);
+            io_uring_sqe_set_data64(sqe, ud | TCP_UD_HEADER);
+            sqe = io_uring_get_sqe(ring);
+        } else {
+            io_uring_sqe_set_data64(sqe, ud);
+            return 0;
+        }
+    }
+    io_uring_prep_recv(sqe, s->fd, (char *)r->buf + off, n, MSG_WAITALL);
+    io_uring_sqe_set_data64(sqe, ud);
     return 0;
+}
+
+/* One CQE of a busy direction; the queue hears of the transfer once all
+ * its parts are back. */
+static int tcp_uring_part_done(struct tcp_tp *tp, struct tcp_sock *s, int d, int header, long res)
+{
+    struct tcp_dir *q = &s->dir[d];
+    int completed = 0;
+    if (header && q->sqes > 1) {
+        if (res == (long)q->hdr_asked)
+            completed = tcp_queue_part(tp, s, d, (size_t)res);
+        else {
+            q->hdr_short = 1;
+            q->hdr_res = res;
+        }
+    } else {
+        q->last_res = res;
+    }
+    if (--q->sqes)
+        return completed;
+    return completed + tcp_queue_moved(tp, s, d, q->hdr_short ? q->hdr_res : q->last_res);
 }
 
 static int tcp_uring_reap(struct tcp_tp *tp)
@@ -119,18 +193,69 @@ static int tcp_uring_reap(struct tcp_tp *tp)
     int completed = 0;
     io_uring_for_each_cqe(ring, head, cqe) {
         seen++;
-        int d = (int)(cqe->user_data & 1);
-        struct tcp_sock *s = (struct tcp_sock *)(uintptr_t)(cqe->user_data & ~(uint64_t)1);
-        completed += tcp_queue_moved(tp, s, d, cqe->res);
+        uint64_t ud = cqe->user_data;
+        if (ud & TCP_UD_WATCH) {
+            struct tcp_uring_watch *w = (struct tcp_uring_watch *)(uintptr_t)(ud & ~(uint64_t)7);
+            w->armed = 0;
+            ((struct tcp_uring *)tp->eng_state)->woken = 1;
+            continue;
+        }
+        int d = (int)(ud & 1);
+        struct tcp_sock *s = (struct tcp_sock *)(uintptr_t)(ud & ~(uint64_t)7);
+        completed += tcp_uring_part_done(tp, s, d, (ud & TCP_UD_HEADER) != 0, cqe->res);
     }
     io_uring_cq_advance(ring, seen);
     return completed;
 }
 
+static int tcp_uring_watch(struct tcp_tp *tp)
+{
+    struct tcp_uring *e = tp->eng_state;
+    struct tcp_uring_watch *w = calloc(1, sizeof(*w));
+    struct tcp_uring_watch **all = realloc(e->watch, (size_t)(e->nwatch + 1) * sizeof(*all));
+    if (!w || !all) {
+        free(w);
+        if (all)
+            e->watch = all;
+        return -ENOMEM;
+    }
+    w->fd = tp->watch[tp->nwatch - 1];
+    e->watch = all;
+    all[e->nwatch++] = w;
+    return 0;
+}
+
+/* Arm the watches that are not: a readable descriptor completes its poll
+ * at once, so a notice that came while nobody waited is seen too. */
+static void tcp_uring_arm(struct tcp_uring *e)
+{
+    for (int i = 0; i < e->nwatch; i++) {
+        struct tcp_uring_watch *w = e->watch[i];
+        if (w->armed)
+            continue;
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+        if (!sqe) {
+            io_uring_submit(&e->ring);
+            if (!(sqe = io_uring_get_sqe(&e->ring)))
+                return;
+        }
+        io_uring_prep_poll_add(sqe, w->fd, POLLIN);
+        io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)w | TCP_UD_WATCH);
+        w->armed = 1;
+    }
+}
+
 static int tcp_uring_progress(struct tcp_tp *tp, uint64_t deadline_ns)
 {
-    struct io_uring *ring = tcp_ring(tp);
+    struct tcp_uring *e = tp->eng_state;
+    struct io_uring *ring = &e->ring;
+    tcp_uring_arm(e);
     int completed = tcp_uring_reap(tp);
+    if (e->woken && !completed) {
+        e->woken = 0;
+        return -EINTR;
+    }
+    e->woken = 0;
     if (completed) {
         io_uring_submit(ring);
         return completed;
@@ -148,6 +273,11 @@ static int tcp_uring_progress(struct tcp_tp *tp, uint64_t deadline_ns)
     completed = tcp_uring_reap(tp);
     if (io_uring_sq_ready(ring))
         io_uring_submit(ring);
+    if (e->woken && !completed) {
+        e->woken = 0;
+        return -EINTR;
+    }
+    e->woken = 0;
     return completed;
 }
 
@@ -178,4 +308,5 @@ const struct tcp_engine tcp_engine_uring = {
     .start = tcp_uring_start,
     .progress = tcp_uring_progress,
     .drain = tcp_uring_drain,
+    .watch = tcp_uring_watch,
 };

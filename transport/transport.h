@@ -23,13 +23,28 @@
  * direct ones that alltoall and the small-message path make on first use. */
 enum { HOOP_CHANNEL_RING = 0, HOOP_CHANNEL_P2P = 1 };
 
+/* A message is an optional header of hdr_len bytes and a payload of len
+ * bytes, one after the other on the wire. On a receive, check (when set) is
+ * called as soon as the header is in and before the transport waits for the
+ * payload, so a receiver learns that a sender is doing something else (or
+ * is not a hoop rank at all) without waiting for bytes that will never
+ * come; a nonzero return, -errno, ends the request with it. */
 struct hoop_tp_req {
     void *buf;                 /* set by the caller */
     size_t len;                /* set by the caller */
-    size_t done;               /* bytes moved so far */
+    void *hdr;                 /* set by the caller; NULL when hdr_len is 0 */
+    size_t hdr_len;
+    int (*check)(struct hoop_tp_req *req); /* receives only; may be NULL */
+    void *ctx;                 /* the caller's, for check */
+    size_t done;               /* bytes moved so far, header included */
     int state;                 /* HOOP_REQ_PENDING, 0 when complete, or -errno */
     struct hoop_tp_req *next;  /* the transport's queue */
 };
+
+static inline size_t hoop_tp_req_total(const struct hoop_tp_req *r)
+{
+    return r->hdr_len + r->len;
+}
 
 struct hoop_tp_params {
     int rank;
@@ -55,8 +70,13 @@ struct hoop_transport_ops {
                             uint64_t comm_id, uint64_t deadline_ns, void **conn);
     int (*isend)(void *conn, struct hoop_tp_req *req);
     int (*irecv)(void *conn, struct hoop_tp_req *req);
-    /* Returns the number of requests completed (0 at the deadline), or -errno. */
+    /* Returns the number of requests completed (0 at the deadline), or
+     * -errno; -EINTR as soon as a watched descriptor is readable. */
     int (*progress)(void *tp, uint64_t deadline_ns);
+    /* Wake every progress() while fd is readable (the communicator's abort
+     * eventfd, its bootstrap connections). fd stays the caller's and must
+     * stay open until destroy. 0 or -errno. */
+    int (*watch)(void *tp, int fd);
     /* Shut every connection and wait until no request can touch its buffer
      * again; queued requests end with -ECANCELED. The transport is then
      * only good for close/destroy. */

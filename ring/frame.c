@@ -1,0 +1,188 @@
+/* frame.c - stamping and checking the header of every data message (see
+ * frame.h). */
+#include "ring/frame.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "ring/ring.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+
+static const char *const coll_names[] = {
+    [HOOP_COLL_ALLREDUCE] = "allreduce", [HOOP_COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [HOOP_COLL_ALLGATHER] = "allgather", [HOOP_COLL_BROADCAST] = "broadcast",
+    [HOOP_COLL_REDUCE] = "reduce",       [HOOP_COLL_ALLTOALL] = "alltoall",
+    [HOOP_COLL_BARRIER] = "barrier",
+};
+
+const char *hoop_coll_str(int coll)
+{
+    if (coll <= 0 || coll >= (int)(sizeof(coll_names) / sizeof(coll_names[0])))
+        return "an unknown collective";
+    return coll_names[coll];
+}
+
+uint64_t hoop_frame_begin(struct hoop_ring *r, int coll, size_t count, hoop_dtype_t dtype, int op,
+                          int root)
+{
+    r->cur = (struct hoop_frame){
+        .coll = (uint8_t)coll, .dtype = (uint8_t)dtype, .op = op < 0 ? 255 : (uint8_t)op,
+        .root = root < 0 ? HOOP_FRAME_NONE : (uint32_t)root, .sender = (uint32_t)r->rank,
+        .seq = ++r->seq, .count = count};
+    r->ann_posted = 0;
+    r->fail_err = 0;
+    r->fail_peer = -1;
+    return r->seq;
+}
+
+void hoop_frame_send(struct hoop_ring *r, struct hoop_ring_req *q, uint32_t step, uint32_t chunk)
+{
+    struct hoop_frame f = r->cur;
+    f.step = step;
+    f.chunk = chunk;
+    f.len = q->tp.len;
+    hoop_frame_encode(&f, q->hdr);
+    q->tp.hdr = q->hdr;
+    q->tp.hdr_len = HOOP_FRAME_BYTES;
+    q->tp.check = NULL;
+}
+
+static int frame_check(struct hoop_tp_req *req);
+
+void hoop_frame_expect(struct hoop_ring *r, struct hoop_ring_req *q, int from, uint32_t step,
+                       uint32_t chunk)
+{
+    q->expect = r->cur;
+    q->expect.sender = (uint32_t)from;
+    q->expect.step = step;
+    q->expect.chunk = chunk;
+    q->expect.len = q->tp.len;
+    q->tp.hdr = q->hdr;
+    q->tp.hdr_len = HOOP_FRAME_BYTES;
+    q->tp.check = frame_check;
+    q->tp.ctx = r;
+}
+
+/* "allreduce #5 (1000 x f32 sum, root 2)" */
+void hoop_frame_what(const struct hoop_frame *f, char *out, size_t n)
+{
+    char op[24] = "", root[24] = "";
+    if (f->op != 255)
+        snprintf(op, sizeof(op), " %s",
+                 f->op < HOOP_OP_COUNT ? hoop_op_str((hoop_op_t)f->op) : "(unknown op)");
+    if (f->root != HOOP_FRAME_NONE)
+        snprintf(root, sizeof(root), ", root %u", f->root);
+    snprintf(out, n, "%s #%llu (%llu x %s%s%s)", hoop_coll_str(f->coll),
+             (unsigned long long)f->seq, (unsigned long long)f->count,
+             f->dtype < HOOP_DTYPE_COUNT ? hoop_dtype_str((hoop_dtype_t)f->dtype) : "?", op, root);
+}
+
+/* "step 3 chunk 0 (4096 bytes)" or "its announcement" */
+static void frame_where(const struct hoop_frame *f, char *out, size_t n)
+{
+    if (f->step == HOOP_FRAME_ANNOUNCE)
+        snprintf(out, n, "its announcement");
+    else
+        snprintf(out, n, "step %u chunk %u (%llu bytes)", f->step + 1, f->chunk,
+                 (unsigned long long)f->len);
+}
+
+static int frame_check(struct hoop_tp_req *req)
+{
+    struct hoop_ring_req *q = (struct hoop_ring_req *)((char *)req - offsetof(struct hoop_ring_req, tp));
+    struct hoop_ring *r = req->ctx;
+    const struct hoop_frame *want = &q->expect;
+    const struct hoop_peer *p = &r->peers[want->sender];
+    struct hoop_frame got;
+    int rc = hoop_frame_decode(q->hdr, &got);
+    if (rc || got.sender != want->sender) {
+        const uint8_t *h = q->hdr;
+        snprintf(r->frame_why, sizeof(r->frame_why),
+                 "rank %u (%s) sent bytes that are not a hoop data frame where %s was due "
+                 "(%s; first bytes %02x %02x %02x %02x %02x %02x %02x %02x): a stray writer on "
+                 "the connection, memory corruption, or another program",
+                 want->sender, p->host, want->step == HOOP_FRAME_ANNOUNCE ? "an announcement"
+                                                                         : "a data chunk",
+                 rc == -EPROTONOSUPPORT ? "another version of the frame format"
+                 : rc                   ? "bad magic"
+                                        : "the frame names another sender",
+                 h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+        return -EPROTO;
+    }
+    char gw[96], ww[96], gs[48], ws[48];
+    if (got.coll != want->coll || got.seq != want->seq || got.count != want->count ||
+        got.dtype != want->dtype || got.op != want->op || got.root != want->root) {
+        hoop_frame_what(&got, gw, sizeof(gw));
+        hoop_frame_what(want, ww, sizeof(ww));
+        snprintf(r->frame_why, sizeof(r->frame_why),
+                 "ranks called different collectives: rank %u (%s) is in %s, this rank in %s",
+                 want->sender, p->host, gw, ww);
+        return -EBADMSG;
+    }
+    if (got.step != want->step || got.chunk != want->chunk || got.len != want->len) {
+        frame_where(&got, gs, sizeof(gs));
+        frame_where(want, ws, sizeof(ws));
+        hoop_frame_what(want, ww, sizeof(ww));
+        snprintf(r->frame_why, sizeof(r->frame_why),
+                 "in %s, rank %u (%s) sent %s where this rank expected %s (do the ranks pass the "
+                 "same counts?)", ww, want->sender, p->host, gs, ws);
+        return -EBADMSG;
+    }
+    return 0;
+}
+
+int hoop_frame_announce(struct hoop_ring *r, int to_next, int from_prev)
+{
+    int rc;
+    if (from_prev) {
+        r->ann_r.tp.buf = NULL;
+        r->ann_r.tp.len = 0;
+        hoop_frame_expect(r, &r->ann_r, r->prev, HOOP_FRAME_ANNOUNCE, 0);
+        if ((rc = r->ops->irecv(r->rx, &r->ann_r.tp)))
+            return rc;
+        r->ann_posted |= 2;
+    }
+    if (to_next) {
+        r->ann_s.tp.buf = NULL;
+        r->ann_s.tp.len = 0;
+        hoop_frame_send(r, &r->ann_s, HOOP_FRAME_ANNOUNCE, 0);
+        if ((rc = r->ops->isend(r->tx, &r->ann_s.tp)))
+            return rc;
+        r->ann_posted |= 1;
+    }
+    return 0;
+}
+
+int hoop_frame_announced(const struct hoop_ring *r)
+{
+    int ss = r->ann_posted & 1 ? r->ann_s.tp.state : 0;
+    int rs = r->ann_posted & 2 ? r->ann_r.tp.state : 0;
+    if (rs < 0)
+        return rs;
+    if (ss < 0)
+        return ss;
+    return ss == HOOP_REQ_PENDING || rs == HOOP_REQ_PENDING ? 0 : 1;
+}
+
+int hoop_frame_announce_wait(struct hoop_ring *r, uint64_t deadline_ns)
+{
+    for (;;) {
+        int a = hoop_frame_announced(r);
+        if (a)
+            return a < 0 ? a : 0;
+        int rc = r->ops->progress(r->tp, deadline_ns);
+        if (rc < 0)
+            return rc;
+        if (rc == 0 && hoop_now_ns() >= deadline_ns)
+            return -ETIMEDOUT;
+    }
+}
+
+hoop_status_t hoop_frame_status(const struct hoop_ring *r, int err, const char *what)
+{
+    if (err != -EBADMSG && err != -EPROTO)
+        return HOOP_OK;
+    return hoop_error(err == -EBADMSG ? HOOP_ERR_MISMATCH : HOOP_ERR_PEER, "rank %d: %s: %s",
+                      r->rank, what, r->frame_why);
+}

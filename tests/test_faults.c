@@ -1,0 +1,811 @@
+/* test_faults.c - a rank that dies or misbehaves while the others work: the
+ * root dying in the middle of the rendezvous, strangers holding the root's
+ * port while the ranks join, and a rank that passes the rendezvous like a
+ * real one and then sends garbage in the middle of a stream.
+ *
+ * The misbehaving process is a raw child written here (a fake root, or a
+ * fake rank built on the library's own bootstrap and TCP transport, so that
+ * it is admitted like a real rank). The real ranks put what their call
+ * returned, and when, on a board in shared memory: the parent prints every
+ * rank's status, sentence and timing, and asserts on them and on the
+ * harness report.
+ */
+#include <criterion/criterion.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bootstrap/bootstrap.h"
+#include "common/clock.h"
+#include "common/sock.h"
+#include "common/wire.h"
+#include "harness.h"
+#include "hoop.h"
+#include "transport/tcp.h"
+
+/* ---- the board: what each process's call returned, and when --------------- */
+
+#define BOARD_MSG_MAX 600
+
+typedef struct board_slot {
+    int done;        /* set last, once the fields below are written */
+    int status;      /* hoop_status_t of the call under test */
+    double t_start;  /* harness_now() around the call */
+    double t_end;
+    char msg[BOARD_MSG_MAX]; /* its sentence (or, for a fake, what it did) */
+} board_slot_t;
+
+typedef struct board {
+    double t_fault; /* when the fault began (harness_now()), 0 before */
+    board_slot_t slot[HARNESS_MAX_PROCS];
+} board_t;
+
+/* Shared with every child forked after it; CLOCK_MONOTONIC (harness_now)
+ * is the same clock in every process, so the times compare. */
+static board_t *board_new(void)
+{
+    void *p = mmap(NULL, sizeof(board_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void board_free(board_t *b)
+{
+    if (b)
+        munmap(b, sizeof(*b));
+}
+
+static void board_set_time(double *at)
+{
+    double now = harness_now();
+    __atomic_store(at, &now, __ATOMIC_RELEASE);
+}
+
+static double board_time(const double *at)
+{
+    double v;
+    __atomic_load(at, &v, __ATOMIC_ACQUIRE);
+    return v;
+}
+
+static void board_record(board_t *b, int rank, int status, double t_start, double t_end,
+                         const char *msg)
+{
+    board_slot_t *s = &b->slot[rank];
+    s->status = status;
+    s->t_start = t_start;
+    s->t_end = t_end;
+    snprintf(s->msg, sizeof(s->msg), "%s", msg);
+    __atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+}
+
+static bool board_done(const board_t *b, int rank)
+{
+    return __atomic_load_n(&b->slot[rank].done, __ATOMIC_ACQUIRE) != 0;
+}
+
+static const harness_proc_t *proc_of(const harness_job_t *job, int rank)
+{
+    for (int k = 0; k < job->nprocs; k++)
+        if (job->procs[k].rank == rank)
+            return &job->procs[k];
+    return NULL;
+}
+
+/* One line per rank in [from, to) for the test's output and its failure
+ * messages: status, time the call took, time from the fault to its return,
+ * and the sentence. */
+static const char *board_summary(const board_t *b, const harness_job_t *job, int from, int to,
+                                 const char *call)
+{
+    static char out[4096];
+    size_t n = 0;
+    out[0] = '\0';
+    for (int r = from; r < to && n < sizeof(out); r++) {
+        const board_slot_t *s = &b->slot[r];
+        const harness_proc_t *p = proc_of(job, r);
+        if (!board_done(b, r)) {
+            n += (size_t)snprintf(out + n, sizeof(out) - n, "  rank %d: %s did not return (%s)\n",
+                                  r, call,
+                                  !p ? "not started"
+                                  : p->hung ? "hung, killed"
+                                  : p->signal ? "killed by a signal"
+                                              : "exited before it");
+            continue;
+        }
+        char since_fault[48] = "";
+        if (b->t_fault > 0)
+            snprintf(since_fault, sizeof(since_fault), ", %.3f s after the fault",
+                     s->t_end - b->t_fault);
+        n += (size_t)snprintf(out + n, sizeof(out) - n, "  rank %d: %s -> %s after %.3f s%s: %s\n",
+                              r, call, hoop_status_str((hoop_status_t)s->status),
+                              s->t_end - s->t_start, since_fault, s->msg);
+    }
+    return out;
+}
+
+/* ---- small socket helpers for raw children --------------------------------- */
+
+static double since(double t0)
+{
+    return harness_now() - t0;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void fill_random(void *buf, size_t len, uint32_t seed)
+{
+    uint8_t *p = buf;
+    uint32_t x = seed;
+    for (size_t i = 0; i < len; i++) {
+        x = x * 1664525u + 1013904223u;
+        p[i] = (uint8_t)(x >> 24);
+    }
+}
+
+/* Connect to the root's port on loopback, retrying while nobody listens. */
+static int connect_root(int port, double timeout_s)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    double t0 = harness_now();
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return -1;
+        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0)
+            return fd;
+        close(fd);
+        if (since(t0) > timeout_s)
+            return -1;
+        sleep_s(0.02);
+    }
+}
+
+/* Send what the peer takes; it may drop us halfway, which is its right. */
+static size_t send_best_effort(int fd, const void *buf, size_t len, double timeout_s)
+{
+    const char *p = buf;
+    size_t sent = 0;
+    double t0 = harness_now();
+    while (sent < len && since(t0) < timeout_s) {
+        ssize_t n = send(fd, p + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) {
+            sent += (size_t)n;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            poll(&pfd, 1, 100);
+        } else {
+            break;
+        }
+    }
+    return sent;
+}
+
+/* ---- 1. the root dies during the rendezvous -------------------------------- */
+
+/* The others wait for the table with this much time left: a rank that waits
+ * for it instead of noticing the root is gone is killed as hung long before
+ * its own deadline would end the wait. */
+#define ORPHAN_BOOTSTRAP_S 60.0
+/* ... and must have returned this soon after the root died. */
+#define ORPHAN_BOUND_S 10.0
+
+/* A fake rank 0: listens at the root address, accepts every other rank's
+ * connection, reads the joins of all but the last to arrive (that one stays
+ * unread in its socket), and kills itself before any table goes out. Only
+ * once every rank has reached it: a rank still trying to connect cannot
+ * tell a dead root from one that has not started yet. */
+static int dying_root(int rank, int size, int port, void *arg)
+{
+    board_t *b = arg;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (lfd >= 0)
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&addr, sizeof addr) < 0 || listen(lfd, 64) < 0)
+        return harness_failf(rank, "fake root cannot listen on port %d: %s", port,
+                             strerror(errno));
+    int fds[HARNESS_MAX_PROCS];
+    int n = 0;
+    double t0 = harness_now();
+    while (n < size - 1) {
+        if (since(t0) > 30.0)
+            return harness_failf(rank, "fake root: only %d of %d ranks connected within 30 s", n,
+                                 size - 1);
+        struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            fds[n++] = fd;
+    }
+    for (int k = 0; k < n - 1; k++) {
+        uint8_t head[HOOP_HELLO_BYTES], body[HOOP_PEER_WIRE_MAX];
+        struct hoop_hello h;
+        uint64_t dl = hoop_deadline_after(10.0);
+        int rc = hoop_sock_read_all(fds[k], head, sizeof head, dl);
+        if (rc == 0 && (rc = hoop_hello_decode(head, sizeof body, &h)) == 0)
+            rc = hoop_sock_read_all(fds[k], body, h.body_len, dl);
+        if (rc)
+            return harness_failf(rank, "fake root: reading the join of connection %d: %s", k + 1,
+                                 hoop_errno_str(rc));
+        if (h.kind != HOOP_HELLO_JOIN)
+            return harness_failf(rank, "fake root: connection %d sent hello kind %u, not a join",
+                                 k + 1, h.kind);
+    }
+    /* The last join is left unread in the socket, so that this rank sees a
+     * reset where the others see the connection closed. */
+    struct pollfd last = {.fd = fds[n - 1], .events = POLLIN};
+    bool unread = poll(&last, 1, 10000) > 0;
+    fprintf(stderr, "rank 0: fake root read %d joins, has %s, holds %d connections, and dies "
+                    "now\n",
+            n - 1, unread ? "one more unread" : "no bytes on the last", n);
+    board_set_time(&b->t_fault);
+    raise(SIGKILL);
+    return 3; /* not reached */
+}
+
+static int orphan_rank(int rank, int size, int port, void *arg)
+{
+    board_t *b = arg;
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, ORPHAN_BOOTSTRAP_S, root, token, NULL);
+    hoop_comm_t *comm = NULL;
+    double t0 = harness_now();
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    double t1 = harness_now();
+    const char *msg = st ? hoop_last_error() : "formed a communicator";
+    board_record(b, rank, st, t0, t1, msg);
+    double died = board_time(&b->t_fault);
+    fprintf(stderr, "rank %d: hoop_comm_init returned %s after %.3f s (%.3f s after the root "
+                    "died): %s\n",
+            rank, hoop_status_str(st), t1 - t0, died > 0 ? t1 - died : -1.0, msg);
+    if (st == HOOP_OK) {
+        hoop_comm_destroy(comm);
+        return harness_failf(rank, "formed a communicator although the root died before "
+                                   "sending the table");
+    }
+    if (died <= 0)
+        return harness_failf(rank, "hoop_comm_init failed before the root died");
+    if (st != HOOP_ERR_PEER)
+        return harness_failf(rank, "status %s, expected %s (the root died)", hoop_status_str(st),
+                             hoop_status_str(HOOP_ERR_PEER));
+    if (!strstr(msg, "rank 0") && !strstr(msg, "root"))
+        return harness_failf(rank, "the error names neither \"rank 0\" nor \"root\": %s", msg);
+    if (t1 - died > ORPHAN_BOUND_S)
+        return harness_failf(rank, "returned %.1f s after the root died, expected within %.0f s",
+                             t1 - died, ORPHAN_BOUND_S);
+    return 0;
+}
+
+Test(faults, root_dies_during_rendezvous, .timeout = 120)
+{
+    enum { N = 4 };
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    cr_assert(harness_spawn_raw(&job, 0, N, dying_root, b) > 0, "fork failed");
+    for (int r = 1; r < N; r++)
+        cr_assert(harness_spawn_raw(&job, r, N, orphan_rank, b) > 0, "fork failed");
+    /* The root's death counts as the first failure: the others then get
+     * 15 s, a quarter of their bootstrap timeout, before they are killed. */
+    harness_wait(&job, 45.0, 15.0);
+    const char *sum = board_summary(b, &job, 1, N, "hoop_comm_init");
+    fprintf(stderr, "faults/root_dies_during_rendezvous (bootstrap timeout %.0f s):\n%s",
+            ORPHAN_BOOTSTRAP_S, sum);
+
+    const harness_proc_t *root = proc_of(&job, 0);
+    cr_assert(root->signal == SIGKILL && b->t_fault > 0,
+              "the fake root did not get to die as planned (exit %d, signal %d):\n%s",
+              root->exit_code, root->signal, job.report);
+    for (int r = 1; r < N; r++) {
+        const harness_proc_t *p = proc_of(&job, r);
+        cr_assert(!p->hung && p->signal == 0,
+                  "rank %d hung or crashed after the root died:\n%s\n%s", r, sum, job.report);
+        cr_assert(p->exit_code == 0,
+                  "rank %d: once the root is dead, hoop_comm_init must fail with %s within "
+                  "%.0f s, naming the root:\n%s\n%s",
+                  r, hoop_status_str(HOOP_ERR_PEER), ORPHAN_BOUND_S, sum, job.report);
+    }
+    board_free(b);
+}
+
+/* ---- 2. strangers on the root's port while the ranks join ------------------ */
+
+/* Ranks that start after a silent stranger has connected must form within
+ * this: a root that waited on the stranger would wait out its hello grace
+ * (5 s per connection in common/listener.c). */
+#define STRANGER_FORM_BOUND_S 4.0
+
+/* An allreduce whose result every rank can predict, over the ring (larger
+ * than HOOP_SMALL_BYTES). */
+static int exact_sum(hoop_comm_t *comm, int rank, int size)
+{
+    enum { COUNT = 1 << 18 };
+    int32_t *in = malloc(COUNT * sizeof(int32_t)), *out = malloc(COUNT * sizeof(int32_t));
+    int rc = 0;
+    if (!in || !out) {
+        rc = harness_failf(rank, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < COUNT; i++) {
+        in[i] = rank * 100000 + (i % 99991);
+        out[i] = -1;
+    }
+    hoop_status_t st = hoop_allreduce(comm, in, out, COUNT, HOOP_I32, HOOP_SUM);
+    if (st != HOOP_OK) {
+        rc = harness_fail(rank, "allreduce after forming the communicator", st);
+        goto done;
+    }
+    for (int i = 0; i < COUNT && rc == 0; i++) {
+        int32_t want = 100000 * (size * (size - 1) / 2) + size * (i % 99991);
+        if (out[i] != want)
+            rc = harness_failf(rank, "allreduce element %d is %d, expected %d", i, (int)out[i],
+                               (int)want);
+    }
+done:
+    free(in);
+    free(out);
+    return rc;
+}
+
+static int joining_rank(int rank, int size, int port, void *arg)
+{
+    board_t *b = arg;
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    cfg.timeout_s = 30.0;
+    hoop_comm_t *comm = NULL;
+    double t0 = harness_now();
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    double t1 = harness_now();
+    board_record(b, rank, st, t0, t1, st ? hoop_last_error() : "formed");
+    if (st != HOOP_OK)
+        return harness_fail(rank, "hoop_comm_init with strangers on the root's port", st);
+    int rc = exact_sum(comm, rank, size);
+    hoop_comm_destroy(comm);
+    return rc;
+}
+
+/* Established connections to the root's port, and whether every byte sent
+ * on them has been read by the root. */
+typedef struct root_sockets {
+    int clients;
+    int unsettled; /* client bytes not acked, or accepted sockets with bytes unread */
+} root_sockets_t;
+
+static void scan_tcp_table(const char *path, int port, root_sockets_t *rs)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[512];
+    if (fgets(line, sizeof line, f)) {
+        while (fgets(line, sizeof line, f)) {
+            char laddr[64], raddr[64];
+            unsigned lport, rport, st;
+            unsigned long txq, rxq;
+            if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %63[0-9A-Fa-f]:%x %x %lx:%lx", laddr,
+                       &lport, raddr, &rport, &st, &txq, &rxq) != 7 ||
+                st != 0x01 /* TCP_ESTABLISHED */)
+                continue;
+            if ((int)rport == port) {
+                rs->clients++;
+                rs->unsettled += txq != 0;
+            }
+            if ((int)lport == port)
+                rs->unsettled += rxq != 0;
+        }
+    }
+    fclose(f);
+}
+
+/* Until `clients` connections to the root are up and everything sent on
+ * them has been read, for 100 ms in a row; false at the bound. */
+static bool wait_root_settled(int port, int clients, double bound_s)
+{
+    double t0 = harness_now();
+    int calm = 0;
+    while (since(t0) < bound_s) {
+        root_sockets_t rs = {0, 0};
+        scan_tcp_table("/proc/net/tcp", port, &rs);
+        scan_tcp_table("/proc/net/tcp6", port, &rs);
+        calm = rs.clients >= clients && rs.unsettled == 0 ? calm + 1 : 0;
+        if (calm >= 5)
+            return true;
+        sleep_s(0.02);
+    }
+    return false;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int k = 0; k < n; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
+Test(faults, stranger_holds_root_port_during_rendezvous, .timeout = 120)
+{
+    enum { N = 4 };
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    cr_assert(harness_spawn_raw(&job, 0, N, joining_rank, b) > 0, "fork failed");
+
+    /* A: connects as soon as the root listens, before any rank, and never
+     * says a word. */
+    int silent = connect_root(job.port, 20.0);
+    int connect_errno = silent < 0 ? errno : 0;
+    cr_assert(harness_spawn_raw(&job, 1, N, joining_rank, b) > 0, "fork failed");
+    /* Rank 1 joins behind A; wait until the root has read its join, so that
+     * the next strangers arrive while it holds a joined rank and waits. */
+    bool settled = silent >= 0 && wait_root_settled(job.port, 2, 10.0);
+
+    /* B: 4 KiB of random bytes. C: the first 40 bytes of a join hello with
+     * the job's token (magic, version, kind, token), then silence: it gets
+     * past every check that can be made before the rest arrives. */
+    int noisy = connect_root(job.port, 5.0);
+    if (noisy < 0 && !connect_errno)
+        connect_errno = errno;
+    int partial = connect_root(job.port, 5.0);
+    if (partial < 0 && !connect_errno)
+        connect_errno = errno;
+    size_t noisy_sent = 0, partial_sent = 0;
+    static uint8_t junk[4096];
+    fill_random(junk, sizeof junk, 0x5eed);
+    junk[0] = 'X'; /* not the start of the magic */
+    if (noisy >= 0)
+        noisy_sent = send_best_effort(noisy, junk, sizeof junk, 5.0);
+    uint8_t hello[HOOP_HELLO_BYTES] = {0};
+    memcpy(hello, "HOOP", 4);
+    put_le(hello + 4, HOOP_WIRE_VERSION, 2);
+    put_le(hello + 6, HOOP_HELLO_JOIN, 2);
+    memcpy(hello + 8, job.token, strlen(job.token) < 32 ? strlen(job.token) : 32);
+    if (partial >= 0)
+        partial_sent = send_best_effort(partial, hello, 40, 5.0);
+
+    for (int r = 2; r < N; r++)
+        cr_assert(harness_spawn_raw(&job, r, N, joining_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 60.0, 15.0);
+    /* Held open until every rank is done. */
+    if (silent >= 0)
+        close(silent);
+    if (noisy >= 0)
+        close(noisy);
+    if (partial >= 0)
+        close(partial);
+
+    const char *sum = board_summary(b, &job, 0, N, "hoop_comm_init");
+    fprintf(stderr, "faults/stranger_holds_root_port_during_rendezvous (%s):\n%s",
+            settled ? "rank 1 joined before B and C came" : "rank 1's join not seen settled", sum);
+    cr_assert(silent >= 0 && noisy >= 0 && partial >= 0,
+              "could not connect the strangers to the root (%s)\n%s", strerror(connect_errno),
+              job.report);
+    cr_assert(noisy_sent > 0 && partial_sent == 40,
+              "the strangers could not send their bytes (%zu of %zu random, %zu of 40 of the "
+              "hello)\n%s",
+              noisy_sent, sizeof junk, partial_sent, job.report);
+    cr_assert(ok,
+              "with a silent connection (from before rank 1), random bytes and a 40-byte "
+              "partial hello held on the root's port mid-rendezvous, the %d ranks must form and "
+              "sum exactly:\n%s%s",
+              N, sum, job.report);
+    for (int r = 1; r < N; r++)
+        cr_assert(b->slot[r].t_end - b->slot[r].t_start < STRANGER_FORM_BOUND_S,
+                  "rank %d took %.2f s to form; with the root serving every connection at "
+                  "once it takes milliseconds (a root that waits on a silent stranger takes "
+                  "its 5 s hello grace):\n%s",
+                  r, b->slot[r].t_end - b->slot[r].t_start, sum);
+    board_free(b);
+}
+
+/* ---- a fake rank: admitted like a real one, then does what it is told ------ */
+
+#define TCP_NSOCKS_MAX_TEST 16 /* HOOP_TCP_NSOCKS at most */
+
+/* What collectives/comm.c and ring/ring.c do to form a rank, with the
+ * library's bootstrap and transport, so that the real ranks cannot tell it
+ * from one of theirs; after that, the test drives the connections. */
+typedef struct fake_rank {
+    struct hoop_boot_cfg bcfg;
+    struct hoop_bootstrap bs;
+    const struct hoop_transport_ops *ops;
+    void *tp;
+    struct tcp_conn *tx; /* the ring connection to rank + 1 */
+    struct tcp_conn *rx; /* the ring connection from rank - 1 */
+} fake_rank_t;
+
+static hoop_status_t fake_listen(void *ctx, const struct sockaddr *local, socklen_t len,
+                                 uint8_t *handle, uint16_t *handle_len)
+{
+    fake_rank_t *f = ctx;
+    return f->ops->listen(f->tp, local, len, handle, handle_len);
+}
+
+static void fake_rank_fini(fake_rank_t *f)
+{
+    if (f->tx)
+        f->ops->close(f->tx);
+    if (f->rx)
+        f->ops->close(f->rx);
+    if (f->tp)
+        f->ops->destroy(f->tp);
+    hoop_bootstrap_fini(&f->bs);
+    memset(f, 0, sizeof(*f));
+}
+
+static hoop_status_t fake_rank_form(fake_rank_t *f, const hoop_config_t *cfg)
+{
+    memset(f, 0, sizeof(*f));
+    f->bs.root_fd = -1;
+    f->ops = &hoop_transport_tcp;
+    hoop_status_t st = hoop_boot_cfg_resolve(cfg, &f->bcfg);
+    if (st)
+        return st;
+    struct hoop_tp_params p = {.rank = f->bcfg.rank, .size = f->bcfg.size,
+                               .token = f->bcfg.token};
+    if ((st = f->ops->create(&p, &f->tp)))
+        return st;
+    uint64_t deadline = hoop_deadline_after(f->bcfg.timeout_s);
+    if ((st = hoop_bootstrap_init(&f->bs, &f->bcfg, fake_listen, f))) {
+        f->ops->destroy(f->tp);
+        f->tp = NULL;
+        return st;
+    }
+    int n = f->bcfg.size, next = (f->bcfg.rank + 1) % n, prev = (f->bcfg.rank + n - 1) % n;
+    const struct hoop_peer *pn = &f->bs.peers[next], *pp = &f->bs.peers[prev];
+    void *tx = NULL, *rx = NULL;
+    st = f->ops->connect(f->tp, next, HOOP_CHANNEL_RING, pn->host, pn->handle, pn->handle_len,
+                         f->bs.comm_id, deadline, &tx);
+    if (!st)
+        st = f->ops->accept(f->tp, prev, HOOP_CHANNEL_RING, pp->host, f->bs.comm_id, deadline,
+                            &rx);
+    f->tx = tx;
+    f->rx = rx;
+    if (st)
+        fake_rank_fini(f);
+    return st;
+}
+
+/* Send len bytes to rank + 1 through the transport, as a real rank's chunk
+ * goes: 0 or -errno. */
+static int fake_send(fake_rank_t *f, const void *buf, size_t len, double timeout_s)
+{
+    struct hoop_tp_req q = {.buf = (void *)buf, .len = len};
+    int rc = f->ops->isend(f->tx, &q);
+    if (rc)
+        return rc;
+    uint64_t deadline = hoop_deadline_after(timeout_s);
+    while (q.state == HOOP_REQ_PENDING) {
+        rc = f->ops->progress(f->tp, deadline);
+        if (rc < 0)
+            return rc;
+        if (rc == 0 && hoop_now_ns() >= deadline)
+            return -ETIMEDOUT;
+    }
+    return q.state;
+}
+
+/* Until rank - 1's first bytes have arrived (it is in the collective). */
+static bool fake_wait_rx(const fake_rank_t *f, double timeout_s)
+{
+    struct pollfd pfd[TCP_NSOCKS_MAX_TEST];
+    int n = f->rx->nsocks < TCP_NSOCKS_MAX_TEST ? f->rx->nsocks : TCP_NSOCKS_MAX_TEST;
+    for (int i = 0; i < n; i++)
+        pfd[i] = (struct pollfd){.fd = f->rx->socks[i].fd, .events = POLLIN};
+    return poll(pfd, (nfds_t)n, (int)(timeout_s * 1000)) > 0;
+}
+
+/* Read and drop what rank - 1 sends, so that its sending never waits on
+ * us; returns false once every socket has been closed by it. */
+static bool fake_drain_rx(const fake_rank_t *f, int wait_ms)
+{
+    static uint8_t sink[1 << 16];
+    struct pollfd pfd[TCP_NSOCKS_MAX_TEST];
+    int n = f->rx->nsocks < TCP_NSOCKS_MAX_TEST ? f->rx->nsocks : TCP_NSOCKS_MAX_TEST;
+    int open = 0;
+    for (int i = 0; i < n; i++)
+        pfd[i] = (struct pollfd){.fd = f->rx->socks[i].fd, .events = POLLIN};
+    if (poll(pfd, (nfds_t)n, wait_ms) <= 0)
+        return true;
+    for (int i = 0; i < n; i++) {
+        ssize_t got = 1;
+        while (pfd[i].revents && got > 0)
+            got = recv(pfd[i].fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (got != 0)
+            open++;
+        else
+            pfd[i].fd = -1;
+    }
+    return open > 0;
+}
+
+/* ---- 3. garbage in the middle of a stream ---------------------------------- */
+
+#define STREAM_COUNT (4u << 20) /* f32: 16 MiB per rank */
+#define STREAM_CHUNK (256u << 10)
+#define STREAM_GOOD_CHUNKS 2    /* sent through the transport before the garbage */
+#define STREAM_GARBAGE 4096u
+#define STREAM_TIMEOUT_S 20.0   /* HOOP_TIMEOUT of the real ranks */
+#define STREAM_BOUND_S 10.0     /* ... who must fail well before it */
+#define STREAM_FAKE 3           /* the fake rank; its ring successor is rank 0 */
+#define STREAM_HOLD_S 45.0      /* the fake keeps its connections open this long at most */
+
+static void stream_config(hoop_config_t *cfg)
+{
+    cfg->bootstrap_timeout_s = 30.0;
+    cfg->timeout_s = STREAM_TIMEOUT_S;
+    cfg->chunk_bytes = STREAM_CHUNK;
+}
+
+/* Rank 3: joins and connects like a real rank; once rank 2's data flows,
+ * sends STREAM_GOOD_CHUNKS chunks of random bytes through the transport
+ * (the right lengths, so the stream stays in step), then writes raw
+ * garbage on the socket to rank 0 where the next chunk should be, and then
+ * sends nothing more. Its connections stay open, its receiving side is
+ * drained, until every real rank has returned. */
+static int garbage_rank(int rank, int size, int port, void *arg)
+{
+    board_t *b = arg;
+    char root[64], token[64], note[BOARD_MSG_MAX];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    stream_config(&cfg);
+    fake_rank_t f;
+    double t0 = harness_now();
+    hoop_status_t st = fake_rank_form(&f, &cfg);
+    if (st)
+        return harness_fail(rank, "fake rank: joining the job", st);
+    if (!fake_wait_rx(&f, 30.0)) {
+        fake_rank_fini(&f);
+        return harness_failf(rank, "fake rank: no data from rank %d within 30 s", rank - 1);
+    }
+    uint8_t *chunk = malloc(STREAM_CHUNK);
+    if (!chunk) {
+        fake_rank_fini(&f);
+        return harness_failf(rank, "fake rank: out of memory");
+    }
+    fill_random(chunk, STREAM_CHUNK, 0xbad5eed);
+    board_set_time(&b->t_fault);
+    int good = 0, rc = 0;
+    for (; good < STREAM_GOOD_CHUNKS && rc == 0; good += rc == 0)
+        rc = fake_send(&f, chunk, STREAM_CHUNK, 10.0);
+    size_t garbage = 0;
+    if (rc == 0) {
+        /* The socket the transport would put the next chunk on. */
+        struct tcp_conn *c = f.tx;
+        int fd = c->socks[c->rr[TCP_TX] % (unsigned)c->nsocks].fd;
+        uint8_t junk[STREAM_GARBAGE];
+        fill_random(junk, sizeof junk, 0xdeadbeef);
+        garbage = send_best_effort(fd, junk, sizeof junk, 5.0);
+        snprintf(note, sizeof note,
+                 "sent %d chunks of %u random bytes through the transport, then %zu of %u "
+                 "garbage bytes raw, then nothing", good, STREAM_CHUNK, garbage, STREAM_GARBAGE);
+    } else {
+        /* The stream was refused before the garbage: fine, if the real ranks
+         * report it as they should. */
+        snprintf(note, sizeof note,
+                 "sent %d chunks of %u random bytes through the transport; the next failed "
+                 "(%s), so no raw garbage went out", good, STREAM_CHUNK, hoop_errno_str(rc));
+    }
+    free(chunk);
+    fprintf(stderr, "rank %d: fake rank %s\n", rank, note);
+    double hold = harness_now();
+    bool open = true;
+    while (since(hold) < STREAM_HOLD_S) {
+        bool all = true;
+        for (int r = 0; r < size; r++)
+            all = all && (r == rank || board_done(b, r));
+        if (all)
+            break;
+        if (open)
+            open = fake_drain_rx(&f, 50);
+        else
+            sleep_s(0.05);
+    }
+    board_record(b, rank, HOOP_OK, t0, harness_now(), note);
+    fake_rank_fini(&f);
+    return 0;
+}
+
+/* A real rank of test 3. Rank 0 reads the garbage itself; ranks 1 and 2
+ * learn of it only through the ring (their neighbour giving up), so their
+ * sentence names rank 3 only if a failing rank tells the others why. All
+ * three must fail with HOOP_ERR_PEER, name rank 3, and do so well before
+ * HOOP_TIMEOUT. */
+static int stream_victim(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    board_t *b = arg;
+    float *in = malloc(STREAM_COUNT * sizeof(float)), *out = malloc(STREAM_COUNT * sizeof(float));
+    if (!in || !out) {
+        free(in);
+        free(out);
+        return harness_failf(rank, "out of memory");
+    }
+    for (size_t i = 0; i < STREAM_COUNT; i++)
+        in[i] = (float)(rank + (int)(i % 1024));
+    double t0 = harness_now();
+    hoop_status_t st = hoop_allreduce(comm, in, out, STREAM_COUNT, HOOP_F32, HOOP_SUM);
+    double t1 = harness_now();
+    const char *msg = st ? hoop_last_error() : "the allreduce succeeded";
+    board_record(b, rank, st, t0, t1, msg);
+    free(in);
+    free(out);
+    fprintf(stderr, "rank %d: allreduce of %u f32 returned %s after %.3f s: %s\n", rank,
+            STREAM_COUNT, hoop_status_str(st), t1 - t0, msg);
+    if (st == HOOP_OK)
+        return harness_failf(rank, "the allreduce succeeded although rank %d sent garbage and "
+                                   "then stopped", STREAM_FAKE);
+    if (st != HOOP_ERR_PEER)
+        return harness_failf(rank, "status %s, expected %s (rank %d broke the protocol)",
+                             hoop_status_str(st), hoop_status_str(HOOP_ERR_PEER), STREAM_FAKE);
+    char who[16];
+    snprintf(who, sizeof who, "rank %d", STREAM_FAKE);
+    if (!strstr(msg, who))
+        return harness_failf(rank, "the error does not name \"%s\", whose stream was garbage: "
+                                   "%s", who, msg);
+    if (t1 - t0 > STREAM_BOUND_S)
+        return harness_failf(rank, "failed after %.1f s, expected within %.0f s (HOOP_TIMEOUT "
+                                   "is %.0f s)", t1 - t0, STREAM_BOUND_S, STREAM_TIMEOUT_S);
+    return 0;
+}
+
+Test(faults, garbage_in_the_middle_of_a_stream, .timeout = 150)
+{
+    enum { N = 4 };
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    stream_config(&base);
+    for (int r = 0; r < N; r++)
+        cr_assert((r == STREAM_FAKE ? harness_spawn_raw(&job, r, N, garbage_rank, b)
+                                    : harness_spawn_rank(&job, r, N, &base, stream_victim, b)) > 0,
+                  "fork failed");
+    bool ok = harness_wait(&job, 90.0, 15.0);
+    const char *sum = board_summary(b, &job, 0, N - 1, "allreduce");
+    fprintf(stderr, "faults/garbage_in_the_middle_of_a_stream (HOOP_TIMEOUT %.0f s; fake rank "
+                    "%d %s):\n%s",
+            STREAM_TIMEOUT_S, STREAM_FAKE,
+            board_done(b, STREAM_FAKE) ? b->slot[STREAM_FAKE].msg : "did not finish", sum);
+
+    const harness_proc_t *fake = proc_of(&job, STREAM_FAKE);
+    cr_assert(board_done(b, STREAM_FAKE) && fake->exit_code == 0,
+              "the fake rank %d did not get to corrupt the stream:\n%s", STREAM_FAKE,
+              job.report);
+    for (int r = 0; r < N; r++) {
+        const harness_proc_t *p = proc_of(&job, r);
+        cr_assert(!p->hung && p->signal == 0, "rank %d hung or crashed:\n%s\n%s", r, sum,
+                  job.report);
+    }
+    cr_assert(ok,
+              "after rank %d sent garbage mid-stream and stopped, every real rank must fail "
+              "with %s naming \"rank %d\" within %.0f s:\n%s%s",
+              STREAM_FAKE, hoop_status_str(HOOP_ERR_PEER), STREAM_FAKE, STREAM_BOUND_S, sum,
+              job.report);
+    board_free(b);
+}

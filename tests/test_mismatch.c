@@ -1,0 +1,216 @@
+/* test_mismatch.c - ranks that call different things fail fast with
+ * HOOP_ERR_MISMATCH and a sentence that gives both sides' values: another
+ * count, dtype, op, root or collective, the small-message path against the
+ * ring, a collective off the ring against one on it, allgatherv blocks that
+ * differ while the totals agree. No rank hangs and no rank returns HOOP_OK.
+ *
+ * Every case runs at N = 4 with rank 2 as the odd one out; each rank keeps
+ * its status, time and sentence in memory shared with the test. */
+#include <criterion/criterion.h>
+
+#include "harness.h"
+#include "hoop.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define MM_RANKS 4
+#define MM_ODD 2
+#define MM_TIMEOUT_S 30.0
+/* A mismatch is seen within one step; the time allowed covers a loaded
+ * machine, and is far below the collective's deadline. */
+#define MM_LIMIT_S 10.0
+#define MM_BIG ((size_t)1 << 20) /* elements: well above the small-message threshold */
+
+enum mm_call { MM_ALLREDUCE, MM_REDUCE_SCATTER, MM_BROADCAST, MM_ALLTOALL, MM_ALLGATHERV };
+
+struct mm_side {
+    int call;
+    size_t count;
+    hoop_dtype_t dtype;
+    hoop_op_t op;
+    int root;
+    int skew; /* allgatherv: move this many elements from block 0 to block 1 */
+};
+
+struct mm_case {
+    struct mm_side usual, odd;
+    const char *want[2]; /* in the sentence of a rank that saw the mismatch */
+};
+
+struct mm_result {
+    int status;
+    double elapsed_s;
+    char why[1024];
+};
+
+static struct mm_result *mm_shared(void)
+{
+    void *p = mmap(NULL, MM_RANKS * sizeof(struct mm_result), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(p != MAP_FAILED, "mmap");
+    memset(p, 0, MM_RANKS * sizeof(struct mm_result));
+    return p;
+}
+
+static struct mm_result *mm_results;
+
+static hoop_status_t mm_call(hoop_comm_t *comm, const struct mm_side *s, void *a, void *b)
+{
+    size_t counts[MM_RANKS], displs[MM_RANKS], off = 0;
+    switch (s->call) {
+    case MM_ALLREDUCE:
+        return hoop_allreduce(comm, a, b, s->count, s->dtype, s->op);
+    case MM_REDUCE_SCATTER:
+        return hoop_reduce_scatter(comm, a, b, s->count / MM_RANKS, s->dtype, s->op);
+    case MM_BROADCAST:
+        return hoop_broadcast(comm, a, b, s->count, s->dtype, s->root);
+    case MM_ALLTOALL:
+        return hoop_alltoall(comm, a, b, s->count / MM_RANKS, s->dtype);
+    case MM_ALLGATHERV:
+        for (int r = 0; r < MM_RANKS; r++) {
+            counts[r] = s->count / MM_RANKS;
+            displs[r] = off;
+            off += counts[r];
+        }
+        counts[0] -= (size_t)s->skew;
+        counts[1] += (size_t)s->skew;
+        displs[1] -= (size_t)s->skew;
+        return hoop_allgatherv(comm, (char *)a + displs[hoop_comm_rank(comm)] *
+                                                    hoop_dtype_size(s->dtype),
+                               b, counts, displs, s->dtype);
+    }
+    return HOOP_ERR_INVALID;
+}
+
+static int mm_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    const struct mm_case *c = arg;
+    const struct mm_side *s = rank == MM_ODD ? &c->odd : &c->usual;
+    size_t bytes = (s->count + 64) * hoop_dtype_size(s->dtype);
+    void *a = calloc(1, bytes), *b = calloc(1, bytes);
+    if (!a || !b)
+        return harness_failf(rank, "out of memory");
+    double t0 = harness_now();
+    hoop_status_t st = mm_call(comm, s, a, b);
+    struct mm_result *res = &mm_results[rank];
+    res->elapsed_s = harness_now() - t0;
+    res->status = (int)st;
+    snprintf(res->why, sizeof(res->why), "%s", st ? hoop_last_error() : "");
+    free(a);
+    free(b);
+    return 0;
+}
+
+static void mm_run(const struct mm_case *c)
+{
+    mm_results = mm_shared();
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = MM_TIMEOUT_S;
+    char report[8192];
+    bool ok = harness_run(MM_RANKS, &base, mm_rank, (void *)c, 90, report, sizeof(report));
+    cr_assert(ok, "a rank crashed or hung:\n%s", report);
+    int mismatches = 0;
+    for (int r = 0; r < MM_RANKS; r++) {
+        const struct mm_result *res = &mm_results[r];
+        cr_log_info("rank %d: status %s after %.3f s: %s", r,
+                    hoop_status_str((hoop_status_t)res->status), res->elapsed_s, res->why);
+        if (r == MM_ODD)
+            cr_expect(res->status == HOOP_ERR_MISMATCH, "the odd rank %d did not see the mismatch",
+                      r);
+        cr_expect(res->elapsed_s < MM_LIMIT_S, "rank %d took %.1f s to see the mismatch", r,
+                  res->elapsed_s);
+        if (res->status != HOOP_ERR_MISMATCH)
+            continue;
+        mismatches++;
+        for (int k = 0; k < 2 && c->want[k]; k++)
+            cr_expect(strstr(res->why, c->want[k]) != NULL,
+                      "rank %d's sentence lacks \"%s\": %s", r, c->want[k], res->why);
+    }
+    /* The rank that receives from a disagreeing one always sees it; a rank
+     * whose own exchanges all matched may finish, and when it then leaves
+     * the others hear of a departure rather than of the mismatch. */
+    cr_expect(mismatches >= 1, "%d of %d ranks returned HOOP_ERR_MISMATCH", mismatches,
+              MM_RANKS);
+    munmap(mm_results, MM_RANKS * sizeof(struct mm_result));
+}
+
+#define SIDE(call_, count_, dtype_, op_, root_) \
+    {.call = (call_), .count = (count_), .dtype = (dtype_), .op = (op_), .root = (root_)}
+
+Test(mismatch, count_on_the_ring, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_ALLREDUCE, MM_BIG, HOOP_F32, HOOP_SUM, 0),
+                        SIDE(MM_ALLREDUCE, MM_BIG + 4, HOOP_F32, HOOP_SUM, 0),
+                        {"1048576 x f32 sum", "1048580 x f32 sum"}};
+    mm_run(&c);
+}
+
+Test(mismatch, count_on_the_small_path, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_ALLREDUCE, 1000, HOOP_F32, HOOP_SUM, 0),
+                        SIDE(MM_ALLREDUCE, 999, HOOP_F32, HOOP_SUM, 0),
+                        {"1000 x f32 sum", "999 x f32 sum"}};
+    mm_run(&c);
+}
+
+Test(mismatch, small_path_against_the_ring, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_ALLREDUCE, 100, HOOP_F32, HOOP_SUM, 0),
+                        SIDE(MM_ALLREDUCE, MM_BIG, HOOP_F32, HOOP_SUM, 0),
+                        {"100 x f32 sum", "1048576 x f32 sum"}};
+    mm_run(&c);
+}
+
+Test(mismatch, dtype, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_ALLREDUCE, MM_BIG, HOOP_F32, HOOP_SUM, 0),
+                        SIDE(MM_ALLREDUCE, MM_BIG, HOOP_I32, HOOP_SUM, 0),
+                        {"x f32 sum", "x i32 sum"}};
+    mm_run(&c);
+}
+
+Test(mismatch, op, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_ALLREDUCE, 5000, HOOP_F64, HOOP_SUM, 0),
+                        SIDE(MM_ALLREDUCE, 5000, HOOP_F64, HOOP_MAX, 0),
+                        {"f64 sum", "f64 max"}};
+    mm_run(&c);
+}
+
+Test(mismatch, collective_on_the_ring, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_ALLREDUCE, MM_BIG, HOOP_F32, HOOP_SUM, 0),
+                        SIDE(MM_REDUCE_SCATTER, MM_BIG, HOOP_F32, HOOP_SUM, 0),
+                        {"allreduce #1", "reduce_scatter #1"}};
+    mm_run(&c);
+}
+
+Test(mismatch, root, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_BROADCAST, MM_BIG, HOOP_U8, 0, 0),
+                        SIDE(MM_BROADCAST, MM_BIG, HOOP_U8, 0, 1),
+                        {"root 0", "root 1"}};
+    mm_run(&c);
+}
+
+Test(mismatch, alltoall_against_allreduce, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_ALLREDUCE, 4096, HOOP_I64, HOOP_SUM, 0),
+                        SIDE(MM_ALLTOALL, 4096, HOOP_I64, 0, 0),
+                        {"allreduce #1", "alltoall #1"}};
+    mm_run(&c);
+}
+
+Test(mismatch, allgatherv_blocks_with_equal_totals, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_ALLGATHERV, 4000, HOOP_F32, 0, 0),
+                        SIDE(MM_ALLGATHERV, 4000, HOOP_F32, 0, 0),
+                        {"allgather #1", "do the ranks pass the same counts?"}};
+    c.odd.skew = 10;
+    mm_run(&c);
+}
