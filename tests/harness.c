@@ -20,6 +20,25 @@
  * library's last messages, small enough for several ranks to fit. */
 #define STDERR_TAIL 1536
 
+int harness_connect_root(int port, double timeout_s)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    double t0 = harness_now();
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return -1;
+        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0)
+            return fd;
+        close(fd);
+        if (harness_now() - t0 > timeout_s)
+            return -1;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 double harness_now(void)
 {
     struct timespec ts;

@@ -46,6 +46,10 @@ typedef struct harness_job {
     char report[8192];
 } harness_job_t;
 
+/* Connect to a root's port on 127.0.0.1, retrying while nobody listens
+ * there yet; the socket, or -1 after timeout_s. */
+int harness_connect_root(int port, double timeout_s);
+
 /* A port that was free on 127.0.0.1 a moment ago, or -1. */
 int harness_free_port(void);
 

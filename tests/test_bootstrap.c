@@ -235,29 +235,6 @@ Test(bootstrap, wrong_token_is_refused, .timeout = 90)
 
 /* ---- garbage sent to the root --------------------------------------------- */
 
-/* Connect to the root, retrying while it is not listening yet. */
-static int connect_root(int port, double timeout_s)
-{
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons((uint16_t)port);
-    double t0 = harness_now();
-    for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return -1;
-        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0)
-            return fd;
-        close(fd);
-        if (since(t0) > timeout_s)
-            return -1;
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* The root may drop the connection halfway: an error here is its right. */
 static void send_best_effort(int fd, const void *buf, size_t len)
 {
@@ -346,7 +323,7 @@ Test(bootstrap, garbage_at_root_is_ignored, .timeout = 120)
         const char *what;
         size_t n = make_probe(k, job.port, buf, sizeof buf, &what);
         /* The first connect also waits for rank 0 to listen. */
-        fds[k] = connect_root(job.port, k == 0 ? 20.0 : 10.0);
+        fds[k] = harness_connect_root(job.port, k == 0 ? 20.0 : 10.0);
         if (fds[k] < 0) {
             failed_probe = what;
             probe_errno = errno;

@@ -159,25 +159,6 @@ static void fill_random(void *buf, size_t len, uint32_t seed)
     }
 }
 
-/* Connect to the root's port on loopback, retrying while nobody listens. */
-static int connect_root(int port, double timeout_s)
-{
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    double t0 = harness_now();
-    for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return -1;
-        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0)
-            return fd;
-        close(fd);
-        if (since(t0) > timeout_s)
-            return -1;
-        sleep_s(0.02);
-    }
-}
-
 /* Send what the peer takes; it may drop us halfway, which is its right. */
 static size_t send_best_effort(int fd, const void *buf, size_t len, double timeout_s)
 {
@@ -456,7 +437,7 @@ Test(faults, stranger_holds_root_port_during_rendezvous, .timeout = 120)
 
     /* A: connects as soon as the root listens, before any rank, and never
      * says a word. */
-    int silent = connect_root(job.port, 20.0);
+    int silent = harness_connect_root(job.port, 20.0);
     int connect_errno = silent < 0 ? errno : 0;
     cr_assert(harness_spawn_raw(&job, 1, N, joining_rank, b) > 0, "fork failed");
     /* Rank 1 joins behind A; wait until the root has read its join, so that
@@ -466,10 +447,10 @@ Test(faults, stranger_holds_root_port_during_rendezvous, .timeout = 120)
     /* B: 4 KiB of random bytes. C: the first 40 bytes of a join hello with
      * the job's token (magic, version, kind, token), then silence: it gets
      * past every check that can be made before the rest arrives. */
-    int noisy = connect_root(job.port, 5.0);
+    int noisy = harness_connect_root(job.port, 5.0);
     if (noisy < 0 && !connect_errno)
         connect_errno = errno;
-    int partial = connect_root(job.port, 5.0);
+    int partial = harness_connect_root(job.port, 5.0);
     if (partial < 0 && !connect_errno)
         connect_errno = errno;
     size_t noisy_sent = 0, partial_sent = 0;

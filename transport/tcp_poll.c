@@ -76,6 +76,27 @@ static int tcp_poll_io(struct tcp_tp *tp, struct tcp_sock *s, int d)
     return completed;
 }
 
+/* Entry k of the arrays, growing them as needed: the socket it moves, or
+ * NULL for a watched descriptor. 0 or -ENOMEM. */
+static int tcp_poll_add(struct tcp_poll *e, size_t k, int fd, short ev, struct tcp_sock *s)
+{
+    if (k == e->cap) {
+        size_t cap = e->cap ? 2 * e->cap : 16;
+        struct pollfd *pfd = realloc(e->pfd, cap * sizeof(*pfd));
+        if (!pfd)
+            return -ENOMEM;
+        e->pfd = pfd;
+        struct tcp_sock **sock = realloc(e->sock, cap * sizeof(*sock));
+        if (!sock)
+            return -ENOMEM;
+        e->sock = sock;
+        e->cap = cap;
+    }
+    e->pfd[k] = (struct pollfd){.fd = fd, .events = ev};
+    e->sock[k] = s;
+    return 0;
+}
+
 /* One pollfd per socket with a busy direction; the array grows with the
  * connections (alltoall's appear on first use) and is then reused. */
 static int tcp_poll_gather(struct tcp_tp *tp, nfds_t *count)
@@ -89,37 +110,12 @@ static int tcp_poll_gather(struct tcp_tp *tp, nfds_t *count)
                                (s->dir[TCP_RX].busy ? POLLIN : 0));
             if (!ev)
                 continue;
-            if (n == e->cap) {
-                size_t cap = e->cap ? 2 * e->cap : 16;
-                struct pollfd *pfd = realloc(e->pfd, cap * sizeof(*pfd));
-                if (!pfd)
-                    return -ENOMEM;
-                e->pfd = pfd;
-                struct tcp_sock **sock = realloc(e->sock, cap * sizeof(*sock));
-                if (!sock)
-                    return -ENOMEM;
-                e->sock = sock;
-                e->cap = cap;
-            }
-            e->pfd[n] = (struct pollfd){.fd = s->fd, .events = ev};
-            e->sock[n++] = s;
-        }
-    for (int i = 0; i < tp->nwatch; i++) {
-        if (n == e->cap) {
-            size_t cap = e->cap ? 2 * e->cap : 16;
-            struct pollfd *pfd = realloc(e->pfd, cap * sizeof(*pfd));
-            if (!pfd)
+            if (tcp_poll_add(e, n++, s->fd, ev, s))
                 return -ENOMEM;
-            e->pfd = pfd;
-            struct tcp_sock **sock = realloc(e->sock, cap * sizeof(*sock));
-            if (!sock)
-                return -ENOMEM;
-            e->sock = sock;
-            e->cap = cap;
         }
-        e->pfd[n] = (struct pollfd){.fd = tp->watch[i], .events = POLLIN};
-        e->sock[n++] = NULL;
-    }
+    for (int i = 0; i < tp->nwatch; i++)
+        if (tcp_poll_add(e, n++, tp->watch[i], POLLIN, NULL))
+            return -ENOMEM;
     *count = (nfds_t)n;
     return 0;
 }
