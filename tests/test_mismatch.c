@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define MM_RANKS 4
 #define MM_ODD 2
@@ -42,6 +43,7 @@ struct mm_case {
 };
 
 struct mm_result {
+    int returned; /* in mm_results[0] only: how many ranks have returned */
     int status;
     double elapsed_s;
     char why[1024];
@@ -102,6 +104,14 @@ static int mm_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     snprintf(res->why, sizeof(res->why), "%s", st ? hoop_last_error() : "");
     free(a);
     free(b);
+    /* Stay until every rank has returned: a rank whose own exchanges matched
+     * may finish, and its leaving must not race the others' reports. */
+    __atomic_add_fetch(&mm_results[0].returned, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&mm_results[0].returned, __ATOMIC_SEQ_CST) < size &&
+           harness_now() - t0 < MM_LIMIT_S + 5) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     return 0;
 }
 
