@@ -135,6 +135,12 @@ hoop_status_t hoop_param_double(const char *name, double min, double max, double
 
 extern char **environ;
 
+/* The first len bytes of var are exactly name. */
+static int param_name_is(const char *var, size_t len, const char *name)
+{
+    return strlen(name) == len && strncmp(name, var, len) == 0;
+}
+
 void hoop_param_warn_unknown(void)
 {
     for (char **e = environ; e && *e; e++) {
@@ -144,10 +150,10 @@ void hoop_param_warn_unknown(void)
         size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
         int known = 0;
         for (int i = 0; i < HOOP_NPARAMS && !known; i++)
-            known = strlen(hoop_params[i].name) == len && strncmp(hoop_params[i].name, *e, len) == 0;
+            known = param_name_is(*e, len, hoop_params[i].name);
         /* Variables of the test suite and tools are not the library's. */
-        if (!known && strncmp(*e, "HOOP_TEST_", 10) != 0 && strncmp(*e, "HOOP_BUILD_DIR", len) != 0 &&
-            strncmp(*e, "HOOP_SOURCE_DIR", len) != 0)
+        if (!known && strncmp(*e, "HOOP_TEST_", 10) != 0 &&
+            !param_name_is(*e, len, "HOOP_BUILD_DIR") && !param_name_is(*e, len, "HOOP_SOURCE_DIR"))
             HOOP_WARN("unknown variable %.*s is ignored (ring_bench --params lists the known ones)",
                       (int)len, *e);
     }

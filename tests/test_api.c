@@ -2,6 +2,7 @@
  * argument checking, names, f16/bf16 conversions, the parameter table.
  */
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 
 #include <ctype.h>
 #include <float.h>
@@ -447,4 +448,32 @@ Test(api, parameters_are_documented)
         cr_assert(mentions(readme, name), "%s is not mentioned in %s", name, path);
     }
     free(readme);
+}
+
+/* The log names each HOOP_* variable the library does not know, the whole
+ * name, and only those: not a known one, not the test suite's own. */
+Test(api, unknown_variables_are_named_whole, .init = cr_redirect_stderr)
+{
+    cr_assert(setenv("HOOP_B", "1", 1) == 0);          /* a prefix of HOOP_BUILD_DIR */
+    cr_assert(setenv("HOOP_TIMEOUTS", "9", 1) == 0);   /* a known name plus a letter */
+    cr_assert(setenv("HOOP_TIMEOUT", "300", 1) == 0);  /* known */
+    cr_assert(setenv("HOOP_BUILD_DIR", "/nowhere", 1) == 0); /* the tests' own */
+    hoop_config_t cfg;
+    hoop_config_init(&cfg);
+    cfg.rank = 0;
+    cfg.size = 1;
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    hoop_comm_destroy(comm);
+    fflush(stderr);
+    static char log[8192];
+    FILE *f = cr_get_redirected_stderr();
+    size_t n = fread(log, 1, sizeof(log) - 1, f);
+    log[n] = '\0';
+    cr_assert_eq(st, HOOP_OK, "%s", hoop_last_error());
+    cr_assert(strstr(log, "unknown variable HOOP_B is ignored"), "HOOP_B not named:\n%s", log);
+    cr_assert(strstr(log, "unknown variable HOOP_TIMEOUTS is ignored"),
+              "HOOP_TIMEOUTS not named:\n%s", log);
+    cr_assert(!strstr(log, "variable HOOP_TIMEOUT is") && !strstr(log, "HOOP_BUILD_DIR is"),
+              "a known variable was called unknown:\n%s", log);
 }
