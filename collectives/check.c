@@ -7,13 +7,19 @@
 #include <stdint.h>
 #include <stdio.h>
 
-hoop_status_t hoop_coll_begin(const hoop_comm_t *comm, const char *name)
+hoop_status_t hoop_coll_begin(hoop_comm_t *comm, const char *name)
 {
     if (!comm)
         return hoop_error(HOOP_ERR_INVALID, "%s: the communicator is NULL", name);
-    if (atomic_load_explicit(&comm->aborted, memory_order_acquire) == 2 && !comm->broken)
-        return hoop_error(HOOP_ERR_ABORTED, "rank %d: %s: the communicator was aborted: %s",
-                          comm->rank, name, comm->abort_why);
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire) == 2 && !comm->broken) {
+        /* Aborted between collectives: the others may be in this one
+         * already, waiting on this rank. Leave the ring and tell the root,
+         * as an abort in the middle of a collective does. */
+        if (comm->size > 1)
+            hoop_ring_cancel(&comm->ring);
+        comm->abort_before = name;
+        return hoop_coll_end(comm, HOOP_ERR_ABORTED);
+    }
     if (comm->broken)
         return hoop_error(comm->broken,
                           "rank %d: %s: the communicator is unusable after an earlier error (%s); "

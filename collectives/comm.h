@@ -25,6 +25,7 @@ struct hoop_comm {
     _Atomic int aborted;
     char abort_why[256];
     int abort_fd; /* eventfd the transport watches; -1 for one rank */
+    const char *abort_before; /* the call an abort stopped before it began */
     double fail_grace_s;
     char transport[48];
     const char *launcher;
@@ -32,7 +33,7 @@ struct hoop_comm {
 
 /* Checks shared by every collective; each returns HOOP_OK or
  * HOOP_ERR_INVALID (or the broken state) with a sentence naming `name`. */
-hoop_status_t hoop_coll_begin(const hoop_comm_t *comm, const char *name);
+hoop_status_t hoop_coll_begin(hoop_comm_t *comm, const char *name);
 /* op is checked only when has_op. */
 hoop_status_t hoop_coll_check_type(const hoop_comm_t *comm, const char *name, int dtype, int has_op,
                                    int op);

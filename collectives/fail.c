@@ -158,7 +158,10 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
     struct hoop_ring *r = &c->ring;
     int err = r->fail_err;
     char what[128];
-    hoop_frame_what(&r->cur, what, sizeof(what));
+    if (c->abort_before)
+        snprintf(what, sizeof(what), "%s (before it began)", c->abort_before);
+    else
+        hoop_frame_what(&r->cur, what, sizeof(what));
     struct hoop_notice mine = {.status = (int)st, .culprit = r->fail_peer};
     int aborted = atomic_load_explicit(&c->aborted, memory_order_acquire) == 2;
     int primary;
@@ -185,6 +188,10 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
     } else {
         hoop_notice_write(&c->bs, c->bs.root_fd, HOOP_HELLO_NOTICE, &mine,
                           hoop_deadline_after(FAIL_WRITE_S));
+        /* The abort is the cause, and the caller wants its wait over now,
+         * not once the root has heard from everyone. */
+        if (aborted)
+            return hoop_error(st, "%s", mine.why);
         waited = 2 * c->fail_grace_s + FAIL_WRITE_S;
         int rc = hoop_notice_read(&c->bs, c->bs.root_fd, HOOP_HELLO_VERDICT, &v,
                                   hoop_deadline_after(waited));

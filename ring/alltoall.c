@@ -30,7 +30,7 @@ hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void 
         if (q != me)
             list[np++] = q;
     if ((st = hoop_ring_peers(r, list, np, deadline))) {
-        r->ops->cancel(r->tp);
+        hoop_ring_cancel(r);
         if (r->fail_err)
             return st; /* the agreement's own sentence */
         r->fail_err = -ENOTCONN;
@@ -91,7 +91,7 @@ hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void 
     if (!err)
         return HOOP_OK;
 fail:
-    r->ops->cancel(r->tp);
+    hoop_ring_cancel(r);
     r->fail_err = err;
     r->fail_peer = bad_peer >= 0 ? bad_peer : r->prev;
     if ((st = hoop_frame_status(r, err, what)))

@@ -232,7 +232,7 @@ fail:;
     else
         snprintf(what, sizeof(what), "%s #%llu (%zu x %s)", p->what, (unsigned long long)seq,
                  p->count, hoop_dtype_str(p->dtype));
-    ops->cancel(r->tp);
+    hoop_ring_cancel(r);
     r->fail_err = err;
     r->fail_peer = failed_dir == 0 ? r->next : r->prev;
     hoop_status_t fst = hoop_frame_status(r, err, what);

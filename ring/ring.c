@@ -72,6 +72,12 @@ hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *pee
     return r->ops->accept(r->tp, r->prev, HOOP_CHANNEL_RING, p->host, comm_id, deadline_ns, &r->rx);
 }
 
+void hoop_ring_cancel(struct hoop_ring *r)
+{
+    if (r->ops && r->tp)
+        r->ops->cancel(r->tp);
+}
+
 void hoop_ring_close(struct hoop_ring *r)
 {
     if (r->ops && r->tp) {

@@ -63,6 +63,10 @@ hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *pee
                                 uint64_t comm_id, uint64_t deadline_ns);
 void hoop_ring_close(struct hoop_ring *r);
 
+/* End every transfer in progress and shut the connections, so that the
+ * neighbours see this rank leave at once; the ring must not be used again. */
+void hoop_ring_cancel(struct hoop_ring *r);
+
 /* Make sure the direct connections (both directions) with each of
  * peers[0..npeers) exist. Collective: each of those peers must make a call
  * that lists this rank. */

@@ -97,7 +97,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
         goto fail;
     st = hoop_ring_peers(r, list, np, deadline);
     if (st) {
-        r->ops->cancel(r->tp);
+        hoop_ring_cancel(r);
         if (r->fail_err)
             return st; /* the agreement's own sentence */
         r->fail_err = -ENOTCONN;
@@ -152,7 +152,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     if (!err)
         return HOOP_OK;
 fail:
-    r->ops->cancel(r->tp);
+    hoop_ring_cancel(r);
     r->fail_err = err;
     r->fail_peer = bad;
     char what[96];
