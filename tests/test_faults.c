@@ -1,14 +1,16 @@
 /* test_faults.c - a rank that dies or misbehaves while the others work: the
  * root dying in the middle of the rendezvous, strangers holding the root's
- * port while the ranks join, and a rank that passes the rendezvous like a
- * real one and then sends garbage in the middle of a stream.
+ * port while the ranks join, a rank that passes the rendezvous like a real
+ * one and then sends garbage in the middle of a stream, and a real rank
+ * killed (SIGKILL) or stopped (SIGSTOP) in the middle of a large allreduce.
  *
  * The misbehaving process is a raw child written here (a fake root, or a
  * fake rank built on the library's own bootstrap and TCP transport, so that
- * it is admitted like a real rank). The real ranks put what their call
- * returned, and when, on a board in shared memory: the parent prints every
- * rank's status, sentence and timing, and asserts on them and on the
- * harness report.
+ * it is admitted like a real rank), or a real rank that the test process
+ * signals. The real ranks put what their call returned, and when, on a
+ * board in shared memory: the parent prints every rank's status, sentence
+ * and timing (for the kill, each survivor's detection time), and asserts on
+ * them and on the harness report.
  */
 #include <criterion/criterion.h>
 
@@ -16,6 +18,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -41,6 +44,8 @@
 
 typedef struct board_slot {
     int done;        /* set last, once the fields below are written */
+    int calls;       /* calls started so far, for the tests that loop */
+    double last_call_s; /* how long the last one that succeeded took */
     int status;      /* hoop_status_t of the call under test */
     double t_start;  /* harness_now() around the call */
     double t_end;
@@ -789,4 +794,387 @@ Test(faults, garbage_in_the_middle_of_a_stream, .timeout = 150)
               STREAM_FAKE, hoop_status_str(HOOP_ERR_PEER), STREAM_FAKE, STREAM_BOUND_S, sum,
               job.report);
     board_free(b);
+}
+
+/* ---- 4 and 5. a real rank killed or stopped mid-allreduce ------------------ */
+
+#define SIG_COUNT (16u << 20) /* f32: 64 MiB per rank, a fraction of a second a call */
+#define SIG_CALLS_MAX 1000    /* calls each rank makes at most before giving up */
+#define KILL_TIMEOUT_S 60.0   /* HOOP_TIMEOUT for the kill: detection must not wait for it */
+#define KILL_BOUND_S 5.0      /* every survivor returns this soon after the kill */
+#define STOP_TIMEOUT_S 5.0    /* HOOP_TIMEOUT for the stop: the survivors wait this out */
+/* ... and then return, naming the stopped rank, within the root's gathering
+ * (HOOP_FAIL_GRACE, 2 s by default) and this much slack for a busy machine. */
+#define STOP_FAIL_GRACE_S 2.0
+#define STOP_SLACK_S 3.0
+
+/* What a signal test expects of the survivors. Every rank, the victim
+ * included, runs allreduce_loop (below) until a call fails. The victim never
+ * returns (the test kills it); a survivor's failed call is put on the board
+ * and must be the one the signal interrupted, with the status and the
+ * culprit the test expects within its bound. */
+typedef struct sig_plan {
+    board_t *b;
+    int victim;
+    hoop_status_t want;      /* the survivors' status */
+    double min_after_start;  /* a failed call lasted at least this (0: no bound) */
+    double max_after_fault;  /* and returned this soon after the fault */
+} sig_plan_t;
+
+/* The 64 MiB allreduce that a rank repeats until a call fails (or
+ * max_calls have succeeded: HOOP_OK), every result checked, the calls
+ * started counted on the board and the last good one's time kept there;
+ * hold_s > 0 makes it sleep that long before its third call. */
+typedef struct loop_out {
+    double t0, t1; /* start and end of the failed (or last) call */
+    int call;      /* calls started */
+    long bad;      /* index of a wrong element (HOOP_OK returned), or -1 */
+    bool oom;      /* the buffers could not be allocated (HOOP_ERR_SYSTEM) */
+} loop_out_t;
+
+static hoop_status_t allreduce_loop(hoop_comm_t *comm, int rank, int size, board_t *b,
+                                    int max_calls, double hold_s, loop_out_t *o)
+{
+    float *in = malloc(SIG_COUNT * sizeof(float)), *out = malloc(SIG_COUNT * sizeof(float));
+    *o = (loop_out_t){.bad = -1, .oom = !in || !out};
+    if (o->oom) {
+        free(in);
+        free(out);
+        return HOOP_ERR_SYSTEM;
+    }
+    for (size_t i = 0; i < SIG_COUNT; i++)
+        in[i] = (float)(rank + (int)(i % 1024));
+    hoop_status_t st = HOOP_OK;
+    for (int k = 0; k < max_calls && st == HOOP_OK && o->bad < 0; k++) {
+        if (hold_s > 0 && __atomic_load_n(&b->slot[rank].calls, __ATOMIC_ACQUIRE) == 2)
+            sleep_s(hold_s);
+        int call = __atomic_add_fetch(&b->slot[rank].calls, 1, __ATOMIC_ACQ_REL);
+        o->call = call;
+        o->t0 = harness_now();
+        st = hoop_allreduce(comm, in, out, SIG_COUNT, HOOP_F32, HOOP_SUM);
+        o->t1 = harness_now();
+        if (st == HOOP_OK) {
+            double took = o->t1 - o->t0;
+            __atomic_store(&b->slot[rank].last_call_s, &took, __ATOMIC_RELEASE);
+        }
+        for (size_t i = 0; st == HOOP_OK && i < SIG_COUNT && o->bad < 0; i += 4093)
+            if (out[i] != (float)(size * (size - 1) / 2 + size * (int)(i % 1024)))
+                o->bad = (long)i;
+    }
+    free(in);
+    free(out);
+    return st;
+}
+
+static int looping_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    const sig_plan_t *plan = arg;
+    board_t *b = plan->b;
+    loop_out_t o;
+    hoop_status_t st = allreduce_loop(comm, rank, size, b, SIG_CALLS_MAX, 0, &o);
+    if (o.oom)
+        return harness_failf(rank, "out of memory");
+    if (o.bad >= 0)
+        return harness_failf(rank, "call %d: allreduce element %ld is wrong", o.call, o.bad);
+    const char *msg = st ? hoop_last_error() : "every call succeeded";
+    board_record(b, rank, st, o.t0, o.t1, msg);
+    double fault = board_time(&b->t_fault);
+    fprintf(stderr, "rank %d: allreduce call %d returned %s after %.3f s (%.3f s after the "
+                    "fault): %s\n",
+            rank, o.call, hoop_status_str(st), o.t1 - o.t0, fault > 0 ? o.t1 - fault : -1.0,
+            msg);
+    if (st == HOOP_OK)
+        return harness_failf(rank, "%d calls succeeded and rank %d was never signalled",
+                             SIG_CALLS_MAX, plan->victim);
+    if (fault <= 0 || o.t0 > fault)
+        return harness_failf(rank, "call %d failed, but it did not start before the fault "
+                                   "(fault at %+.3f s of the call)", o.call,
+                             fault > 0 ? fault - o.t0 : -1.0);
+    if (st != plan->want)
+        return harness_failf(rank, "status %s, expected %s", hoop_status_str(st),
+                             hoop_status_str(plan->want));
+    char who[16];
+    snprintf(who, sizeof who, "rank %d", plan->victim);
+    if (!strstr(msg, who))
+        return harness_failf(rank, "the error does not name \"%s\": %s", who, msg);
+    if (o.t1 - fault > plan->max_after_fault)
+        return harness_failf(rank, "returned %.2f s after the fault, expected within %.1f s",
+                             o.t1 - fault, plan->max_after_fault);
+    if (o.t1 - o.t0 < plan->min_after_start)
+        return harness_failf(rank, "returned %.2f s into the call, before its deadline of "
+                                   "%.1f s", o.t1 - o.t0, plan->min_after_start);
+    return 0;
+}
+
+/* Start N ranks of looping_rank, signal the victim in the middle of one of
+ * its calls (the second or later, once every connection is up), let the
+ * survivors return, and check them. */
+static void signal_mid_allreduce(int victim, int sig, const sig_plan_t *plan_in, double timeout_s,
+                                 const char *name)
+{
+    enum { N = 4 };
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    sig_plan_t plan = *plan_in;
+    plan.b = b;
+    plan.victim = victim;
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = timeout_s;
+    for (int r = 0; r < N; r++)
+        cr_assert(harness_spawn_rank(&job, r, N, &base, looping_rank, &plan) > 0, "fork failed");
+    const harness_proc_t *vp = proc_of(&job, victim);
+
+    /* A third of the way into one of the victim's calls, once two have
+     * run (every connection is up, the pages are touched): every rank is
+     * then sending and receiving. */
+    double t0 = harness_now(), into = 0;
+    int call = 0;
+    while (since(t0) < 60.0 && __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE) < 3 &&
+           !vp->done)
+        sleep_s(0.005);
+    int before = __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE);
+    while (since(t0) < 60.0 &&
+           (call = __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE)) == before)
+        sleep_s(0.0005);
+    bool armed = call > before && before >= 3;
+    if (armed) {
+        into = board_time(&b->slot[victim].last_call_s) / 3;
+        sleep_s(into);
+        board_set_time(&b->t_fault);
+        kill(vp->pid, sig);
+    }
+    /* A stopped victim never returns: once the survivors have (or could
+     * not have in time), it is killed so that the job can end. */
+    if (armed && sig == SIGSTOP) {
+        double bound = timeout_s + plan.max_after_fault + 10.0;
+        bool all = false;
+        while (!all && since(b->t_fault) < bound) {
+            all = true;
+            for (int r = 0; r < N; r++)
+                all = all && (r == victim || board_done(b, r) || proc_of(&job, r)->done);
+            if (!all)
+                sleep_s(0.01);
+        }
+        kill(vp->pid, SIGKILL);
+    }
+    if (!armed)
+        kill(vp->pid, SIGKILL);
+    harness_wait(&job, 150.0, timeout_s + plan.max_after_fault + 10.0);
+
+    char head[160];
+    snprintf(head, sizeof head, "%s (HOOP_TIMEOUT %.0f s; rank %d got signal %d %.3f s into "
+                                "its call %d, a third of the call before)",
+             name, timeout_s, victim, sig, into, call);
+    char sum[4096];
+    snprintf(sum, sizeof sum, "%s", board_summary(b, &job, 0, N, "allreduce"));
+    /* The detection times, one line per survivor, in the test's output. */
+    fprintf(stderr, "faults/%s:\n%s", head, sum);
+
+    cr_assert(armed, "rank %d never reached its fourth call within 60 s:\n%s", victim,
+              job.report);
+    cr_assert(vp->signal == SIGKILL, "rank %d was not ended by SIGKILL (exit %d, signal %d):\n%s",
+              victim, vp->exit_code, vp->signal, job.report);
+    for (int r = 0; r < N; r++) {
+        if (r == victim)
+            continue;
+        const harness_proc_t *p = proc_of(&job, r);
+        cr_assert(!p->hung && p->signal == 0, "rank %d hung or crashed:\n%s\n%s", r, sum,
+                  job.report);
+        cr_assert(p->exit_code == 0,
+                  "every survivor must return %s naming \"rank %d\", %.1f s after the signal "
+                  "at most:\n%s\n%s",
+                  hoop_status_str(plan.want), victim, plan.max_after_fault, sum, job.report);
+    }
+    board_free(b);
+}
+
+Test(faults, sigkill_a_rank_mid_allreduce, .timeout = 180)
+{
+    sig_plan_t plan = {.want = HOOP_ERR_PEER, .max_after_fault = KILL_BOUND_S};
+    signal_mid_allreduce(2, SIGKILL, &plan, KILL_TIMEOUT_S, "sigkill_a_rank_mid_allreduce");
+}
+
+Test(faults, sigkill_the_root_mid_allreduce, .timeout = 180)
+{
+    sig_plan_t plan = {.want = HOOP_ERR_PEER, .max_after_fault = KILL_BOUND_S};
+    signal_mid_allreduce(0, SIGKILL, &plan, KILL_TIMEOUT_S, "sigkill_the_root_mid_allreduce");
+}
+
+Test(faults, sigstop_a_rank_mid_allreduce, .timeout = 180)
+{
+    /* At the deadline, not before it; and then within the root's gathering
+     * (HOOP_FAIL_GRACE) of it. */
+    sig_plan_t plan = {.want = HOOP_ERR_TIMEOUT,
+                       .min_after_start = STOP_TIMEOUT_S,
+                       .max_after_fault = STOP_TIMEOUT_S + STOP_FAIL_GRACE_S + STOP_SLACK_S};
+    signal_mid_allreduce(2, SIGSTOP, &plan, STOP_TIMEOUT_S, "sigstop_a_rank_mid_allreduce");
+}
+
+/* ---- 6. hoop_comm_abort ------------------------------------------------------ */
+
+#define ABORT_RANK 1
+#define ABORT_REASON "the test's watchdog says stop"
+/* In the mid-call test, rank ABORT_HELD sleeps ABORT_HOLD_S before its
+ * third call, and rank ABORT_RANK's other thread aborts ABORT_AFTER_S into
+ * its own third call: ABORT_RANK is then certainly waiting in that call
+ * (for data that depends on ABORT_HELD's), however busy the machine. */
+#define ABORT_HELD 3
+#define ABORT_HOLD_S 1.5
+#define ABORT_AFTER_S 0.5
+#define ABORT_SELF_BOUND_S 1.0   /* the aborted rank's wait ends this soon */
+#define ABORT_OTHERS_BOUND_S 5.0 /* the others fail, naming it, this soon */
+
+typedef struct abort_plan {
+    board_t *b;
+    bool between_calls; /* abort between two calls, not in the middle of one */
+} abort_plan_t;
+
+typedef struct abort_thread_arg {
+    hoop_comm_t *comm;
+    board_t *b;
+    hoop_status_t st;
+} abort_thread_arg_t;
+
+/* Another thread of rank ABORT_RANK: ABORT_AFTER_S into its third call,
+ * aborts the communicator. */
+static void *abort_thread(void *varg)
+{
+    abort_thread_arg_t *a = varg;
+    board_t *b = a->b;
+    double t0 = harness_now();
+    while (__atomic_load_n(&b->slot[ABORT_RANK].calls, __ATOMIC_ACQUIRE) < 3 &&
+           since(t0) < 60.0)
+        sleep_s(0.0005);
+    sleep_s(ABORT_AFTER_S);
+    board_set_time(&b->t_fault);
+    a->st = hoop_comm_abort(a->comm, ABORT_REASON);
+    return NULL;
+}
+
+/* Every rank: allreduce until a call fails (rank ABORT_RANK aborts its
+ * communicator, from another thread in the middle of a call or from its
+ * own between two calls), check the failure, check that the broken
+ * communicator answers at once with the same error, destroy it, and form
+ * a new one on the same root that sums exactly. */
+static int aborting_job_rank(int rank, int size, int port, void *arg)
+{
+    const abort_plan_t *plan = arg;
+    board_t *b = plan->b;
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st)
+        return harness_fail(rank, "hoop_comm_init", st);
+    bool aborter = rank == ABORT_RANK;
+    pthread_t th;
+    abort_thread_arg_t ta = {.comm = comm, .b = b, .st = HOOP_OK};
+    if (aborter && !plan->between_calls && pthread_create(&th, NULL, abort_thread, &ta)) {
+        hoop_comm_destroy(comm);
+        return harness_failf(rank, "pthread_create failed");
+    }
+    loop_out_t o = {.bad = -1};
+    if (aborter && plan->between_calls) {
+        st = allreduce_loop(comm, rank, size, b, 2, 0, &o);
+        if (st == HOOP_OK && o.bad < 0) {
+            board_set_time(&b->t_fault);
+            ta.st = hoop_comm_abort(comm, ABORT_REASON);
+        }
+    }
+    double hold = !plan->between_calls && rank == ABORT_HELD ? ABORT_HOLD_S : 0;
+    if (st == HOOP_OK && o.bad < 0)
+        st = allreduce_loop(comm, rank, size, b, SIG_CALLS_MAX, hold, &o);
+    if (aborter && !plan->between_calls)
+        pthread_join(th, NULL);
+    char msg[BOARD_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", st ? hoop_last_error() : "every call succeeded");
+    board_record(b, rank, st, o.t0, o.t1, msg);
+    double fault = board_time(&b->t_fault);
+    fprintf(stderr, "rank %d: allreduce call %d returned %s after %.3f s (%.3f s after the "
+                    "abort): %s\n",
+            rank, o.call, hoop_status_str(st), o.t1 - o.t0, fault > 0 ? o.t1 - fault : -1.0,
+            msg);
+    int rc = 0;
+    hoop_status_t want = aborter ? HOOP_ERR_ABORTED : HOOP_ERR_PEER;
+    double bound = aborter ? ABORT_SELF_BOUND_S : ABORT_OTHERS_BOUND_S;
+    char who[16];
+    snprintf(who, sizeof who, "rank %d", ABORT_RANK);
+    if (o.oom || o.bad >= 0)
+        rc = harness_failf(rank, "call %d: %s", o.call,
+                           o.oom ? "out of memory" : "an element of the result is wrong");
+    else if (ta.st != HOOP_OK)
+        rc = harness_fail(rank, "hoop_comm_abort", ta.st);
+    else if (st != want)
+        rc = harness_failf(rank, "status %s, expected %s", hoop_status_str(st),
+                           hoop_status_str(want));
+    else if (!strstr(msg, ABORT_REASON) || !strstr(msg, who))
+        rc = harness_failf(rank, "the error names neither \"%s\" nor the reason \"%s\": %s", who,
+                           ABORT_REASON, msg);
+    else if (fault <= 0 || o.t1 - fault > bound)
+        rc = harness_failf(rank, "returned %.2f s after the abort, expected within %.1f s",
+                           o.t1 - fault, bound);
+    else if (!plan->between_calls && aborter && o.t0 > fault)
+        rc = harness_failf(rank, "the abort came between calls, not in the middle of one");
+    if (rc) {
+        hoop_comm_destroy(comm);
+        return rc;
+    }
+    /* Broken now: the next call returns the same status at once. */
+    double t2 = harness_now();
+    float x = 1;
+    hoop_status_t again = hoop_allreduce(comm, &x, &x, 1, HOOP_F32, HOOP_SUM);
+    if (again != st || harness_now() - t2 > 0.5) {
+        hoop_comm_destroy(comm);
+        return harness_failf(rank, "after the failure, the next call returned %s after %.2f s "
+                                   "(expected %s at once): %s",
+                             hoop_status_str(again), harness_now() - t2, hoop_status_str(st),
+                             hoop_last_error());
+    }
+    if ((st = hoop_comm_destroy(comm)))
+        return harness_fail(rank, "hoop_comm_destroy after the abort", st);
+    /* And a new communicator on the same root works. */
+    if ((st = hoop_comm_init(&comm, &cfg)))
+        return harness_fail(rank, "hoop_comm_init of a new communicator after the abort", st);
+    rc = exact_sum(comm, rank, size);
+    if ((st = hoop_comm_destroy(comm)) && rc == 0)
+        rc = harness_fail(rank, "hoop_comm_destroy of the new communicator", st);
+    return rc;
+}
+
+static void abort_job(bool between_calls, const char *name)
+{
+    enum { N = 4 };
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    abort_plan_t plan = {.b = b, .between_calls = between_calls};
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < N; r++)
+        cr_assert(harness_spawn_raw(&job, r, N, aborting_job_rank, &plan) > 0, "fork failed");
+    bool ok = harness_wait(&job, 120.0, 20.0);
+    char sum[4096];
+    snprintf(sum, sizeof sum, "%s", board_summary(b, &job, 0, N, "allreduce"));
+    fprintf(stderr, "faults/%s (rank %d aborts %s):\n%s", name, ABORT_RANK,
+            between_calls ? "between two calls" : "from another thread mid-call", sum);
+    cr_assert(ok,
+              "rank %d's call must return %s with the reason within %.0f s, the others %s "
+              "naming it within %.0f s; then each must destroy the communicator and sum "
+              "exactly on a new one:\n%s%s",
+              ABORT_RANK, hoop_status_str(HOOP_ERR_ABORTED), ABORT_SELF_BOUND_S,
+              hoop_status_str(HOOP_ERR_PEER), ABORT_OTHERS_BOUND_S, sum, job.report);
+    board_free(b);
+}
+
+Test(faults, abort_from_another_thread_mid_allreduce, .timeout = 150)
+{
+    abort_job(false, "abort_from_another_thread_mid_allreduce");
+}
+
+Test(faults, abort_between_calls, .timeout = 150)
+{
+    abort_job(true, "abort_between_calls");
 }
