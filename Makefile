@@ -37,7 +37,7 @@ LIB_SO   := $(BUILD)/libhoop.so.$(VERSION)
 PROGS    := $(BUILD)/hooprun $(BUILD)/ring_bench
 TESTBIN  := $(BUILD)/hoop_tests
 
-.PHONY: all clean install test bench test-asan fuzz
+.PHONY: all clean install test bench test-asan test-tsan test-valgrind fuzz
 all: $(LIB_A) $(LIB_SO) $(PROGS)
 
 # The reduction kernels are the hot loop: let the compiler vectorise them.
@@ -80,25 +80,44 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # TEST_ARGS passes options to Criterion (e.g. TEST_ARGS='--filter=allreduce/*').
 # The suite starts real ranks as processes; the tests find hooprun and
 # ring_bench through HOOP_BUILD_DIR. It runs once per TCP engine: all of it
-# on io_uring, the multi-process suites again on poll, and the allreduce
+# on io_uring, the multi-process suites (and those of failures) again on poll, and the allreduce
 # suite once more where io_uring is refused, so that auto really falls back.
 TEST_ENV = HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR)
 test: all $(TESTBIN) $(BUILD)/no_uring
 	$(TEST_ENV) HOOP_TCP_ENGINE=uring $(TESTBIN) --jobs 2 $(TEST_ARGS)
 	$(TEST_ENV) HOOP_TCP_ENGINE=poll $(TESTBIN) --jobs 2 \
-	    --filter='@(allreduce|bootstrap|collectives|paths)/*' $(TEST_ARGS)
+	    --filter='@(allreduce|bootstrap|collectives|faults|mismatch|paths|soak)/*' $(TEST_ARGS)
 	$(TEST_ENV) HOOP_TCP_ENGINE=auto $(BUILD)/no_uring $(TESTBIN) --jobs 2 \
 	    --filter='allreduce/*' $(TEST_ARGS)
 
 # The whole suite under ASan and UBSan, in its own build tree. The suite's
-# ranks are forked processes, so every rank runs instrumented too. (No TSan
-# target: Criterion's shared arena cannot start under TSan, and the library
-# starts no threads of its own yet.)
+# ranks are forked processes, so every rank runs instrumented too.
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 test-asan:
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	    UBSAN_OPTIONS=print_stacktrace=1 \
 	    $(MAKE) BUILD=$(BUILD)/asan OPT=-O1 EXTRA_CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" test
+
+# The whole suite under TSan, in its own build tree (gcc: clang puts its TSan
+# runtime in programs only, and libhoop.so is linked with --no-undefined).
+# tests/tsan_arena.c lets Criterion start beside TSan's memory layout, the
+# harness forks ranks so that TSan keeps checking them, and halt_on_error
+# makes a race fail the test it happens in.
+TSAN_FLAGS := -fsanitize=thread
+test-tsan:
+	TSAN_OPTIONS=halt_on_error=1 \
+	    $(MAKE) BUILD=$(BUILD)/tsan OPT=-O1 EXTRA_CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" test
+
+# valgrind's memcheck on 4-rank jobs of ring_bench, each rank under
+# valgrind: an allreduce on each TCP engine (io_uring and poll) and an
+# alltoall (whose connections are made on first use). Any error, and any
+# block lost (definitely, indirectly or possibly) when a rank exits, fails.
+VALGRIND := valgrind -q --error-exitcode=3 --leak-check=full \
+    --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible
+test-valgrind: all
+	HOOP_TCP_ENGINE=uring $(BUILD)/hooprun -np 4 $(VALGRIND) $(BUILD)/ring_bench -b 8 -e 16M -f 8 -n 2 -w 1
+	HOOP_TCP_ENGINE=poll $(BUILD)/hooprun -np 4 $(VALGRIND) $(BUILD)/ring_bench -b 8 -e 16M -f 8 -n 2 -w 1
+	$(BUILD)/hooprun -np 4 $(VALGRIND) $(BUILD)/ring_bench -C alltoall -b 8 -e 1M -f 8 -n 2 -w 1
 
 # libFuzzer on the parsers of what arrives from the network, FUZZ_SECONDS
 # each (clang only). New inputs go to build/fuzz/corpus-*, the saved seeds

@@ -16,9 +16,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#if HARNESS_ASAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
 /* How much of a failed child's stderr goes into the report: enough for the
- * library's last messages, small enough for several ranks to fit. */
-#define STDERR_TAIL 1536
+ * library's last messages (or a whole TSan report), small enough for
+ * several ranks to fit. */
+#define STDERR_TAIL (HARNESS_TSAN ? 4096 : 1536)
 
 int harness_connect_root(int port, double timeout_s)
 {
@@ -194,7 +199,14 @@ static pid_t spawn(harness_job_t *job, int rank, int size, const rank_ctx_t *ctx
         return -1;
     pid_t parent = getpid();
     fflush(NULL); /* or the child would write the parent's pending output again */
+#if HARNESS_TSAN
+    /* The Criterion worker has threads of its own, and TSan stops checking
+     * (and refuses new threads in) a child that fork() makes of a process
+     * with threads. It does not intercept _Fork(), so the rank stays checked. */
+    pid_t pid = _Fork();
+#else
     pid_t pid = fork();
+#endif
     if (pid < 0) {
         if (p->memfd >= 0)
             close(p->memfd);
@@ -203,6 +215,15 @@ static pid_t spawn(harness_job_t *job, int rank, int size, const rank_ctx_t *ctx
     if (pid == 0) {
         child_setup(p->memfd, parent);
         int rc = ctx ? run_rank(rank, size, ctx) : raw(rank, size, job->port, raw_arg);
+#if HARNESS_ASAN
+        /* _exit skips LeakSanitizer's check at exit, so a rank that
+         * succeeded is checked here: whatever the library (or the rank)
+         * allocated and no longer reaches fails the rank, with the
+         * report in its stderr. */
+        if (rc == 0 && __lsan_do_recoverable_leak_check())
+            rc = harness_failf(rank, "LeakSanitizer found memory that is no longer reachable "
+                                     "(report above)");
+#endif
         fflush(NULL);
         /* _exit: the Criterion worker's atexit handlers belong to the worker. */
         _exit(rc & 0xff);

@@ -14,6 +14,31 @@
 
 #include "hoop.h"
 
+/* 1 in a ThreadSanitizer build (gcc defines the first, clang has the
+ * second), else 0. */
+#if defined(__SANITIZE_THREAD__)
+#define HARNESS_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HARNESS_TSAN 1
+#endif
+#endif
+#ifndef HARNESS_TSAN
+#define HARNESS_TSAN 0
+#endif
+
+/* 1 in an AddressSanitizer build, else 0. */
+#if defined(__SANITIZE_ADDRESS__)
+#define HARNESS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HARNESS_ASAN 1
+#endif
+#endif
+#ifndef HARNESS_ASAN
+#define HARNESS_ASAN 0
+#endif
+
 #define HARNESS_MAX_PROCS 16
 #define HARNESS_DEFAULT_DEADLINE_S 120.0
 

@@ -419,6 +419,8 @@ Test(allreduce, over_2_gib_u8_2_ranks, .timeout = 280)
 {
     /* Two ranks of 2 GiB each, plus the kernel's socket buffers: on a
      * smaller machine the OOM killer, not the library, would decide. */
+    if (HARNESS_TSAN)
+        cr_skip_test("TSan's shadow memory would make this several times bigger");
     long long avail = mem_available_mib();
     if (avail >= 0 && avail < 6 * 1024)
         cr_skip_test("needs about 6 GiB of available memory for two 2 GiB ranks; %lld MiB "
