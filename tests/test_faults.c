@@ -798,6 +798,7 @@ Test(faults, garbage_in_the_middle_of_a_stream, .timeout = 150)
 
 /* ---- 4 and 5. a real rank killed or stopped mid-allreduce ------------------ */
 
+#define ABORT_REASON "the test's watchdog says stop" /* test 6 */
 #define SIG_COUNT (16u << 20) /* f32: 64 MiB per rank, a fraction of a second a call */
 #define SIG_CALLS_MAX 1000    /* calls each rank makes at most before giving up */
 #define KILL_TIMEOUT_S 60.0   /* HOOP_TIMEOUT for the kill: detection must not wait for it */
@@ -824,8 +825,11 @@ typedef struct sig_plan {
 /* The 64 MiB allreduce that a rank repeats until a call fails (or
  * max_calls have succeeded: HOOP_OK), every result checked, the calls
  * started counted on the board and the last good one's time kept there;
- * hold_s > 0 makes it sleep that long before its third call. */
+ * hold_s > 0 makes it sleep that long before its third call, and
+ * abort_at > 0 makes it abort the communicator (and note the time of the
+ * fault) right before call abort_at. */
 typedef struct loop_out {
+    hoop_status_t abort_st; /* what hoop_comm_abort returned, when it was called */
     double t0, t1; /* start and end of the failed (or last) call */
     int call;      /* calls started */
     long bad;      /* index of a wrong element (HOOP_OK returned), or -1 */
@@ -833,7 +837,7 @@ typedef struct loop_out {
 } loop_out_t;
 
 static hoop_status_t allreduce_loop(hoop_comm_t *comm, int rank, int size, board_t *b,
-                                    int max_calls, double hold_s, loop_out_t *o)
+                                    int max_calls, double hold_s, int abort_at, loop_out_t *o)
 {
     float *in = malloc(SIG_COUNT * sizeof(float)), *out = malloc(SIG_COUNT * sizeof(float));
     *o = (loop_out_t){.bad = -1, .oom = !in || !out};
@@ -850,6 +854,10 @@ static hoop_status_t allreduce_loop(hoop_comm_t *comm, int rank, int size, board
             sleep_s(hold_s);
         int call = __atomic_add_fetch(&b->slot[rank].calls, 1, __ATOMIC_ACQ_REL);
         o->call = call;
+        if (call == abort_at) {
+            board_set_time(&b->t_fault);
+            o->abort_st = hoop_comm_abort(comm, ABORT_REASON);
+        }
         o->t0 = harness_now();
         st = hoop_allreduce(comm, in, out, SIG_COUNT, HOOP_F32, HOOP_SUM);
         o->t1 = harness_now();
@@ -871,7 +879,7 @@ static int looping_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     const sig_plan_t *plan = arg;
     board_t *b = plan->b;
     loop_out_t o;
-    hoop_status_t st = allreduce_loop(comm, rank, size, b, SIG_CALLS_MAX, 0, &o);
+    hoop_status_t st = allreduce_loop(comm, rank, size, b, SIG_CALLS_MAX, 0, 0, &o);
     if (o.oom)
         return harness_failf(rank, "out of memory");
     if (o.bad >= 0)
@@ -1016,7 +1024,6 @@ Test(faults, sigstop_a_rank_mid_allreduce, .timeout = 180)
 /* ---- 6. hoop_comm_abort ------------------------------------------------------ */
 
 #define ABORT_RANK 1
-#define ABORT_REASON "the test's watchdog says stop"
 /* In the mid-call test, rank ABORT_HELD sleeps ABORT_HOLD_S before its
  * third call, and rank ABORT_RANK's other thread aborts ABORT_AFTER_S into
  * its own third call: ABORT_RANK is then certainly waiting in that call
@@ -1077,17 +1084,12 @@ static int aborting_job_rank(int rank, int size, int port, void *arg)
         hoop_comm_destroy(comm);
         return harness_failf(rank, "pthread_create failed");
     }
-    loop_out_t o = {.bad = -1};
-    if (aborter && plan->between_calls) {
-        st = allreduce_loop(comm, rank, size, b, 2, 0, &o);
-        if (st == HOOP_OK && o.bad < 0) {
-            board_set_time(&b->t_fault);
-            ta.st = hoop_comm_abort(comm, ABORT_REASON);
-        }
-    }
+    loop_out_t o;
     double hold = !plan->between_calls && rank == ABORT_HELD ? ABORT_HOLD_S : 0;
-    if (st == HOOP_OK && o.bad < 0)
-        st = allreduce_loop(comm, rank, size, b, SIG_CALLS_MAX, hold, &o);
+    int abort_at = aborter && plan->between_calls ? 3 : 0;
+    st = allreduce_loop(comm, rank, size, b, SIG_CALLS_MAX, hold, abort_at, &o);
+    if (abort_at)
+        ta.st = o.abort_st;
     if (aborter && !plan->between_calls)
         pthread_join(th, NULL);
     char msg[BOARD_MSG_MAX];
