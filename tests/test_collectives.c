@@ -21,6 +21,7 @@
 
 #include "harness.h"
 #include "hoop.h"
+#include "canary.h"
 #include "values.h"
 
 #define CANARY_ELEMS 16
@@ -89,33 +90,6 @@ static void put_moved(void *buf, size_t n, size_t es, uint64_t tag)
         uint64_t v = mix64(t ^ (k * 0xD6E8FEB86659FD93ull));
         memcpy(b + k * es, &v, es);
     }
-}
-
-static void invert(void *buf, size_t bytes)
-{
-    uint8_t *b = buf;
-    for (size_t k = 0; k < bytes; k++)
-        b[k] = (uint8_t)~b[k];
-}
-
-/* Output buffers and sendbufs, and each rank, get different canaries: a
- * call that copies one element too many from a sendbuf, or from another
- * rank's buffer, must not write the very bytes the output's canary holds. */
-static unsigned out_canary(int rank)
-{
-    return (0xC3u ^ (unsigned)rank * 0x25u) & 0xFFu;
-}
-
-static unsigned send_canary(int rank)
-{
-    return (0x5Au ^ (unsigned)rank * 0x49u) & 0xFFu;
-}
-
-static void fill_canary(void *buf, size_t from_byte, size_t nbytes, unsigned seed)
-{
-    uint8_t *b = buf;
-    for (size_t k = 0; k < nbytes; k++)
-        b[from_byte + k] = (uint8_t)(seed ^ (k * 37u));
 }
 
 /* ---- one case -------------------------------------------------------------- */
@@ -319,7 +293,7 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
         break;
     default: put_moved(s->send, send_elems, es, move_tag(c, me, me)); break;
     }
-    fill_canary(s->send, send_elems * es, canary, send_canary(me));
+    canary_fill(s->send + send_elems * es, canary, canary_send(me));
     memcpy(s->ref, s->send, send_elems * es + canary);
 
     /* want: the image of out after the call; out: its image before, which
@@ -339,25 +313,25 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
         } else {
             values_put_expected(w, (size_t)me * cnt, cnt, index_hash, c->dtype, c->op, n);
             memcpy(s->out, w, cnt * es);
-            invert(s->out, cnt * es);
+            canary_invert(s->out, cnt * es);
         }
         break;
     case K_ALLGATHER:
         for (int r = 0; r < n; r++)
             put_moved(w + (size_t)r * cnt * es, cnt, es, move_tag(c, r, r));
         memcpy(s->out, w, out_elems * es);
-        invert(s->out, out_elems * es);
+        canary_invert(s->out, out_elems * es);
         if (c->in_place)
             memcpy(s->out + (size_t)me * cnt * es, s->send, cnt * es);
         break;
     case K_ALLGATHERV:
         /* Gaps hold canary bytes, which the call must leave alone. */
-        fill_canary(w, 0, out_elems * es, out_canary(me));
+        canary_fill(w, out_elems * es, canary_out(me));
         for (int r = 0; r < n; r++)
             put_moved(w + s->displs[r] * es, s->counts[r], es, move_tag(c, r, r));
         memcpy(s->out, w, out_elems * es);
         for (int r = 0; r < n; r++)
-            invert(s->out + s->displs[r] * es, s->counts[r] * es);
+            canary_invert(s->out + s->displs[r] * es, s->counts[r] * es);
         if (c->in_place)
             memcpy(s->out + s->displs[me] * es, s->send, s->counts[me] * es);
         break;
@@ -365,7 +339,7 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
         put_moved(w, cnt, es, move_tag(c, c->root, c->root));
         memcpy(s->out, w, cnt * es);
         if (!(c->in_place && is_root))
-            invert(s->out, cnt * es);
+            canary_invert(s->out, cnt * es);
         break;
     case K_REDUCE:
         if (is_root) {
@@ -374,7 +348,7 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
             if (c->in_place)
                 memcpy(s->out, s->send, cnt * es);
             else
-                invert(s->out, cnt * es);
+                canary_invert(s->out, cnt * es);
         } else if (c->in_place) {
             /* A non-root's buffer is its sendbuf, which is only read. */
             memcpy(w, s->send, cnt * es);
@@ -391,11 +365,11 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
         for (int i = 0; i < n; i++)
             put_moved(w + (size_t)i * cnt * es, cnt, es, move_tag(c, i, me));
         memcpy(s->out, w, out_elems * es);
-        invert(s->out, out_elems * es);
+        canary_invert(s->out, out_elems * es);
         break;
     }
-    fill_canary(w, out_elems * es, canary, out_canary(me));
-    fill_canary(s->out, out_elems * es, canary, out_canary(me));
+    canary_fill(w + out_elems * es, canary, canary_out(me));
+    canary_fill(s->out + out_elems * es, canary, canary_out(me));
 
     /* The buffers as each placement passes them. */
     const void *sendp = s->send;

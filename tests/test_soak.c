@@ -30,6 +30,7 @@
 
 #include "harness.h"
 #include "hoop.h"
+#include "canary.h"
 #include "values.h"
 
 #define SOAK_RANKS 4
@@ -384,32 +385,6 @@ static void report(soak_state_t *s, const soak_op_t *o, const char *fmt, ...)
     fprintf(stderr, "rank %d: %s: %s\n", s->rank, which, what);
 }
 
-static void invert(void *buf, size_t bytes)
-{
-    uint8_t *b = buf;
-    for (size_t k = 0; k < bytes; k++)
-        b[k] = (uint8_t)~b[k];
-}
-
-/* Canary bytes, different for output and send buffers and for each rank:
- * an element copied from another buffer cannot rewrite the same bytes. */
-static void fill_canary(void *buf, size_t nbytes, unsigned seed)
-{
-    uint8_t *b = buf;
-    for (size_t k = 0; k < nbytes; k++)
-        b[k] = (uint8_t)(seed ^ (k * 37u));
-}
-
-static unsigned out_canary(int rank)
-{
-    return (0xC3u ^ (unsigned)rank * 0x25u) & 0xFFu;
-}
-
-static unsigned send_canary(int rank)
-{
-    return (0x5Au ^ (unsigned)rank * 0x49u) & 0xFFu;
-}
-
 /* Data that collectives only move: rank `from`'s input at the elements
  * [at, at + n), which differ from every other rank's at every element. */
 static void put_moved(void *buf, size_t at, size_t n, const soak_op_t *o, int nranks, int from)
@@ -519,7 +494,7 @@ static int run_op(soak_state_t *s, const soak_op_t *o)
     case K_ALLGATHER: put_moved(s->send, (size_t)me * cnt, cnt, o, n, me); break;
     default: put_moved(s->send, 0, send_elems, o, n, me); break;
     }
-    fill_canary(s->send + send_elems * es, canary, send_canary(me));
+    canary_fill(s->send + send_elems * es, canary, canary_send(me));
 
     /* want: the image of out after the call; out: its image before, the
      * complement wherever a result must land (an element the library never
@@ -533,7 +508,7 @@ static int run_op(soak_state_t *s, const soak_op_t *o)
             memcpy(s->out, s->send, cnt * es);
         } else {
             memcpy(s->out, w, cnt * es);
-            invert(s->out, cnt * es);
+            canary_invert(s->out, cnt * es);
         }
         break;
     case K_REDUCE_SCATTER:
@@ -546,25 +521,25 @@ static int run_op(soak_state_t *s, const soak_op_t *o)
         } else {
             values_put_expected(w, (size_t)me * cnt, cnt, soak_hash, dt, o->op, n);
             memcpy(s->out, w, cnt * es);
-            invert(s->out, cnt * es);
+            canary_invert(s->out, cnt * es);
         }
         break;
     case K_ALLGATHER:
         for (int r = 0; r < n; r++)
             put_moved(w + (size_t)r * cnt * es, (size_t)r * cnt, cnt, o, n, r);
         memcpy(s->out, w, out_elems * es);
-        invert(s->out, out_elems * es);
+        canary_invert(s->out, out_elems * es);
         if (o->in_place)
             memcpy(s->out + (size_t)me * cnt * es, s->send, cnt * es);
         break;
     case K_ALLGATHERV:
         /* Gaps hold canary bytes, which the call must leave alone. */
-        fill_canary(w, out_elems * es, out_canary(me));
+        canary_fill(w, out_elems * es, canary_out(me));
         for (int r = 0; r < n; r++)
             put_moved(w + o->displs[r] * es, o->displs[r], o->counts[r], o, n, r);
         memcpy(s->out, w, out_elems * es);
         for (int r = 0; r < n; r++)
-            invert(s->out + o->displs[r] * es, o->counts[r] * es);
+            canary_invert(s->out + o->displs[r] * es, o->counts[r] * es);
         if (o->in_place)
             memcpy(s->out + o->displs[me] * es, s->send, send_elems * es);
         break;
@@ -572,7 +547,7 @@ static int run_op(soak_state_t *s, const soak_op_t *o)
         put_moved(w, 0, cnt, o, n, o->root);
         memcpy(s->out, w, cnt * es);
         if (!(o->in_place && is_root))
-            invert(s->out, cnt * es);
+            canary_invert(s->out, cnt * es);
         break;
     case K_REDUCE:
         if (is_root) {
@@ -581,7 +556,7 @@ static int run_op(soak_state_t *s, const soak_op_t *o)
                 memcpy(s->out, s->send, cnt * es);
             } else {
                 memcpy(s->out, w, cnt * es);
-                invert(s->out, cnt * es);
+                canary_invert(s->out, cnt * es);
             }
         } else if (o->in_place) {
             /* A non-root's buffer is its sendbuf, which is only read. */
@@ -591,7 +566,7 @@ static int run_op(soak_state_t *s, const soak_op_t *o)
             check_out = false;
         } else {
             /* Not used on a non-root: it must come back as it went. */
-            fill_canary(w, cnt * es, out_canary(me) ^ 0x11u);
+            canary_fill(w, cnt * es, canary_out(me) ^ 0x11u);
             memcpy(s->out, w, cnt * es);
         }
         break;
@@ -599,12 +574,12 @@ static int run_op(soak_state_t *s, const soak_op_t *o)
         for (int i = 0; i < n; i++)
             put_moved(w + (size_t)i * cnt * es, (size_t)me * cnt, cnt, o, n, i);
         memcpy(s->out, w, out_elems * es);
-        invert(s->out, out_elems * es);
+        canary_invert(s->out, out_elems * es);
         break;
     default: break;
     }
-    fill_canary(w + out_elems * es, canary, out_canary(me));
-    fill_canary(s->out + out_elems * es, canary, out_canary(me));
+    canary_fill(w + out_elems * es, canary, canary_out(me));
+    canary_fill(s->out + out_elems * es, canary, canary_out(me));
     if (!o->in_place)
         memcpy(s->ref, s->send, send_elems * es + canary);
 
