@@ -146,7 +146,8 @@ void hoop_frame_encode(const struct hoop_frame *f, uint8_t out[HOOP_FRAME_BYTES]
     hoop_buf_put_u64(&b, f->count);
     hoop_buf_put_u64(&b, f->len);
     hoop_buf_put_u32(&b, f->chunk);
-    hoop_buf_put_u32(&b, 0);
+    hoop_buf_put_u32(&b, f->chunk_bytes);
+    hoop_buf_put_u64(&b, f->blocks);
 }
 
 int hoop_frame_decode(const uint8_t in[HOOP_FRAME_BYTES], struct hoop_frame *f)
@@ -167,7 +168,8 @@ int hoop_frame_decode(const uint8_t in[HOOP_FRAME_BYTES], struct hoop_frame *f)
     x.count = hoop_buf_get_u64(&b);
     x.len = hoop_buf_get_u64(&b);
     x.chunk = hoop_buf_get_u32(&b);
-    zero |= hoop_buf_get_u32(&b);
+    x.chunk_bytes = hoop_buf_get_u32(&b);
+    x.blocks = hoop_buf_get_u64(&b);
     if (b.bad || magic != HOOP_FRAME_MAGIC || zero)
         return -EPROTO;
     if (version != HOOP_FRAME_VERSION)

@@ -73,17 +73,21 @@ uint32_t hoop_buf_get_u32(struct hoop_buf *b);
 uint64_t hoop_buf_get_u64(struct hoop_buf *b);
 void hoop_buf_get_bytes(struct hoop_buf *b, void *dst, size_t n);
 
-/* The header of every data message (56 bytes, little endian):
+/* The header of every data message (64 bytes, little endian):
  *   0  u32 magic "HOPD"     4  u16 version      6  u8 collective  7 u8 dtype
  *   8  u8  op (255: none)   9  u8 zero[3]      12  u32 root (all ones: none)
  *  16  u32 sender          20  u32 step        24  u64 sequence number
  *  32  u64 count           40  u64 payload length
- *  48  u32 chunk           52  u32 zero
+ *  48  u32 chunk           52  u32 chunk size (the sender's, in bytes)
+ *  56  u64 blocks (allgatherv: a digest of every rank's block count; 0)
  * The sender says what it is doing; the receiver compares it with what it
- * is doing itself before it trusts a byte of the payload. */
+ * is doing itself before it trusts a byte of the payload. The collective,
+ * count, chunk size and blocks fix the length of every later message of a
+ * collective, so once the first matches the rest can be taken whole. 64
+ * bytes keep the payload behind it cache-line aligned in the stream. */
 #define HOOP_FRAME_MAGIC 0x44504f48u /* bytes 'H' 'O' 'P' 'D' */
-#define HOOP_FRAME_VERSION 1
-#define HOOP_FRAME_BYTES 56
+#define HOOP_FRAME_VERSION 2
+#define HOOP_FRAME_BYTES 64
 #define HOOP_FRAME_NONE 0xffffffffu
 
 struct hoop_frame {
@@ -97,6 +101,8 @@ struct hoop_frame {
     uint64_t count;
     uint64_t len;
     uint32_t chunk;
+    uint32_t chunk_bytes;
+    uint64_t blocks;
 };
 
 void hoop_frame_encode(const struct hoop_frame *f, uint8_t out[HOOP_FRAME_BYTES]);

@@ -29,11 +29,23 @@ uint64_t hoop_frame_begin(struct hoop_ring *r, int coll, size_t count, hoop_dtyp
     r->cur = (struct hoop_frame){
         .coll = (uint8_t)coll, .dtype = (uint8_t)dtype, .op = op < 0 ? 255 : (uint8_t)op,
         .root = root < 0 ? HOOP_FRAME_NONE : (uint32_t)root, .sender = (uint32_t)r->rank,
-        .seq = ++r->seq, .count = count};
+        .seq = ++r->seq, .count = count, .chunk_bytes = (uint32_t)r->chunk_bytes};
     r->ann_posted = 0;
     r->fail_err = 0;
     r->fail_peer = -1;
     return r->seq;
+}
+
+uint64_t hoop_frame_blocks(const size_t *counts, int n)
+{
+    /* FNV-1a over the counts' 8 little-endian bytes each. */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int k = 0; k < n; k++)
+        for (int b = 0; b < 8; b++) {
+            h ^= (uint8_t)((uint64_t)counts[k] >> (8 * b));
+            h *= 0x100000001b3ull;
+        }
+    return h ? h : 1;
 }
 
 void hoop_frame_send(struct hoop_ring *r, struct hoop_ring_req *q, uint32_t step, uint32_t chunk)
@@ -61,6 +73,7 @@ void hoop_frame_expect(struct hoop_ring *r, struct hoop_ring_req *q, int from, u
     q->tp.hdr = q->hdr;
     q->tp.hdr_len = HOOP_FRAME_BYTES;
     q->tp.check = frame_check;
+    q->tp.check_first = 1;
     q->tp.ctx = r;
 }
 
@@ -118,6 +131,21 @@ static int frame_check(struct hoop_tp_req *req)
         snprintf(r->frame_why, sizeof(r->frame_why),
                  "ranks called different collectives: rank %u (%s) is in %s, this rank in %s",
                  want->sender, p->host, gw, ww);
+        return -EBADMSG;
+    }
+    if (got.chunk_bytes != want->chunk_bytes) {
+        hoop_frame_what(want, ww, sizeof(ww));
+        snprintf(r->frame_why, sizeof(r->frame_why),
+                 "in %s, rank %u (%s) cuts chunks of %u bytes and this rank of %u: "
+                 "HOOP_CHUNK_BYTES (or the config's chunk_bytes) must be the same on every rank",
+                 ww, want->sender, p->host, got.chunk_bytes, want->chunk_bytes);
+        return -EBADMSG;
+    }
+    if (got.blocks != want->blocks) {
+        hoop_frame_what(want, ww, sizeof(ww));
+        snprintf(r->frame_why, sizeof(r->frame_why),
+                 "in %s, rank %u (%s) was given other block counts than this rank (do the ranks "
+                 "pass the same counts?)", ww, want->sender, p->host);
         return -EBADMSG;
     }
     if (got.step != want->step || got.chunk != want->chunk || got.len != want->len) {

@@ -48,8 +48,15 @@ struct hoop_ring;
 uint64_t hoop_frame_begin(struct hoop_ring *r, int coll, size_t count, hoop_dtype_t dtype, int op,
                           int root);
 
+/* A digest of every rank's block count (allgatherv), for the frames: the
+ * first frame then tells ranks given other counts apart. Never 0. */
+uint64_t hoop_frame_blocks(const size_t *counts, int n);
+
 /* Put the frame on a request whose buf and len are set: to send, or to
- * expect from rank `from`. */
+ * expect from rank `from`. An expected frame is checked before the
+ * transport waits for its payload (check_first); a caller may clear that
+ * on a request once an earlier frame of the collective from the same rank
+ * has matched, since that settles every later length. */
 void hoop_frame_send(struct hoop_ring *r, struct hoop_ring_req *q, uint32_t step, uint32_t chunk);
 void hoop_frame_expect(struct hoop_ring *r, struct hoop_ring_req *q, int from, uint32_t step,
                        uint32_t chunk);

@@ -79,6 +79,8 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
     const unsigned D = (unsigned)r->depth;
     uint64_t seq = p->keep_frame ? r->seq
                                  : hoop_frame_begin(r, p->coll, p->count, p->dtype, p->op, p->root);
+    if (!p->keep_frame)
+        r->cur.blocks = p->blocks;
     uint64_t deadline = hoop_deadline_after(timeout_s);
     struct run x = {.p = p, .st = p->steps, .nsteps = p->nsteps, .es = hoop_dtype_size(p->dtype)};
     x.ce = r->chunk_bytes / x.es ? r->chunk_bytes / x.es : 1;
@@ -172,6 +174,10 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
             }
             q->len = meta[i].len * es;
             hoop_frame_expect(r, &r->rreq[i], r->prev, (uint32_t)s->recv_ord, (uint32_t)rpost.c);
+            /* Only the first is checked before its payload is waited for:
+             * received in order, it settles the length of every later one,
+             * which then comes in one transfer with its header. */
+            q->check_first = rtail == 0;
             int rc = ops->irecv(r->rx, q);
             if (rc) {
                 err = rc;

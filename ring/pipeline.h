@@ -47,6 +47,7 @@ struct hoop_pipe {
     size_t count;     /* for sentences */
     hoop_dtype_t dtype;
     int op;           /* hoop_op_t, or -1 for none */
+    uint64_t blocks;  /* allgatherv: hoop_frame_blocks() of the block counts; 0 */
     int nsteps;
     struct hoop_step *steps; /* the ring's table, filled by the caller */
 };

@@ -16,17 +16,10 @@ enum { TCP_TX = 0, TCP_RX = 1 };
 struct tcp_dir {
     struct hoop_tp_req *head, *tail; /* queued; head is on the wire when busy */
     int busy;                        /* the engine is moving head's bytes */
-    /* The io_uring engine's record of the transfer in the kernel: a send
-     * is one sendmsg of the header and the payload; a receive of a message
-     * with a header is a header recv linked to a payload recv, so that the
-     * header is seen (and checked) while the payload is still coming. */
+    /* The io_uring engine's transfer in the kernel: one sendmsg or recvmsg
+     * of the rest of the header and the payload. */
     struct msghdr mh;
     struct iovec iov[2];
-    unsigned sqes;   /* still in the kernel */
-    size_t hdr_asked;/* bytes the header recv asked for, 0 when none */
-    long hdr_res;    /* its result when short (which cancels the payload recv) */
-    long last_res;   /* the result of the last (or only) part */
-    int hdr_short;
 };
 
 /* Aligned so the low bits of its address can carry the direction and the
@@ -108,9 +101,5 @@ void tcp_cancel(void *tp);
  * closed, or -errno (-EAGAIN and -EINTR: nothing moved, try again).
  * Returns the number of requests it completed. */
 int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res);
-/* Part of a busy direction's transfer is done and more of it is still with
- * the engine (the header of a message whose payload is already posted):
- * res bytes moved. Returns 1 when the header's check failed the request. */
-int tcp_queue_part(struct tcp_tp *tp, struct tcp_sock *s, int d, size_t res);
 
 #endif

@@ -55,14 +55,14 @@ static int tcp_poll_io(struct tcp_tp *tp, struct tcp_sock *s, int d)
     int completed = 0;
     while (s->dir[d].busy) {
         struct hoop_tp_req *r = s->dir[d].head;
-        /* The rest of the header, then the payload, in one call. A
-         * receive stops at the header's end, so that the header is checked
-         * before a byte of payload lands. */
+        /* The rest of the header and the payload in one call, which
+         * never waits: a header is checked as soon as it is in, whether
+         * or not some payload came with it. */
         struct iovec iov[2];
         int n_iov = 0;
         if (r->done < r->hdr_len)
             iov[n_iov++] = (struct iovec){(char *)r->hdr + r->done, r->hdr_len - r->done};
-        if (r->len && (d == TCP_TX || n_iov == 0)) {
+        if (r->len) {
             size_t off = r->done > r->hdr_len ? r->done - r->hdr_len : 0;
             iov[n_iov++] = (struct iovec){(char *)r->buf + off, r->len - off};
         }

@@ -54,7 +54,10 @@ static int tcp_advance(struct tcp_tp *tp, struct tcp_sock *s, int d)
     return completed;
 }
 
-int tcp_queue_part(struct tcp_tp *tp, struct tcp_sock *s, int d, size_t res)
+/* res more bytes of the head's transfer moved; a receive's header is
+ * checked the moment it is complete. Returns 1 when the check failed the
+ * request. */
+static int tcp_queue_part(struct tcp_sock *s, int d, size_t res)
 {
     struct hoop_tp_req *r = s->dir[d].head;
     if (!r)
@@ -66,8 +69,8 @@ int tcp_queue_part(struct tcp_tp *tp, struct tcp_sock *s, int d, size_t res)
     int rc = r->check(r);
     if (!rc)
         return 0;
-    /* The rest of this transfer may still be in the kernel: the request
-     * ends now, its socket fails, and cancel() waits for the kernel. */
+    /* The request ends now, and its socket fails: nothing more read from
+     * that stream can be trusted. */
     if (!s->err)
         s->err = rc;
     r->state = rc;
@@ -91,7 +94,7 @@ int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res)
         if (!s->err)
             s->err = -EPIPE;
     } else {
-        completed = tcp_queue_part(tp, s, d, (size_t)res);
+        completed = tcp_queue_part(s, d, (size_t)res);
     }
     if (completed && q->head) {
         /* Failed by its check: already counted. */

@@ -17,7 +17,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-/* io_uring lengths are 32-bit. */
+/* io_uring results are 32-bit: a transfer takes at most this much payload
+ * (and the header before it). */
 #define TCP_MAX_IO (1u << 30)
 
 /* A watched descriptor: a one-shot POLL_ADD in the kernel while armed. */
@@ -48,6 +49,7 @@ static int tcp_uring_check(struct io_uring *ring)
     if (!probe)
         return -EOPNOTSUPP;
     int ok = io_uring_opcode_supported(probe, IORING_OP_SENDMSG) &&
+             io_uring_opcode_supported(probe, IORING_OP_RECVMSG) &&
              io_uring_opcode_supported(probe, IORING_OP_RECV);
     io_uring_free_probe(probe);
     if (!ok)
@@ -109,10 +111,7 @@ static void tcp_uring_fini(struct tcp_tp *tp)
     tp->eng_state = NULL;
 }
 
-/* user_data: the socket's address, the direction in bit 0, and bit 1 set
- * on the header recv of a linked pair. */
-#define TCP_UD_HEADER 2u
-
+/* user_data: the socket's address with the direction in bit 0. */
 static int tcp_uring_start(struct tcp_tp *tp, struct tcp_sock *s, int d)
 {
     struct io_uring *ring = tcp_ring(tp);
@@ -122,67 +121,34 @@ static int tcp_uring_start(struct tcp_tp *tp, struct tcp_sock *s, int d)
     size_t off = r->done > r->hdr_len ? r->done - r->hdr_len : 0;
     size_t left = r->len - off;
     unsigned n = left > TCP_MAX_IO ? TCP_MAX_IO : (unsigned)left;
-    int pair = d == TCP_RX && hdr_left && n;
-    unsigned need = pair ? 2 : 1;
-    if (io_uring_sq_space_left(ring) < need) {
+    if (io_uring_sq_space_left(ring) < 1) {
         io_uring_submit(ring);
-        if (io_uring_sq_space_left(ring) < need)
+        if (io_uring_sq_space_left(ring) < 1)
             return -EBUSY;
     }
-    uint64_t ud = (uint64_t)(uintptr_t)s | (uint64_t)d;
-    q->hdr_asked = 0;
-    q->hdr_short = 0;
-    q->sqes = need;
     struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+    int k = 0;
+    if (hdr_left)
+        q->iov[k++] = (struct iovec){(char *)r->hdr + r->done, hdr_left};
+    if (n)
+        q->iov[k++] = (struct iovec){(char *)r->buf + off, n};
+    q->mh = (struct msghdr){.msg_iov = q->iov, .msg_iovlen = (size_t)k};
     if (d == TCP_TX) {
-        int k = 0;
-        if (hdr_left)
-            q->iov[k++] = (struct iovec){(char *)r->hdr + r->done, hdr_left};
-        if (n)
-            q->iov[k++] = (struct iovec){(char *)r->buf + off, n};
-        q->mh = (struct msghdr){.msg_iov = q->iov, .msg_iovlen = (size_t)k};
         io_uring_prep_sendmsg(sqe, s->fd, &q->mh, MSG_WAITALL | MSG_NOSIGNAL);
-        io_uring_sqe_set_data64(sqe, ud);
-        return 0;
-    }
-    if (hdr_left) {
-        q->hdr_asked = hdr_left;
-        io_uring_prep_recv(sqe, s->fd, (char *)r->hdr + r->done, (unsigned)hdr_left, MSG_WAITALL);
-        if (pair) {
-            /* A short header breaks the link: the payload recv ends with
-             * -ECANCELED and the queue starts again from what arrived. */
-            io_uring_sqe_set_flags(sqe, IOSQE_IO_LINK);
-            io_uring_sqe_set_data64(sqe, ud | TCP_UD_HEADER);
-            sqe = io_uring_get_sqe(ring);
-        } else {
-            io_uring_sqe_set_data64(sqe, ud);
-            return 0;
-        }
-    }
-    io_uring_prep_recv(sqe, s->fd, (char *)r->buf + off, n, MSG_WAITALL);
-    io_uring_sqe_set_data64(sqe, ud);
-    return 0;
-}
-
-/* One CQE of a busy direction; the queue hears of the transfer once all
- * its parts are back. */
-static int tcp_uring_part_done(struct tcp_tp *tp, struct tcp_sock *s, int d, int header, long res)
-{
-    struct tcp_dir *q = &s->dir[d];
-    int completed = 0;
-    if (header && q->sqes > 1) {
-        if (res == (long)q->hdr_asked)
-            completed = tcp_queue_part(tp, s, d, (size_t)res);
-        else {
-            q->hdr_short = 1;
-            q->hdr_res = res;
-        }
+    } else if (k == 1) {
+        io_uring_prep_recv(sqe, s->fd, q->iov[0].iov_base, (unsigned)q->iov[0].iov_len,
+                           MSG_WAITALL);
     } else {
-        q->last_res = res;
+        /* Header and payload in one transfer: one completion per chunk. A
+         * header to be checked first is asked for without MSG_WAITALL, so
+         * the transfer ends with whatever has come (the whole message, or
+         * at least part of the header); the check runs, and the rest goes
+         * in a MSG_WAITALL transfer that cannot wait for bytes a sender
+         * who disagrees will never send. */
+        io_uring_prep_recvmsg(sqe, s->fd, &q->mh, hdr_left && r->check_first ? 0 : MSG_WAITALL);
     }
-    if (--q->sqes)
-        return completed;
-    return completed + tcp_queue_moved(tp, s, d, q->hdr_short ? q->hdr_res : q->last_res);
+    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)s | (uint64_t)d);
+    return 0;
 }
 
 static int tcp_uring_reap(struct tcp_tp *tp)
@@ -202,7 +168,7 @@ static int tcp_uring_reap(struct tcp_tp *tp)
         }
         int d = (int)(ud & 1);
         struct tcp_sock *s = (struct tcp_sock *)(uintptr_t)(ud & ~(uint64_t)7);
-        completed += tcp_uring_part_done(tp, s, d, (ud & TCP_UD_HEADER) != 0, cqe->res);
+        completed += tcp_queue_moved(tp, s, d, cqe->res);
     }
     io_uring_cq_advance(ring, seen);
     return completed;

@@ -25,16 +25,21 @@ enum { HOOP_CHANNEL_RING = 0, HOOP_CHANNEL_P2P = 1 };
 
 /* A message is an optional header of hdr_len bytes and a payload of len
  * bytes, one after the other on the wire. On a receive, check (when set) is
- * called as soon as the header is in and before the transport waits for the
- * payload, so a receiver learns that a sender is doing something else (or
- * is not a hoop rank at all) without waiting for bytes that will never
- * come; a nonzero return, -errno, ends the request with it. */
+ * called as soon as the header is in, before anything of the message is
+ * trusted; a nonzero return, -errno, ends the request with it. When
+ * check_first is set the transport calls it before it waits for any payload
+ * byte, so a receiver learns that a sender is doing something else (or is
+ * not a hoop rank at all) without waiting for bytes that will never come;
+ * the caller sets it on the first message of a collective from a peer, and
+ * leaves it clear where an earlier header has settled the length, so that
+ * the transport may take header and payload in one transfer. */
 struct hoop_tp_req {
     void *buf;                 /* set by the caller */
     size_t len;                /* set by the caller */
     void *hdr;                 /* set by the caller; NULL when hdr_len is 0 */
     size_t hdr_len;
     int (*check)(struct hoop_tp_req *req); /* receives only; may be NULL */
+    int check_first;           /* receives: check before waiting for the payload */
     void *ctx;                 /* the caller's, for check */
     size_t done;               /* bytes moved so far, header included */
     int state;                 /* HOOP_REQ_PENDING, 0 when complete, or -errno */
