@@ -1,113 +1,137 @@
-/* reduce.c - element-wise reduction kernels, one plain loop per type and op
- * so that the compiler vectorises them (this file is built with -O3). */
+/* reduce.c - which reduction kernels run: the widest instruction set that
+ * this CPU and its OS support (CPUID and XGETBV), or HOOP_REDUCE_ISA. The
+ * kernels themselves are in ring/reduce_kernels.h, built once per set. */
 #include "ring/reduce.h"
-#include "ring/half.h"
+#include "common/log.h"
+#include "common/param.h"
 
+#include <pthread.h>
 #include <stdint.h>
+#include <string.h>
 
-#define LOOP(T, EXPR)                                 \
-    do {                                              \
-        T *d_ = dst;                                  \
-        const T *x_ = a;                              \
-        const T *y_ = b;                              \
-        for (size_t i = 0; i < n; i++) {              \
-            T p = x_[i], q = y_[i];                   \
-            d_[i] = (T)(EXPR);                        \
-        }                                             \
-    } while (0)
+extern const hoop_reduce_fn hoop_reduce_table_generic[HOOP_DTYPE_COUNT];
 
-/* Integers: sums and products in the unsigned type (wraparound is defined
- * there and gives the same bits as two's complement); order in the signed
- * type when ST is signed. */
-#define INT_KERNEL(NAME, UT, ST)                                                           \
-    static void NAME(void *dst, const void *a, const void *b, size_t n, hoop_op_t op,       \
-                     int avg_n)                                                           \
-    {                                                                                      \
-        switch (op) {                                                                      \
-        case HOOP_SUM: LOOP(UT, p + q); break;                                             \
-        case HOOP_PROD: LOOP(UT, p * q); break;                                            \
-        case HOOP_MIN: LOOP(ST, q < p ? q : p); break;                                     \
-        case HOOP_MAX: LOOP(ST, q > p ? q : p); break;                                     \
-        case HOOP_AVG:                                                                     \
-            if (avg_n > 0) {                                                               \
-                ST div_ = (ST)avg_n;                                                       \
-                LOOP(ST, (ST)(UT)((UT)p + (UT)q) / div_);                                  \
-            } else {                                                                       \
-                LOOP(UT, p + q);                                                           \
-            }                                                                              \
-            break;                                                                         \
-        default: break;                                                                    \
-        }                                                                                  \
-    }
+#if defined(__x86_64__)
+#include <cpuid.h>
 
-INT_KERNEL(reduce_i8, uint8_t, int8_t)
-INT_KERNEL(reduce_u8, uint8_t, uint8_t)
-INT_KERNEL(reduce_i32, uint32_t, int32_t)
-INT_KERNEL(reduce_u32, uint32_t, uint32_t)
-INT_KERNEL(reduce_i64, uint64_t, int64_t)
-INT_KERNEL(reduce_u64, uint64_t, uint64_t)
+extern const hoop_reduce_fn hoop_reduce_table_avx2[HOOP_DTYPE_COUNT];
+extern const hoop_reduce_fn hoop_reduce_table_avx512[HOOP_DTYPE_COUNT];
 
-#define FLOAT_KERNEL(NAME, T)                                                               \
-    static void NAME(void *dst, const void *a, const void *b, size_t n, hoop_op_t op,        \
-                     int avg_n)                                                            \
-    {                                                                                       \
-        switch (op) {                                                                       \
-        case HOOP_SUM: LOOP(T, p + q); break;                                               \
-        case HOOP_PROD: LOOP(T, p * q); break;                                              \
-        case HOOP_MIN: LOOP(T, q < p ? q : p); break;                                       \
-        case HOOP_MAX: LOOP(T, q > p ? q : p); break;                                       \
-        case HOOP_AVG:                                                                      \
-            if (avg_n > 0) {                                                                \
-                T div_ = (T)avg_n;                                                          \
-                LOOP(T, (p + q) / div_);                                                    \
-            } else {                                                                        \
-                LOOP(T, p + q);                                                             \
-            }                                                                               \
-            break;                                                                          \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
-FLOAT_KERNEL(reduce_f32, float)
-FLOAT_KERNEL(reduce_f64, double)
-
-/* 16-bit floats: widen to f32, combine, round back once. */
-#define HALF_KERNEL(NAME, TOF, FROMF)                                                       \
-    static void NAME(void *dst, const void *a, const void *b, size_t n, hoop_op_t op,        \
-                     int avg_n)                                                            \
-    {                                                                                       \
-        switch (op) {                                                                       \
-        case HOOP_SUM: LOOP(uint16_t, FROMF(TOF(p) + TOF(q))); break;                       \
-        case HOOP_PROD: LOOP(uint16_t, FROMF(TOF(p) * TOF(q))); break;                      \
-        case HOOP_MIN: LOOP(uint16_t, TOF(q) < TOF(p) ? q : p); break;                      \
-        case HOOP_MAX: LOOP(uint16_t, TOF(q) > TOF(p) ? q : p); break;                      \
-        case HOOP_AVG:                                                                      \
-            if (avg_n > 0) {                                                                \
-                float div_ = (float)avg_n;                                                  \
-                LOOP(uint16_t, FROMF((TOF(p) + TOF(q)) / div_));                            \
-            } else {                                                                        \
-                LOOP(uint16_t, FROMF(TOF(p) + TOF(q)));                                     \
-            }                                                                               \
-            break;                                                                          \
-        default: break;                                                                     \
-        }                                                                                   \
-    }
-
-HALF_KERNEL(reduce_f16, hoop_h2f, hoop_f2h)
-HALF_KERNEL(reduce_bf16, hoop_bf2f, hoop_f2bf)
-
-typedef void (*reduce_fn)(void *, const void *, const void *, size_t, hoop_op_t, int);
-
-static const reduce_fn reduce_table[HOOP_DTYPE_COUNT] = {
-    [HOOP_I8] = reduce_i8,     [HOOP_U8] = reduce_u8,   [HOOP_I32] = reduce_i32,
-    [HOOP_U32] = reduce_u32,   [HOOP_I64] = reduce_i64, [HOOP_U64] = reduce_u64,
-    [HOOP_F16] = reduce_f16,   [HOOP_BF16] = reduce_bf16, [HOOP_F32] = reduce_f32,
-    [HOOP_F64] = reduce_f64,
-};
-
-void hoop_reduce_kernel(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype, hoop_op_t op,
-                 int avg_n)
+/* The register state the OS saves on a context switch (XCR0). */
+static uint64_t reduce_xcr0(void)
 {
-    if ((unsigned)dtype < HOOP_DTYPE_COUNT)
-        reduce_table[dtype](dst, a, b, n, op, avg_n);
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static int reduce_runs_avx2(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    const unsigned osxsave = 1u << 27, avx = 1u << 28, f16c = 1u << 29;
+    if ((c & (osxsave | avx | f16c)) != (osxsave | avx | f16c))
+        return 0;
+    if ((reduce_xcr0() & 0x6) != 0x6) /* XMM and YMM state */
+        return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (b >> 5) & 1;
+}
+
+static int reduce_runs_avx512(void)
+{
+    if (!reduce_runs_avx2())
+        return 0;
+    if ((reduce_xcr0() & 0xe6) != 0xe6) /* and opmask and ZMM state */
+        return 0;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    const unsigned f = 1u << 16, dq = 1u << 17, bw = 1u << 30, vl = 1u << 31;
+    return (b & (f | dq | bw | vl)) == (f | dq | bw | vl);
+}
+#endif
+
+static int reduce_runs_always(void)
+{
+    return 1;
+}
+
+static const struct reduce_isa {
+    const char *name;
+    const hoop_reduce_fn *table;
+    int (*runs)(void);
+} reduce_isas[] = {
+#if defined(__x86_64__)
+    {"avx512", hoop_reduce_table_avx512, reduce_runs_avx512},
+    {"avx2", hoop_reduce_table_avx2, reduce_runs_avx2},
+#endif
+    {"generic", hoop_reduce_table_generic, reduce_runs_always},
+};
+#define REDUCE_NISA ((int)(sizeof(reduce_isas) / sizeof(reduce_isas[0])))
+
+static pthread_once_t reduce_once = PTHREAD_ONCE_INIT;
+static int reduce_chosen;
+
+static void reduce_choose(void)
+{
+    int widest = 0;
+    while (!reduce_isas[widest].runs())
+        widest++;
+    reduce_chosen = widest;
+    const char *want = hoop_param_str("HOOP_REDUCE_ISA");
+    if (!*want || !strcmp(want, "auto")) {
+        HOOP_INFO("reduction kernels: %s", reduce_isas[widest].name);
+        return;
+    }
+    for (int i = 0; i < REDUCE_NISA; i++) {
+        if (strcmp(want, reduce_isas[i].name))
+            continue;
+        if (reduce_isas[i].runs())
+            reduce_chosen = i;
+        else
+            HOOP_WARN("HOOP_REDUCE_ISA=%s: this CPU cannot run it; using %s", want,
+                      reduce_isas[widest].name);
+        return;
+    }
+    HOOP_WARN("HOOP_REDUCE_ISA=%s is not one of auto%s%s%s%s%s%s; using %s", want,
+              REDUCE_NISA > 0 ? ", " : "", reduce_isas[0].name, REDUCE_NISA > 1 ? ", " : "",
+              REDUCE_NISA > 1 ? reduce_isas[1].name : "", REDUCE_NISA > 2 ? ", " : "",
+              REDUCE_NISA > 2 ? reduce_isas[2].name : "", reduce_isas[widest].name);
+}
+
+int hoop_reduce_isa_count(void)
+{
+    return REDUCE_NISA;
+}
+
+const char *hoop_reduce_isa_name(int isa)
+{
+    return isa >= 0 && isa < REDUCE_NISA ? reduce_isas[isa].name : "?";
+}
+
+int hoop_reduce_isa_runs(int isa)
+{
+    return isa >= 0 && isa < REDUCE_NISA && reduce_isas[isa].runs();
+}
+
+int hoop_reduce_isa_chosen(void)
+{
+    pthread_once(&reduce_once, reduce_choose);
+    return reduce_chosen;
+}
+
+void hoop_reduce_kernel_isa(int isa, void *dst, const void *a, const void *b, size_t n,
+                            hoop_dtype_t dtype, hoop_op_t op, int avg_n)
+{
+    if (isa >= 0 && isa < REDUCE_NISA && (unsigned)dtype < HOOP_DTYPE_COUNT)
+        reduce_isas[isa].table[dtype](dst, a, b, n, op, avg_n);
+}
+
+void hoop_reduce_kernel(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype,
+                        hoop_op_t op, int avg_n)
+{
+    hoop_reduce_kernel_isa(hoop_reduce_isa_chosen(), dst, a, b, n, dtype, op, avg_n);
 }

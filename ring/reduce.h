@@ -1,4 +1,5 @@
-/* reduce.h - element-wise reduction kernels. */
+/* reduce.h - element-wise reduction kernels, one table per instruction set
+ * (ring/reduce_<isa>.c), chosen at run time. */
 #ifndef HOOP_RING_REDUCE_H
 #define HOOP_RING_REDUCE_H
 
@@ -10,8 +11,22 @@
  * sum, and when avg_n > 0 (the last reduction of an average) the sum is then
  * divided by avg_n in the accumulation type: f32 for f16/bf16, integer
  * division (toward zero) for integers. Signed integer sums and products wrap
- * around as two's complement, with no undefined behaviour. */
-void hoop_reduce_kernel(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype, hoop_op_t op,
-                 int avg_n);
+ * around as two's complement, with no undefined behaviour. Every
+ * instruction set gives the same bits. */
+void hoop_reduce_kernel(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype,
+                        hoop_op_t op, int avg_n);
+
+typedef void (*hoop_reduce_fn)(void *dst, const void *a, const void *b, size_t n, hoop_op_t op,
+                               int avg_n);
+
+/* The instruction sets built in, widest first; the last is the target's
+ * baseline. hoop_reduce_kernel uses the widest this CPU runs, or the one
+ * HOOP_REDUCE_ISA names. The rest is for the tests and bench/reduce_bench. */
+int hoop_reduce_isa_count(void);
+const char *hoop_reduce_isa_name(int isa);
+int hoop_reduce_isa_runs(int isa); /* 1 when this CPU (and its OS) can run it */
+int hoop_reduce_isa_chosen(void);  /* the one hoop_reduce_kernel uses */
+void hoop_reduce_kernel_isa(int isa, void *dst, const void *a, const void *b, size_t n,
+                            hoop_dtype_t dtype, hoop_op_t op, int avg_n);
 
 #endif

@@ -98,36 +98,103 @@ static void fill(hoop_dtype_t dt, void *p, size_t n, unsigned *seed)
     }
 }
 
+/* Every kernel of every instruction set this CPU runs, against the
+ * reference; a set the CPU cannot run is named as skipped. */
 Test(reduce, every_kernel_matches_reference)
 {
     const size_t n = 1037; /* odd: exercises the vector loops' tails */
-    unsigned seed = 42;
-    for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++) {
-        size_t es = hoop_dtype_size((hoop_dtype_t)dt);
-        uint8_t *a = malloc(n * es), *b = malloc(n * es), *out = malloc(n * es),
-                *inplace = malloc(n * es), *want = malloc(n * es);
-        for (int op = 0; op < HOOP_OP_COUNT; op++) {
-            for (int avg_n = 0; avg_n <= (op == HOOP_AVG ? 7 : 0); avg_n += 7) {
-                fill((hoop_dtype_t)dt, a, n, &seed);
-                fill((hoop_dtype_t)dt, b, n, &seed);
-                for (size_t i = 0; i < n; i++)
-                    ref_one((hoop_dtype_t)dt, (hoop_op_t)op, a + i * es, b + i * es, want + i * es,
-                            avg_n);
-                hoop_reduce_kernel(out, a, b, n, (hoop_dtype_t)dt, (hoop_op_t)op, avg_n);
-                memcpy(inplace, a, n * es);
-                hoop_reduce_kernel(inplace, inplace, b, n, (hoop_dtype_t)dt, (hoop_op_t)op, avg_n);
-                for (size_t i = 0; i < n; i++) {
-                    cr_assert_eq(memcmp(out + i * es, want + i * es, es), 0,
-                                 "%s %s avg_n=%d: element %zu differs", hoop_dtype_str(dt),
-                                 hoop_op_str(op), avg_n, i);
-                    cr_assert_eq(memcmp(inplace + i * es, want + i * es, es), 0,
-                                 "%s %s avg_n=%d in place: element %zu differs",
-                                 hoop_dtype_str(dt), hoop_op_str(op), avg_n, i);
+    int ran = 0;
+    for (int isa = 0; isa < hoop_reduce_isa_count(); isa++) {
+        if (!hoop_reduce_isa_runs(isa)) {
+            cr_log_warn("reduction kernels %s: skipped, this CPU cannot run them",
+                        hoop_reduce_isa_name(isa));
+            continue;
+        }
+        ran++;
+        unsigned seed = 42;
+        for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++) {
+            size_t es = hoop_dtype_size((hoop_dtype_t)dt);
+            uint8_t *a = malloc(n * es), *b = malloc(n * es), *out = malloc(n * es),
+                    *inplace = malloc(n * es), *want = malloc(n * es);
+            cr_assert(a && b && out && inplace && want, "out of memory");
+            for (int op = 0; op < HOOP_OP_COUNT; op++) {
+                for (int avg_n = 0; avg_n <= (op == HOOP_AVG ? 7 : 0); avg_n += 7) {
+                    fill((hoop_dtype_t)dt, a, n, &seed);
+                    fill((hoop_dtype_t)dt, b, n, &seed);
+                    for (size_t i = 0; i < n; i++)
+                        ref_one((hoop_dtype_t)dt, (hoop_op_t)op, a + i * es, b + i * es,
+                                want + i * es, avg_n);
+                    hoop_reduce_kernel_isa(isa, out, a, b, n, (hoop_dtype_t)dt, (hoop_op_t)op,
+                                           avg_n);
+                    memcpy(inplace, a, n * es);
+                    hoop_reduce_kernel_isa(isa, inplace, inplace, b, n, (hoop_dtype_t)dt,
+                                           (hoop_op_t)op, avg_n);
+                    for (size_t i = 0; i < n; i++) {
+                        cr_assert_eq(memcmp(out + i * es, want + i * es, es), 0,
+                                     "%s: %s %s avg_n=%d: element %zu differs",
+                                     hoop_reduce_isa_name(isa), hoop_dtype_str(dt),
+                                     hoop_op_str(op), avg_n, i);
+                        cr_assert_eq(memcmp(inplace + i * es, want + i * es, es), 0,
+                                     "%s: %s %s avg_n=%d in place: element %zu differs",
+                                     hoop_reduce_isa_name(isa), hoop_dtype_str(dt),
+                                     hoop_op_str(op), avg_n, i);
+                    }
                 }
             }
+            free(a), free(b), free(out), free(inplace), free(want);
         }
-        free(a), free(b), free(out), free(inplace), free(want);
     }
+    cr_assert(ran >= 1, "no instruction set ran, not even the baseline");
+}
+
+static int is_nan16(int dt, uint16_t h)
+{
+    return dt == HOOP_F16 ? (h & 0x7c00) == 0x7c00 && (h & 0x3ff)
+                          : (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+}
+
+/* The 16-bit floats over every bit pattern of one operand (NaNs, infinities,
+ * subnormals, both zeros) against a spread of the other: every instruction
+ * set gives the baseline's bits, for every op (sums that overflow to
+ * infinity and underflow to subnormals included), except which NaN a NaN
+ * result is: with two NaN operands the hardware keeps the first one's
+ * payload, and the compiler may swap the operands of a sum. (The ring still
+ * gives every rank the same bits: each element is reduced in one place.) */
+Test(reduce, half_kernels_agree_bit_for_bit_on_every_pattern)
+{
+    const size_t n = 65536;
+    uint16_t *a = malloc(n * 2), *b = malloc(n * 2), *want = malloc(n * 2), *got = malloc(n * 2);
+    cr_assert(a && b && want && got, "out of memory");
+    const int base = hoop_reduce_isa_count() - 1;
+    cr_assert_str_eq(hoop_reduce_isa_name(base), "generic");
+    unsigned seed = 7;
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (uint16_t)i;
+        b[i] = (uint16_t)rand_r(&seed);
+    }
+    int compared = 0;
+    for (int isa = 0; isa < base; isa++) {
+        if (!hoop_reduce_isa_runs(isa)) {
+            cr_log_warn("reduction kernels %s: skipped, this CPU cannot run them",
+                        hoop_reduce_isa_name(isa));
+            continue;
+        }
+        for (int dt = HOOP_F16; dt <= HOOP_BF16; dt++)
+            for (int op = 0; op < HOOP_OP_COUNT; op++) {
+                int avg_n = op == HOOP_AVG ? 3 : 0;
+                hoop_reduce_kernel_isa(base, want, a, b, n, (hoop_dtype_t)dt, (hoop_op_t)op, avg_n);
+                hoop_reduce_kernel_isa(isa, got, a, b, n, (hoop_dtype_t)dt, (hoop_op_t)op, avg_n);
+                for (size_t i = 0; i < n; i++)
+                    cr_assert(got[i] == want[i] || (is_nan16(dt, got[i]) && is_nan16(dt, want[i])),
+                                 "%s %s %s: 0x%04x op 0x%04x gave 0x%04x, generic 0x%04x",
+                                 hoop_reduce_isa_name(isa), hoop_dtype_str(dt), hoop_op_str(op),
+                                 a[i], b[i], got[i], want[i]);
+                compared++;
+            }
+    }
+    if (!compared)
+        cr_log_warn("only the generic kernels run on this CPU: nothing to compare them with");
+    free(a), free(b), free(want), free(got);
 }
 
 Test(reduce, f16_sum_rounds_once_in_f32)
@@ -153,4 +220,24 @@ Test(reduce, signed_integer_wraps)
     int32_t p = -7, q = 0, r;
     hoop_reduce_kernel(&r, &p, &q, 1, HOOP_I32, HOOP_AVG, 2);
     cr_assert_eq(r, -3, "integer average truncates toward zero");
+}
+
+/* HOOP_REDUCE_ISA names the kernels; a name that is not one falls back to
+ * the widest the CPU runs (each Criterion test is its own process, so the
+ * choice, made once per process, is made here). */
+Test(reduce, isa_variable_picks_the_kernels)
+{
+    setenv("HOOP_REDUCE_ISA", "generic", 1);
+    int chosen = hoop_reduce_isa_chosen();
+    cr_assert_str_eq(hoop_reduce_isa_name(chosen), "generic");
+}
+
+Test(reduce, unknown_isa_falls_back_to_the_widest)
+{
+    setenv("HOOP_REDUCE_ISA", "sse9", 1);
+    int widest = 0;
+    while (!hoop_reduce_isa_runs(widest))
+        widest++;
+    cr_assert_eq(hoop_reduce_isa_chosen(), widest, "chose %s, the widest this CPU runs is %s",
+                 hoop_reduce_isa_name(hoop_reduce_isa_chosen()), hoop_reduce_isa_name(widest));
 }

@@ -1,0 +1,196 @@
+/* reduce_kernels.h - the bodies of the reduction kernels, compiled once per
+ * instruction set. Each ring/reduce_<isa>.c defines HOOP_REDUCE_ISA (its
+ * name, a C identifier), and HOOP_REDUCE_F16C where f16 conversions may use
+ * the F16C instructions, includes this file, and is built with that set's
+ * compiler flags: the same plain loops are then vectorised for it, and
+ * ring/reduce.c picks the widest table the CPU runs. Every variant gives
+ * the same bits: the operations are element-wise, in the same order, with
+ * the same rounding. */
+#ifndef HOOP_REDUCE_ISA
+#error "define HOOP_REDUCE_ISA before including reduce_kernels.h"
+#endif
+
+#include "ring/half.h"
+#include "ring/reduce.h"
+
+#include <stdint.h>
+
+/* dst is a (in place) or apart from both inputs: said with restrict, so
+ * that no compiler falls back to scalar code on a run-time overlap check
+ * (dst == a overlaps, and is safe: element i is read before it is written). */
+#define LOOP_OVER(T, EXPR, X)                         \
+    for (size_t i = 0; i < n; i++) {                  \
+        T p = (X)[i], q = y_[i];                      \
+        d_[i] = (T)(EXPR);                            \
+    }
+#define LOOP(T, EXPR)                                 \
+    do {                                              \
+        T *restrict d_ = dst;                         \
+        const T *restrict y_ = b;                     \
+        if ((const void *)d_ == a) {                  \
+            LOOP_OVER(T, EXPR, d_)                    \
+        } else {                                      \
+            const T *restrict x_ = a;                 \
+            LOOP_OVER(T, EXPR, x_)                    \
+        }                                             \
+    } while (0)
+
+/* Integers: sums and products in the unsigned type (wraparound is defined
+ * there and gives the same bits as two's complement); order in the signed
+ * type when ST is signed. */
+#define INT_KERNEL(NAME, UT, ST)                                                           \
+    static void NAME(void *dst, const void *a, const void *b, size_t n, hoop_op_t op,       \
+                     int avg_n)                                                           \
+    {                                                                                      \
+        switch (op) {                                                                      \
+        case HOOP_SUM: LOOP(UT, p + q); break;                                             \
+        case HOOP_PROD: LOOP(UT, p * q); break;                                            \
+        case HOOP_MIN: LOOP(ST, q < p ? q : p); break;                                     \
+        case HOOP_MAX: LOOP(ST, q > p ? q : p); break;                                     \
+        case HOOP_AVG:                                                                     \
+            if (avg_n > 0) {                                                               \
+                ST div_ = (ST)avg_n;                                                       \
+                LOOP(ST, (ST)(UT)((UT)p + (UT)q) / div_);                                  \
+            } else {                                                                       \
+                LOOP(UT, p + q);                                                           \
+            }                                                                              \
+            break;                                                                         \
+        default: break;                                                                    \
+        }                                                                                  \
+    }
+
+INT_KERNEL(reduce_i8, uint8_t, int8_t)
+INT_KERNEL(reduce_u8, uint8_t, uint8_t)
+INT_KERNEL(reduce_i32, uint32_t, int32_t)
+INT_KERNEL(reduce_u32, uint32_t, uint32_t)
+INT_KERNEL(reduce_i64, uint64_t, int64_t)
+INT_KERNEL(reduce_u64, uint64_t, uint64_t)
+
+#define FLOAT_KERNEL(NAME, T)                                                               \
+    static void NAME(void *dst, const void *a, const void *b, size_t n, hoop_op_t op,        \
+                     int avg_n)                                                            \
+    {                                                                                       \
+        switch (op) {                                                                       \
+        case HOOP_SUM: LOOP(T, p + q); break;                                               \
+        case HOOP_PROD: LOOP(T, p * q); break;                                              \
+        case HOOP_MIN: LOOP(T, q < p ? q : p); break;                                       \
+        case HOOP_MAX: LOOP(T, q > p ? q : p); break;                                       \
+        case HOOP_AVG:                                                                      \
+            if (avg_n > 0) {                                                                \
+                T div_ = (T)avg_n;                                                          \
+                LOOP(T, (p + q) / div_);                                                    \
+            } else {                                                                        \
+                LOOP(T, p + q);                                                             \
+            }                                                                               \
+            break;                                                                          \
+        default: break;                                                                     \
+        }                                                                                   \
+    }
+
+FLOAT_KERNEL(reduce_f32, float)
+FLOAT_KERNEL(reduce_f64, double)
+
+/* 16-bit floats: widen to f32, combine, round back once (to nearest even).
+ * bf16 widens and rounds by integer shifts, which vectorise as they are. */
+#define HALF_KERNEL(NAME, TOF, FROMF)                                                       \
+    static void NAME(void *dst, const void *a, const void *b, size_t n, hoop_op_t op,        \
+                     int avg_n)                                                            \
+    {                                                                                       \
+        switch (op) {                                                                       \
+        case HOOP_SUM: LOOP(uint16_t, FROMF(TOF(p) + TOF(q))); break;                       \
+        case HOOP_PROD: LOOP(uint16_t, FROMF(TOF(p) * TOF(q))); break;                      \
+        case HOOP_MIN: LOOP(uint16_t, TOF(q) < TOF(p) ? q : p); break;                      \
+        case HOOP_MAX: LOOP(uint16_t, TOF(q) > TOF(p) ? q : p); break;                      \
+        case HOOP_AVG:                                                                      \
+            if (avg_n > 0) {                                                                \
+                float div_ = (float)avg_n;                                                  \
+                LOOP(uint16_t, FROMF((TOF(p) + TOF(q)) / div_));                            \
+            } else {                                                                        \
+                LOOP(uint16_t, FROMF(TOF(p) + TOF(q)));                                     \
+            }                                                                               \
+            break;                                                                          \
+        default: break;                                                                     \
+        }                                                                                   \
+    }
+
+HALF_KERNEL(reduce_bf16, hoop_bf2f, hoop_f2bf)
+
+#ifdef HOOP_REDUCE_F16C
+#include <immintrin.h>
+
+/* f16 with F16C: 8 elements widened, combined in f32 and rounded to
+ * nearest even by the hardware, which is what hoop_f2h does too (NaNs stay
+ * quiet NaNs with the payload's top bits); min and max keep the winner's
+ * own bits. The tail goes through the scalar conversions. */
+#define F16C_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define F16C_LOOP(VEXPR, SEXPR)                                                             \
+    do {                                                                                    \
+        uint16_t *d_ = dst;                                                                 \
+        const uint16_t *x_ = a, *y_ = b;                                                    \
+        size_t i = 0;                                                                       \
+        for (; i + 8 <= n; i += 8) {                                                        \
+            __m128i hp = _mm_loadu_si128((const __m128i *)(x_ + i));                        \
+            __m128i hq = _mm_loadu_si128((const __m128i *)(y_ + i));                        \
+            __m256 p = _mm256_cvtph_ps(hp), q = _mm256_cvtph_ps(hq);                        \
+            _mm_storeu_si128((__m128i *)(d_ + i), (VEXPR));                                 \
+        }                                                                                   \
+        for (; i < n; i++) {                                                                \
+            uint16_t p = x_[i], q = y_[i];                                                  \
+            d_[i] = (uint16_t)(SEXPR);                                                      \
+        }                                                                                   \
+    } while (0)
+
+/* The lanes where the 32-bit mask m is set take q's bits, the others p's. */
+static inline __m128i f16c_pick(__m128i hp, __m128i hq, __m256 m)
+{
+    __m256i wide = _mm256_castps_si256(m);
+    __m128i m16 = _mm_packs_epi32(_mm256_castsi256_si128(wide), _mm256_extracti128_si256(wide, 1));
+    return _mm_blendv_epi8(hp, hq, m16);
+}
+
+static void reduce_f16(void *dst, const void *a, const void *b, size_t n, hoop_op_t op, int avg_n)
+{
+    switch (op) {
+    case HOOP_SUM:
+        F16C_LOOP(_mm256_cvtps_ph(_mm256_add_ps(p, q), F16C_RNE),
+                  hoop_f2h(hoop_h2f(p) + hoop_h2f(q)));
+        break;
+    case HOOP_PROD:
+        F16C_LOOP(_mm256_cvtps_ph(_mm256_mul_ps(p, q), F16C_RNE),
+                  hoop_f2h(hoop_h2f(p) * hoop_h2f(q)));
+        break;
+    case HOOP_MIN:
+        F16C_LOOP(f16c_pick(hp, hq, _mm256_cmp_ps(q, p, _CMP_LT_OQ)),
+                  hoop_h2f(q) < hoop_h2f(p) ? q : p);
+        break;
+    case HOOP_MAX:
+        F16C_LOOP(f16c_pick(hp, hq, _mm256_cmp_ps(q, p, _CMP_GT_OQ)),
+                  hoop_h2f(q) > hoop_h2f(p) ? q : p);
+        break;
+    case HOOP_AVG:
+        if (avg_n > 0) {
+            float div = (float)avg_n;
+            __m256 vdiv = _mm256_set1_ps(div);
+            F16C_LOOP(_mm256_cvtps_ph(_mm256_div_ps(_mm256_add_ps(p, q), vdiv), F16C_RNE),
+                      hoop_f2h((hoop_h2f(p) + hoop_h2f(q)) / div));
+        } else {
+            F16C_LOOP(_mm256_cvtps_ph(_mm256_add_ps(p, q), F16C_RNE),
+                      hoop_f2h(hoop_h2f(p) + hoop_h2f(q)));
+        }
+        break;
+    default: break;
+    }
+}
+#else
+HALF_KERNEL(reduce_f16, hoop_h2f, hoop_f2h)
+#endif
+
+#define HOOP_REDUCE_CAT_(x, y) x##y
+#define HOOP_REDUCE_CAT(x, y) HOOP_REDUCE_CAT_(x, y)
+
+const hoop_reduce_fn HOOP_REDUCE_CAT(hoop_reduce_table_, HOOP_REDUCE_ISA)[HOOP_DTYPE_COUNT] = {
+    [HOOP_I8] = reduce_i8,     [HOOP_U8] = reduce_u8,     [HOOP_I32] = reduce_i32,
+    [HOOP_U32] = reduce_u32,   [HOOP_I64] = reduce_i64,   [HOOP_U64] = reduce_u64,
+    [HOOP_F16] = reduce_f16,   [HOOP_BF16] = reduce_bf16, [HOOP_F32] = reduce_f32,
+    [HOOP_F64] = reduce_f64,
+};
