@@ -26,3 +26,12 @@ void canary_invert(void *buf, size_t bytes)
     for (size_t k = 0; k < bytes; k++)
         b[k] = (uint8_t)~b[k];
 }
+
+size_t canary_first_diff(const void *a, const void *b, size_t n)
+{
+    const unsigned char *x = a, *y = b;
+    size_t i = 0;
+    while (i < n && x[i] == y[i])
+        i++;
+    return i;
+}

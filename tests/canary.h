@@ -15,6 +15,9 @@ unsigned canary_send(int rank);
 /* nbytes of buf get the canary pattern of seed. */
 void canary_fill(void *buf, size_t nbytes, unsigned seed);
 
+/* The index of the first of n bytes where a and b differ, or n. */
+size_t canary_first_diff(const void *a, const void *b, size_t n);
+
 /* Every bit of bytes of buf flipped. */
 void canary_invert(void *buf, size_t bytes);
 

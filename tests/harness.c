@@ -270,8 +270,7 @@ static bool proc_ok(const harness_proc_t *p)
     return p->done && !p->hung && p->signal == 0 && p->exit_code == 0;
 }
 
-static void append(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void append(char *buf, size_t len, const char *fmt, ...)
+void harness_appendf(char *buf, size_t len, const char *fmt, ...)
 {
     size_t used = strlen(buf);
     if (used + 1 >= len)
@@ -295,7 +294,7 @@ static void append_stderr_tail(char *buf, size_t len, int memfd)
     if (n <= 0)
         return;
     tail[n] = '\0';
-    append(buf, len, "  --- stderr%s ---\n%s%s", from > 0 ? " (tail)" : "", tail,
+    harness_appendf(buf, len, "  --- stderr%s ---\n%s%s", from > 0 ? " (tail)" : "", tail,
            tail[n - 1] == '\n' ? "" : "\n");
 }
 
@@ -357,20 +356,20 @@ bool harness_wait(harness_job_t *job, double deadline_s, double grace_s)
             continue;
         all_ok = false;
         if (p->hung && first_failed >= 0 && grace_s > 0)
-            append(job->report, sizeof job->report,
+            harness_appendf(job->report, sizeof job->report,
                    "rank %d (pid %d) still running %.0f s after rank %d failed: killed after "
                    "%.1f s\n",
                    p->rank, (int)p->pid, grace_s, first_failed, p->elapsed_s);
         else if (p->hung)
-            append(job->report, sizeof job->report,
+            harness_appendf(job->report, sizeof job->report,
                    "rank %d (pid %d) hung: killed at the %.0f s deadline\n", p->rank,
                    (int)p->pid, p->elapsed_s);
         else if (p->signal)
-            append(job->report, sizeof job->report,
+            harness_appendf(job->report, sizeof job->report,
                    "rank %d (pid %d) died of signal %d (%s) after %.1f s\n", p->rank,
                    (int)p->pid, p->signal, strsignal(p->signal), p->elapsed_s);
         else
-            append(job->report, sizeof job->report,
+            harness_appendf(job->report, sizeof job->report,
                    "rank %d (pid %d) failed: exit code %d after %.1f s\n", p->rank,
                    (int)p->pid, p->exit_code, p->elapsed_s);
         append_stderr_tail(job->report, sizeof job->report, p->memfd);
@@ -398,7 +397,7 @@ static bool finish_run(harness_job_t *job, bool spawned, int size, double deadli
     bool ok = harness_wait(job, deadline_s, 15.0);
     if (!spawned) {
         ok = false;
-        append(job->report, sizeof job->report, "could not start all %d ranks: %s\n", size,
+        harness_appendf(job->report, sizeof job->report, "could not start all %d ranks: %s\n", size,
                strerror(errno));
     }
     copy_report(job, report, report_len);

@@ -101,6 +101,10 @@ pid_t harness_spawn_raw(harness_job_t *job, int rank, int size, harness_raw_fn f
  * with 0. */
 bool harness_wait(harness_job_t *job, double deadline_s, double grace_s);
 
+/* printf at the end of the string in buf (len bytes in all), cut to fit. */
+void harness_appendf(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Build a job of size ranks that all run fn; report receives the failure
  * description. Returns true when every rank succeeded. */
 bool harness_run(int size, const hoop_config_t *base, harness_rank_fn fn, void *arg,

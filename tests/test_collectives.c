@@ -416,12 +416,9 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
         report_out_mismatch(s, c, out_elems, es);
         bad = true;
     }
-    if (!c->in_place && memcmp(s->send, s->ref, send_elems * es + canary) != 0) {
-        size_t k = 0;
-        while (s->send[k] == s->ref[k])
-            k++;
-        describe_fail(s, c, "modified sendbuf (byte %zu of %zu, canary included)", k,
-                      send_elems * es + canary);
+    size_t sent = send_elems * es + canary, k;
+    if (!c->in_place && (k = canary_first_diff(s->send, s->ref, sent)) < sent) {
+        describe_fail(s, c, "modified sendbuf (byte %zu of %zu, canary included)", k, sent);
         bad = true;
     }
     if (bad)

@@ -331,42 +331,29 @@ static bool passes_null(const soak_op_t *o, int rank)
     return o->kind == K_ALLREDUCE && o->count == 0;
 }
 
-static void appendf(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void appendf(char *buf, size_t len, const char *fmt, ...)
-{
-    size_t used = strlen(buf);
-    if (used + 1 >= len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, len - used, fmt, ap);
-    va_end(ap);
-}
-
 static void describe_op(char *buf, size_t len, const soak_state_t *s, const soak_op_t *o)
 {
     buf[0] = '\0';
     if (o->index < 0)
-        appendf(buf, len, "warm-up call %ld: %s", -o->index - 1, kind_names[o->kind]);
+        harness_appendf(buf, len, "warm-up call %ld: %s", -o->index - 1, kind_names[o->kind]);
     else
-        appendf(buf, len, "call %ld: %s", o->index, kind_names[o->kind]);
+        harness_appendf(buf, len, "call %ld: %s", o->index, kind_names[o->kind]);
     if (!kind_has_data(o->kind))
         return;
-    appendf(buf, len, " dtype=%s", hoop_dtype_str(o->dtype));
+    harness_appendf(buf, len, " dtype=%s", hoop_dtype_str(o->dtype));
     if (kind_has_op(o->kind))
-        appendf(buf, len, " op=%s", hoop_op_str(o->op));
-    appendf(buf, len, " count=%zu", o->count);
+        harness_appendf(buf, len, " op=%s", hoop_op_str(o->op));
+    harness_appendf(buf, len, " count=%zu", o->count);
     if (kind_has_root(o->kind))
-        appendf(buf, len, " root=%d", o->root);
+        harness_appendf(buf, len, " root=%d", o->root);
     if (o->kind == K_ALLGATHERV) {
-        appendf(buf, len, " counts@displs=");
+        harness_appendf(buf, len, " counts@displs=");
         for (int r = 0; r < s->nranks; r++)
-            appendf(buf, len, "%s%zu@%zu", r ? "," : "", o->counts[r], o->displs[r]);
+            harness_appendf(buf, len, "%s%zu@%zu", r ? "," : "", o->counts[r], o->displs[r]);
     }
-    appendf(buf, len, " %s", o->in_place ? "in place" : "out of place");
+    harness_appendf(buf, len, " %s", o->in_place ? "in place" : "out of place");
     if (passes_null(o, s->rank))
-        appendf(buf, len, " (%s NULL)",
+        harness_appendf(buf, len, " (%s NULL)",
                 o->kind == K_BROADCAST ? "sendbuf" : o->kind == K_REDUCE ? "recvbuf" : "buffers");
 }
 
@@ -627,13 +614,9 @@ static int run_op(soak_state_t *s, const soak_op_t *o)
         report_out_mismatch(s, o, out_elems, es);
         bad = true;
     }
-    if (!o->in_place && sendp == s->send &&
-        memcmp(s->send, s->ref, send_elems * es + canary) != 0) {
-        size_t b = 0;
-        while (s->send[b] == s->ref[b])
-            b++;
-        report(s, o, "modified sendbuf (byte %zu of %zu, canary included)", b,
-               send_elems * es + canary);
+    size_t sent = send_elems * es + canary, b;
+    if (!o->in_place && sendp == s->send && (b = canary_first_diff(s->send, s->ref, sent)) < sent) {
+        report(s, o, "modified sendbuf (byte %zu of %zu, canary included)", b, sent);
         bad = true;
     }
     if (bad)
@@ -813,7 +796,7 @@ Test(soak, ten_thousand_collectives_n4, .timeout = SOAK_TIMEOUT_S)
     if (st0->done) {
         char mix[512] = "";
         for (int k = 0; k < K_COUNT; k++)
-            appendf(mix, sizeof mix, "%s%s %ld (%ld over %zu MiB)", k ? ", " : "", kind_names[k],
+            harness_appendf(mix, sizeof mix, "%s%s %ld (%ld over %zu MiB)", k ? ", " : "", kind_names[k],
                     st0->ops[k], st0->top[k], SOAK_MAX_BYTES >> 21);
         fprintf(stderr,
                 "soak: %.1f s in all (warm-up %.1f s, calls %.1f s, of which %.1f s in the "
