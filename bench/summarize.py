@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""summarize.py - medians of raw benchmark outputs, as Markdown tables.
+
+    bench/summarize.py DIR [DIR ...]
+
+A DIR holds the raw outputs of one configuration (one rank count, one
+topology), as bench/netns.sh and bench/compare_loopback.sh write them:
+    hoop_r<k>.txt    ring_bench (rank 0's table)
+    gloo_r<k>.txt    the baseline harness's Gloo ring_chunked bench
+    ompi_r<k>.txt    the baseline harness's OpenMPI bench (TCP BTL)
+    iperf_r<k>.txt   iperf3 goodput of one link (shaped links only)
+For every size, each system's busbw is the median over repeats, with
+[min-max]; hoop's figure is its out-of-place column and, after a slash, its
+in-place one (the other systems run in place). The ratios are of medians:
+hoop out-of-place against one link's iperf3 goodput, Gloo and OpenMPI.
+
+bench/plot.py reads the same files through load().
+"""
+import glob
+import os
+import re
+import statistics
+import sys
+
+SYSTEMS = ("hoop", "gloo", "ompi")
+LABELS = {"hoop": "hoop", "gloo": "Gloo ring_chunked", "ompi": "OpenMPI tcp"}
+
+
+def parse_hoop(path):
+    """{size: (busbw out of place, busbw in place)} from a ring_bench
+    allreduce table, worked out from the time column (busbw is printed with
+    two decimals only, too coarse for a link of 0.25 GB/s); a result with
+    wrong elements makes the whole file an error."""
+    rows = {}
+    nranks = None
+    for line in open(path):
+        m = re.match(r"# nranks (\d+)", line)
+        if m:
+            nranks = int(m.group(1))
+        p = line.split()
+        if not p or not p[0].isdigit() or len(p) < 13:
+            continue
+        if p[8] != "0" or p[12] != "0":
+            raise ValueError(f"{path}: wrong results at {p[0]} bytes")
+        if nranks is None:
+            raise ValueError(f"{path}: no '# nranks' line before the table")
+        size, factor = int(p[0]), 2 * (nranks - 1) / nranks
+        rows[size] = tuple(size / (float(t) * 1e3) * factor for t in (p[5], p[9]))
+    return rows
+
+
+def parse_anchor(path):
+    """{size: (busbw, busbw)} from the baseline harness's table."""
+    rows = {}
+    for line in open(path):
+        p = line.split()
+        if not p or not p[0].isdigit() or len(p) < 8:
+            continue
+        if p[7] != "ok":
+            raise ValueError(f"{path}: check failed at {p[0]} bytes")
+        rows[int(p[0])] = (float(p[6]), float(p[6]))
+    return rows
+
+
+def parse_iperf(path):
+    """One link's iperf3 goodput in GB/s (1e9 bytes/s)."""
+    for line in open(path):
+        m = re.match(r"iperf3_one_link_Gbps\s+([0-9.]+)", line)
+        if m:
+            return float(m.group(1)) / 8
+    return None
+
+
+def load(d):
+    """{"hoop"|"gloo"|"ompi": {size: [(oop, ip) per repeat]}, "iperf": [GB/s]}"""
+    out = {"iperf": []}
+    for sysname in SYSTEMS:
+        parse = parse_hoop if sysname == "hoop" else parse_anchor
+        per = {}
+        for f in sorted(glob.glob(os.path.join(d, f"{sysname}_r*.txt"))):
+            for size, v in parse(f).items():
+                per.setdefault(size, []).append(v)
+        out[sysname] = per
+    for f in sorted(glob.glob(os.path.join(d, "iperf_r*.txt"))):
+        g = parse_iperf(f)
+        if g is not None:
+            out["iperf"].append(g)
+    return out
+
+
+def med(vals):
+    return statistics.median(vals) if vals else None
+
+
+def cell(vals):
+    if not vals:
+        return "-"
+    return f"{med(vals):.3f} [{min(vals):.3f}-{max(vals):.3f}]"
+
+
+def size_str(n):
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"
+
+
+def table(d):
+    data = load(d)
+    lines = [f"{d}:", ""]
+    iperf = med(data["iperf"])
+    if iperf:
+        lines += [f"iperf3 goodput of one link: {cell(data['iperf'])} GB/s "
+                  f"({len(data['iperf'])} runs)", ""]
+    present = [s for s in SYSTEMS if data[s]]
+    head = ["size"]
+    for s in present:
+        head.append(LABELS[s] + (" (out / in place)" if s == "hoop" else ""))
+    if "hoop" in present:
+        if iperf:
+            head.append("hoop / iperf3")
+        head += [f"hoop / {LABELS[s]}" for s in present if s != "hoop"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    sizes = sorted(set().union(*[set(data[s]) for s in present])) if present else []
+    for size in sizes:
+        row = [size_str(size)]
+        m = {}
+        for s in present:
+            vals = data[s].get(size, [])
+            oop = [v[0] for v in vals]
+            m[s] = med(oop)
+            if s == "hoop":
+                row.append(f"{cell(oop)} / {cell([v[1] for v in vals])}")
+            else:
+                row.append(cell(oop))
+        if "hoop" in present:
+            h = m["hoop"]
+            if iperf:
+                row.append(f"{h / iperf:.3f}" if h else "-")
+            for s in present:
+                if s != "hoop":
+                    row.append(f"{h / m[s]:.2f}" if h and m[s] else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.stderr.write(__doc__)
+        return 2
+    print("\n\n".join(table(d) for d in argv[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
