@@ -91,7 +91,14 @@ struct options {
     hoop_op_t op;
     enum coll coll;
     int root;
+    /* --sweep NAME=V1,V2,...: the whole run once per value, each with a
+     * fresh communicator made with NAME set to it. */
+    const char *sweep_name;
+    char *sweep_values; /* NAME=... copy, cut at the commas */
+    int sweep_n;
 };
+
+#define SWEEP_MAX 32
 
 /* One row's buffers, in elements, as nccl-tests derives them from the size. */
 struct shape {
@@ -203,6 +210,9 @@ static void usage(FILE *f)
     for (int i = 0; i < HOOP_OP_COUNT; i++)
         fprintf(f, "%s ", hoop_op_str((hoop_op_t)i));
     fprintf(f, "(default sum; allreduce, reduce_scatter and reduce)\n"
+               "  -S, --sweep VAR=V1,V2,... run everything once per value of the HOOP_* variable\n"
+               "                           VAR, a fresh communicator each time, and end with a\n"
+               "                           table of the values' bus bandwidths\n"
                "      --params             list the HOOP_* environment variables and exit\n"
                "  -h, --help               show this help and exit\n"
                "\n"
@@ -297,6 +307,57 @@ static void print_params(void)
     }
 }
 
+/* NAME=V1,V2,...: NAME one of the library's variables, but not one that
+ * says who the ranks are (every value must form the same job). */
+static int parse_sweep(const char *arg, struct options *o)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1]) {
+        bad_usage("--sweep: '%s' is not VAR=V1,V2,... (example: HOOP_CHUNK_BYTES=256K,1M,4M)", arg);
+        return -1;
+    }
+    size_t nlen = (size_t)(eq - arg);
+    const char *known = NULL;
+    for (int i = 0; i < hoop_param_count() && !known; i++) {
+        const char *name = hoop_param_info(i, NULL, NULL);
+        if (name && strlen(name) == nlen && strncmp(name, arg, nlen) == 0)
+            known = name;
+    }
+    if (!known) {
+        bad_usage("--sweep: %.*s is not a hoop variable (ring_bench --params lists them)",
+                  (int)nlen, arg);
+        return -1;
+    }
+    static const char *const fixed[] = {"HOOP_RANK", "HOOP_SIZE", "HOOP_ROOT", "HOOP_TOKEN"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        if (strcmp(known, fixed[i]) == 0) {
+            bad_usage("--sweep: %s says who the ranks are and cannot change within a job", known);
+            return -1;
+        }
+    free(o->sweep_values);
+    o->sweep_values = strdup(eq + 1);
+    if (!o->sweep_values) {
+        bad_usage("out of memory");
+        return -1;
+    }
+    o->sweep_name = known;
+    o->sweep_n = 1;
+    for (char *c = o->sweep_values; *c; c++) {
+        if (*c != ',')
+            continue;
+        if (c == o->sweep_values || c[1] == ',' || c[1] == '\0') {
+            bad_usage("--sweep: an empty value in '%s'", arg);
+            return -1;
+        }
+        *c = '\0';
+        if (++o->sweep_n > SWEEP_MAX) {
+            bad_usage("--sweep: more than %d values", SWEEP_MAX);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Returns -1 to go on, otherwise the exit status. */
 static int parse_options(int argc, char **argv, struct options *o)
 {
@@ -313,6 +374,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"check", required_argument, NULL, 'c'},
         {"datatype", required_argument, NULL, 'd'},
         {"op", required_argument, NULL, 'o'},
+        {"sweep", required_argument, NULL, 'S'},
         {"params", no_argument, NULL, OPT_PARAMS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -333,7 +395,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->root = 0;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":C:r:b:e:f:i:n:w:c:d:o:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":C:r:b:e:f:i:n:w:c:d:o:S:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'C': {
             int k = 0;
@@ -398,6 +460,10 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->op = (hoop_op_t)op;
             break;
         }
+        case 'S':
+            if (parse_sweep(optarg, o))
+                return 2;
+            break;
         case 'h':
             if (!is_quiet_rank())
                 usage(stdout);
@@ -1104,7 +1170,10 @@ static void print_header(const struct bench *b)
         printf("%zu(bytes)", o->step_bytes);
     else
         printf("%ld(factor)", o->step_factor);
-    printf(" warmup iters: %d iters: %d validation: %d\n#\n", o->warmup, o->iters, o->check);
+    printf(" warmup iters: %d iters: %d validation: %d\n", o->warmup, o->iters, o->check);
+    if (o->sweep_name)
+        printf("# sweep %s=%s\n", o->sweep_name, getenv(o->sweep_name));
+    printf("#\n");
 
     static const char *const groups[2] = {"out-of-place", "in-place"};
     memset(line, ' ', ROW_LEAD_WIDTH + 2 * ROW_GROUP_WIDTH);
@@ -1177,7 +1246,7 @@ static void *alloc_touched(size_t bytes)
     return p;
 }
 
-static int run(struct bench *b)
+static int run(struct bench *b, double *avg_busbw)
 {
     const struct options *o = &b->opt;
     size_t rows = 0, bad_rows = 0, groups = 0;
@@ -1251,6 +1320,7 @@ static int run(struct bench *b)
     if (b->rank == 0) {
         printf("# Out of bounds values : %zu %s\n", bad_rows, bad_rows ? "FAILED" : "OK");
         printf("# Avg bus bandwidth    : %g\n", groups ? busbw_sum / (double)groups : 0.0);
+        *avg_busbw = groups ? busbw_sum / (double)groups : 0.0;
         printf("#\n");
         fflush(stdout);
     }
@@ -1267,6 +1337,45 @@ static void bench_free(struct bench *b)
     free(b->agv_counts);
     free(b->agv_displs);
     free(b->segs);
+    b->sendbuf = b->recvbuf = NULL;
+    b->tab_mem = NULL;
+    b->peer_tabs = b->send_tabs = NULL;
+    b->agv_counts = b->agv_displs = NULL;
+    b->segs = NULL;
+}
+
+/* One job: make the communicator, run every size, close it. */
+static int run_job(struct bench *b, double *avg_busbw)
+{
+    int rc;
+    hoop_status_t st = hoop_comm_init(&b->comm, NULL);
+    if (st != HOOP_OK) {
+        report_hoop_error(b, st);
+        return 1;
+    }
+    b->have_rank = 1;
+    b->rank = hoop_comm_rank(b->comm);
+    b->nranks = hoop_comm_size(b->comm);
+
+    if (b->opt.root >= b->nranks) {
+        /* Every rank sees the same mistake; one message is enough. */
+        rc = b->rank == 0 ? bad_usage("-r: root %d is not a rank of this job (0..%d)",
+                                      b->opt.root, b->nranks - 1)
+                          : 2;
+    } else {
+        rc = run(b, avg_busbw);
+    }
+
+    /* Closing promptly also tells the other ranks, if this one failed, that
+     * it is gone instead of leaving them to time out. */
+    st = hoop_comm_destroy(b->comm);
+    b->comm = NULL;
+    if (st != HOOP_OK) {
+        report_hoop_error(b, st);
+        rc = 1;
+    }
+    bench_free(b);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -1275,36 +1384,36 @@ int main(int argc, char **argv)
     memset(&b, 0, sizeof b);
 
     int rc = parse_options(argc, argv, &b.opt);
-    if (rc >= 0)
+    if (rc >= 0) {
+        free(b.opt.sweep_values);
         return rc;
+    }
     b.esize = hoop_dtype_size(b.opt.dtype);
+    if (!b.opt.sweep_name)
+        return run_job(&b, &(double){0});
 
-    hoop_status_t st = hoop_comm_init(&b.comm, NULL);
-    if (st != HOOP_OK) {
-        report_hoop_error(&b, st);
-        return 1;
+    double avg[SWEEP_MAX];
+    const char *val[SWEEP_MAX];
+    const char *v = b.opt.sweep_values;
+    for (int i = 0; i < b.opt.sweep_n; i++, v += strlen(v) + 1) {
+        val[i] = v;
+        avg[i] = 0.0;
+        if (setenv(b.opt.sweep_name, v, 1)) {
+            report_error(&b, "cannot set %s: %s", b.opt.sweep_name, strerror(errno));
+            rc = 1;
+            break;
+        }
+        rc = run_job(&b, &avg[i]);
+        if (rc)
+            break;
     }
-    b.have_rank = 1;
-    b.rank = hoop_comm_rank(b.comm);
-    b.nranks = hoop_comm_size(b.comm);
-
-    if (b.opt.root >= b.nranks) {
-        /* Every rank sees the same mistake; one message is enough. */
-        rc = b.rank == 0 ? bad_usage("-r: root %d is not a rank of this job (0..%d)", b.opt.root,
-                                     b.nranks - 1)
-                         : 2;
-    } else {
-        rc = run(&b);
+    if (rc == 0 && b.rank == 0) {
+        printf("# sweep of %s: average bus bandwidth (GB/s) over the sizes and placements\n",
+               b.opt.sweep_name);
+        for (int i = 0; i < b.opt.sweep_n; i++)
+            printf("# sweep %-24s %8.3f\n", val[i], avg[i]);
+        fflush(stdout);
     }
-
-    /* Closing promptly also tells the other ranks, if this one failed, that
-     * it is gone instead of leaving them to time out. */
-    st = hoop_comm_destroy(b.comm);
-    b.comm = NULL;
-    if (st != HOOP_OK) {
-        report_hoop_error(&b, st);
-        rc = 1;
-    }
-    bench_free(&b);
+    free(b.opt.sweep_values);
     return rc;
 }

@@ -1,6 +1,8 @@
 /* harness.c - see harness.h. */
 #include "harness.h"
 
+#include <criterion/criterion.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -442,4 +444,18 @@ void harness_loopback_config(hoop_config_t *cfg, int rank, int size, int port,
     harness_token(port, token, 64);
     harness_make_config(cfg, NULL, rank, size, root, other_token ? other_token : token);
     cfg->bootstrap_timeout_s = bootstrap_timeout_s;
+}
+
+const char *harness_built(const char *name)
+{
+    static char paths[4][4096];
+    static int next;
+    const char *dir = getenv("HOOP_BUILD_DIR");
+    if (!dir || !*dir)
+        cr_skip_test("HOOP_BUILD_DIR is not set, so the built %s cannot be found (run the "
+                     "suite with 'make test')", name);
+    char *path = paths[next++ % 4];
+    snprintf(path, sizeof paths[0], "%s/%s", dir, name);
+    cr_assert(access(path, X_OK) == 0, "%s is not an executable: %s", path, strerror(errno));
+    return path;
 }

@@ -75,6 +75,12 @@ typedef struct harness_job {
  * there yet; the socket, or -1 after timeout_s. */
 int harness_connect_root(int port, double timeout_s);
 
+/* The path of a program the build made (hooprun, ring_bench, no_uring), from
+ * HOOP_BUILD_DIR, which `make test` sets; skips the test when it is unset
+ * and fails it when the program is not there. Four calls may be in use at
+ * once. */
+const char *harness_built(const char *name);
+
 /* A port that was free on 127.0.0.1 a moment ago, or -1. */
 int harness_free_port(void);
 

@@ -30,19 +30,7 @@
 /* Far above what any run here needs, far below Criterion's own timeout. */
 #define RUN_LIMIT_S 60.0
 
-static const char *built(const char *name)
-{
-    static char paths[4][4096];
-    static int next;
-    const char *dir = getenv("HOOP_BUILD_DIR");
-    if (!dir || !*dir)
-        cr_skip_test("HOOP_BUILD_DIR is not set, so the built %s cannot be found (run the "
-                     "suite with 'make test')", name);
-    char *path = paths[next++ % 4];
-    snprintf(path, sizeof paths[0], "%s/%s", dir, name);
-    cr_assert(access(path, X_OK) == 0, "%s is not an executable: %s", path, strerror(errno));
-    return path;
-}
+#define built harness_built
 
 /* Run argv (NULL-terminated) with HOOP_TCP_ENGINE=engine, in its own process
  * group so that a run past RUN_LIMIT_S is killed with everything it

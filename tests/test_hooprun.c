@@ -32,14 +32,7 @@
 
 static const char *hooprun_path(void)
 {
-    static char path[4096];
-    const char *dir = getenv("HOOP_BUILD_DIR");
-    if (!dir || !*dir)
-        cr_skip_test("HOOP_BUILD_DIR is not set, so the built hooprun cannot be found "
-                     "(run the suite with 'make test')");
-    snprintf(path, sizeof path, "%s/hooprun", dir);
-    cr_assert(access(path, X_OK) == 0, "%s is not an executable: %s", path, strerror(errno));
-    return path;
+    return harness_built("hooprun");
 }
 
 /* Run hooprun with args (NULL-terminated, without argv[0]). If wait_for is

@@ -672,12 +672,7 @@ Test(launcher, three_ranks_from_pmi_variables, .timeout = 90)
 
 static const char *bench_path(char *buf, size_t len)
 {
-    const char *dir = getenv("HOOP_BUILD_DIR");
-    if (!dir || !*dir)
-        cr_skip_test("HOOP_BUILD_DIR is not set, so the built ring_bench cannot be found (run "
-                     "the suite with 'make test')");
-    snprintf(buf, len, "%s/ring_bench", dir);
-    cr_assert(access(buf, X_OK) == 0, "%s is not an executable: %s", buf, strerror(errno));
+    snprintf(buf, len, "%s", harness_built("ring_bench"));
     return buf;
 }
 
