@@ -17,7 +17,8 @@
 # Then, REPS times, interleaved so that every system sees the same machine:
 #   iperf   iperf3 goodput of one link (rank 0 to rank 1, one stream, 5 s),
 #           and of all N ring links at once (rank i to i+1);
-#   hoop    ring_bench, rank i in namespace i (bootstrap on rank 0's address);
+#   hoop    ring_bench, rank i in namespace i with host name hoopnet-r<i>
+#           (bootstrap on rank 0's address);
 #   gloo    Gloo's ring_chunked allreduce, from the baseline harness in -a;
 #   ompi    OpenMPI allreduce with the TCP BTL on hn0, from the same harness.
 # SYSTEMS defaults to "iperf hoop", and to "iperf hoop gloo ompi" with -a.
@@ -99,8 +100,8 @@ teardown() {
 
 if ((CLEAN_ONLY)); then teardown; exit 0; fi
 
-for tool in ip tc iperf3 timeout python3; do
-    command -v "$tool" >/dev/null || die "needs $tool (apt-get install iproute2 iperf3 coreutils python3)"
+for tool in ip tc iperf3 timeout unshare python3; do
+    command -v "$tool" >/dev/null || die "needs $tool (apt-get install iproute2 iperf3 coreutils util-linux python3)"
 done
 if has hoop; then [[ -x "$BUILD/ring_bench" ]] || die "no $BUILD/ring_bench: run make first"; fi
 if has gloo || has ompi; then
@@ -224,9 +225,14 @@ run_hoop() {
     local i pids=() rc=0 token port=29500
     token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
     for ((i = 0; i < N; i++)); do
-        # Rank 0 prints the table; the others only their errors.
-        ip netns exec "$NSP$i" env HOOP_RANK=$i HOOP_SIZE="$N" HOOP_ROOT="$NET.1:$port" \
-            HOOP_TOKEN="$token" timeout 900 "$BUILD/ring_bench" "${BENCH_ARGS[@]}" \
+        # Each rank gets a host name of its own too (a UTS namespace), as
+        # ranks on separate machines have: the library tells neighbours on
+        # its own host from others by it. Rank 0 prints the table; the
+        # others only their errors.
+        ip netns exec "$NSP$i" unshare --uts env HOOP_RANK=$i HOOP_SIZE="$N" \
+            HOOP_ROOT="$NET.1:$port" HOOP_TOKEN="$token" NODE="$NSP$i" \
+            sh -c 'hostname "$NODE" && exec timeout 900 "$0" "$@"' \
+            "$BUILD/ring_bench" "${BENCH_ARGS[@]}" \
             >"$([[ $i == 0 ]] && echo /dev/stdout || echo /dev/null)" &
         pids+=($!)
     done

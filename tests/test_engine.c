@@ -10,7 +10,10 @@
  */
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <errno.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -237,4 +240,129 @@ Test(engine, poll_sees_a_peer_leave, .timeout = 90)
 Test(engine, uring_sees_a_peer_leave, .timeout = 90)
 {
     run_leaver("uring");
+}
+
+/* ---- HOOP_TCP_NSOCKS=auto ------------------------------------------------- */
+
+/* A rank of a 2-rank job that counts its socket descriptors once the
+ * communicator is made and one allreduce is through; with `apart` it first
+ * moves into a UTS namespace of its own under another host name, so that
+ * the two ranks are on different hosts as the library sees them. */
+struct nsocks_job {
+    const char *nsocks; /* HOOP_TCP_NSOCKS */
+    bool apart;
+    int *counts;        /* shared with the parent: one per rank */
+};
+
+static int count_socket_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    char path[300], target[64];
+    while ((e = readdir(d))) {
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            n += strncmp(target, "socket:", 7) == 0;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static int nsocks_rank(int rank, int size, int port, void *arg)
+{
+    struct nsocks_job *j = arg;
+    if (j->apart && rank == 1) {
+        if (unshare(CLONE_NEWUTS) != 0)
+            return 77; /* no right to: the parent skips */
+        if (sethostname("hoop-test-other-host", strlen("hoop-test-other-host")) != 0)
+            return harness_failf(rank, "sethostname: %s", strerror(errno));
+    }
+    setenv("HOOP_TCP_NSOCKS", j->nsocks, 1);
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_comm_t *comm;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st != HOOP_OK)
+        return harness_fail(rank, "hoop_comm_init", st);
+    int32_t v = rank + 1;
+    st = hoop_allreduce(comm, &v, &v, 1, HOOP_I32, HOOP_SUM);
+    int rc = 0;
+    if (st != HOOP_OK)
+        rc = harness_fail(rank, "hoop_allreduce", st);
+    else if (v != 3)
+        rc = harness_failf(rank, "the allreduce gave %d, not 3", v);
+    j->counts[rank] = count_socket_fds();
+    hoop_comm_destroy(comm);
+    return rc;
+}
+
+static void nsocks_run(const char *nsocks, bool apart, int counts[2])
+{
+    struct nsocks_job *j = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                                -1, 0);
+    cr_assert(j != MAP_FAILED);
+    j->nsocks = nsocks;
+    j->apart = apart;
+    j->counts = (int *)(j + 1);
+    char report[8192];
+    bool ok = harness_run_raw(2, nsocks_rank, j, 60.0, report, sizeof report);
+    if (!ok && apart && strstr(report, "exit code 77"))
+        cr_skip_test("this test cannot make a UTS namespace (it needs CAP_SYS_ADMIN), so it "
+                     "cannot put a rank on another host:\n%s", report);
+    cr_assert(ok, "HOOP_TCP_NSOCKS=%s%s:\n%s", nsocks, apart ? " across hosts" : "", report);
+    counts[0] = j->counts[0];
+    counts[1] = j->counts[1];
+    munmap(j, 4096);
+}
+
+Test(engine, auto_nsocks_is_one_on_a_host_and_two_across, .timeout = 120)
+{
+    int one[2], two[2], here[2], across[2];
+    nsocks_run("1", false, one);
+    nsocks_run("2", false, two);
+    nsocks_run("auto", false, here);
+    nsocks_run("auto", true, across);
+    for (int r = 0; r < 2; r++) {
+        /* Two sockets more per neighbour connection: one out, one in. */
+        cr_assert_eq(two[r], one[r] + 2, "rank %d has %d sockets with 1 per neighbour and %d "
+                     "with 2", r, one[r], two[r]);
+        cr_assert_eq(here[r], one[r], "rank %d: auto on one host made %d sockets, 1 per "
+                     "neighbour makes %d", r, here[r], one[r]);
+        cr_assert_eq(across[r], two[r], "rank %d: auto across hosts made %d sockets, 2 per "
+                     "neighbour makes %d", r, across[r], two[r]);
+    }
+}
+
+/* Both ranks refuse the value before either waits for the other. */
+static int bad_nsocks_rank(int rank, int size, int port, void *arg)
+{
+    setenv("HOOP_TCP_NSOCKS", "two", 1);
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st == HOOP_OK) {
+        hoop_comm_destroy(comm);
+        return harness_failf(rank, "HOOP_TCP_NSOCKS=two was accepted");
+    }
+    if (st != HOOP_ERR_INVALID || !strstr(hoop_last_error(), "HOOP_TCP_NSOCKS='two' is neither "
+                                                             "auto nor a whole number"))
+        return harness_failf(rank, "HOOP_TCP_NSOCKS=two gave %s: %s", hoop_status_str(st),
+                             hoop_last_error());
+    return 0;
+}
+
+Test(engine, bad_nsocks_is_invalid, .timeout = 60)
+{
+    char report[8192];
+    bool ok = harness_run_raw(2, bad_nsocks_rank, NULL, 30.0, report, sizeof report);
+    cr_assert(ok, "%s", report);
 }

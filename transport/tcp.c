@@ -19,9 +19,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TCP_HANDLE_VERSION 1
-#define TCP_HANDLE_BYTES 21 /* version, family, port, 16 address bytes, nsocks */
+#define TCP_HANDLE_VERSION 2
+#define TCP_HANDLE_BYTES 21 /* version, family, port, 16 address bytes, nsocks (0 = auto) */
 #define TCP_NSOCKS_MAX 16
+/* HOOP_TCP_NSOCKS=auto to a rank on another host: two streams kept a
+ * shaped 5 Gbit/s link 4 % fuller than one (bench/RESULTS.md, "Sockets per
+ * neighbour"); over loopback a second stream only costs CPU (20 % at N = 2). */
+#define TCP_NSOCKS_REMOTE 2
 
 /* Where io_uring is refused, the refusal is the same for every
  * communicator of the process: say it once. */
@@ -73,9 +77,19 @@ static hoop_status_t tcp_create(const struct hoop_tp_params *p, void **out)
     memcpy(tp->token, p->token, HOOP_TOKEN_BYTES);
     unsigned long long v;
     hoop_status_t st;
-    if ((st = hoop_param_u64("HOOP_TCP_NSOCKS", 1, TCP_NSOCKS_MAX, &v)))
+    if (strcmp(hoop_param_str("HOOP_TCP_NSOCKS"), "auto") == 0) {
+        tp->nsocks = 0;
+    } else if (hoop_param_parse_u64("HOOP_TCP_NSOCKS", hoop_param_str("HOOP_TCP_NSOCKS"), 1,
+                                    TCP_NSOCKS_MAX, &v)) {
+        st = hoop_error(HOOP_ERR_INVALID,
+                        "rank %d: HOOP_TCP_NSOCKS='%s' is neither auto nor a whole number between "
+                        "1 and %d", p->rank, hoop_param_str("HOOP_TCP_NSOCKS"), TCP_NSOCKS_MAX);
         goto err_free;
-    tp->nsocks = (int)v;
+    } else {
+        tp->nsocks = (int)v;
+    }
+    if (gethostname(tp->hostname, sizeof(tp->hostname) - 1))
+        tp->hostname[0] = '\0';
     if ((st = hoop_param_u64("HOOP_TCP_SOCKBUF", 0, 1ull << 30, &v)))
         goto err_free;
     tp->sockbuf = (int)v;
@@ -131,9 +145,20 @@ static hoop_status_t tcp_listen(void *vtp, const struct sockaddr *local, socklen
     *handle_len = TCP_HANDLE_BYTES;
     char as[HOOP_ADDR_STR_MAX];
     hoop_sock_addr_str((struct sockaddr *)&ss, as, sizeof(as));
-    HOOP_INFO("rank %d: tcp transport listens on %s (%d socket%s per neighbour)", tp->rank, as,
-              tp->nsocks, tp->nsocks > 1 ? "s" : "");
+    if (tp->nsocks)
+        HOOP_INFO("rank %d: tcp transport listens on %s (%d socket%s per neighbour)", tp->rank,
+                  as, tp->nsocks, tp->nsocks > 1 ? "s" : "");
+    else
+        HOOP_INFO("rank %d: tcp transport listens on %s (1 socket per neighbour on this host, "
+                  "%d per neighbour on another)", tp->rank, as, TCP_NSOCKS_REMOTE);
     return HOOP_OK;
+}
+
+/* The number of sockets HOOP_TCP_NSOCKS=auto gives a connection: both ends
+ * work it out alike, each from the other's host name and its own. */
+static int tcp_auto_nsocks(const struct tcp_tp *tp, const char *peer_host)
+{
+    return tp->hostname[0] && strcmp(peer_host, tp->hostname) == 0 ? 1 : TCP_NSOCKS_REMOTE;
 }
 
 static struct tcp_conn *tcp_conn_new(struct tcp_tp *tp, int peer, int nsocks)
@@ -187,7 +212,7 @@ static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *p
 {
     struct tcp_tp *tp = vtp;
     if (handle_len != TCP_HANDLE_BYTES || handle[0] != TCP_HANDLE_VERSION ||
-        (handle[1] != 4 && handle[1] != 6) || handle[20] < 1 || handle[20] > TCP_NSOCKS_MAX)
+        (handle[1] != 4 && handle[1] != 6) || handle[20] > TCP_NSOCKS_MAX)
         return hoop_error(HOOP_ERR_PEER,
                           "rank %d: tcp transport: rank %d (%s) published a handle this version "
                           "cannot read (%u bytes)", tp->rank, peer, peer_host, handle_len);
@@ -210,8 +235,9 @@ static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *p
     char as[HOOP_ADDR_STR_MAX];
     hoop_sock_addr_str((struct sockaddr *)&ss, as, sizeof(as));
     /* Both ends must stripe over the same number of sockets: the
-     * listener's count wins. */
-    int nsocks = handle[20];
+     * listener's count wins, and where it is auto both ends work out the
+     * same one. */
+    int nsocks = handle[20] ? handle[20] : tcp_auto_nsocks(tp, peer_host);
     struct tcp_conn *c = tcp_conn_new(tp, peer, nsocks);
     if (!c)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: out of memory", tp->rank);
@@ -305,7 +331,8 @@ static hoop_status_t tcp_accept(void *vtp, int peer, int channel, const char *pe
                                 uint64_t comm_id, uint64_t deadline_ns, void **out)
 {
     struct tcp_tp *tp = vtp;
-    struct tcp_conn *c = tcp_conn_new(tp, peer, tp->nsocks);
+    int nsocks = tp->nsocks ? tp->nsocks : tcp_auto_nsocks(tp, peer_host);
+    struct tcp_conn *c = tcp_conn_new(tp, peer, nsocks);
     if (!c)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: out of memory", tp->rank);
     struct tcp_accept_ctx a = {.tp = tp, .c = c, .peer = peer, .channel = channel,
@@ -333,7 +360,7 @@ static hoop_status_t tcp_accept(void *vtp, int peer, int channel, const char *pe
         return hoop_error(hoop_status_from_errno(rc),
                           "rank %d: tcp transport: waiting for rank %d (%s) to connect: %s "
                           "(%d of %d sockets arrived)", tp->rank, peer, peer_host,
-                          hoop_errno_str(rc), a.have, tp->nsocks);
+                          hoop_errno_str(rc), a.have, nsocks);
     }
     tcp_conn_add(tp, c);
     *out = c;

@@ -81,8 +81,9 @@ struct tcp_tp {
     int size;
     uint8_t token[HOOP_TOKEN_BYTES];
     int lfd;
-    int nsocks;
+    int nsocks;        /* HOOP_TCP_NSOCKS; 0 = auto (tcp_auto_nsocks) */
     int sockbuf;
+    char hostname[256]; /* this host's name, to tell neighbours on it from others */
     unsigned user_timeout_ms;
     int *watch;        /* descriptors whose reading wakes progress() */
     int nwatch;
