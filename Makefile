@@ -93,8 +93,9 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # TEST_ARGS passes options to Criterion (e.g. TEST_ARGS='--filter=allreduce/*').
 # The suite starts real ranks as processes; the tests find hooprun and
 # ring_bench through HOOP_BUILD_DIR. It runs once per TCP engine: all of it
-# on io_uring, the multi-process suites (and those of failures) again on poll, and the allreduce
-# suite once more where io_uring is refused, so that auto really falls back.
+# on io_uring, the multi-process suites (and those of failures) again on poll, the allreduce
+# suite once more where io_uring is refused, so that auto really falls back, and the
+# collectives and failures with every send zero-copy (HOOP_TCP_ZEROCOPY=1).
 TEST_ENV = HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR)
 test: all $(TESTBIN) $(BUILD)/no_uring
 	$(TEST_ENV) HOOP_TCP_ENGINE=uring $(TESTBIN) --jobs 2 $(TEST_ARGS)
@@ -102,6 +103,8 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	    --filter='@(allreduce|bootstrap|collectives|faults|mismatch|paths|soak)/*' $(TEST_ARGS)
 	$(TEST_ENV) HOOP_TCP_ENGINE=auto $(BUILD)/no_uring $(TESTBIN) --jobs 2 \
 	    --filter='allreduce/*' $(TEST_ARGS)
+	$(TEST_ENV) HOOP_TCP_ENGINE=uring HOOP_TCP_ZEROCOPY=1 $(TESTBIN) --jobs 2 \
+	    --filter='@(allreduce|collectives|faults)/*' $(TEST_ARGS)
 
 # The whole suite under ASan and UBSan, in its own build tree. The suite's
 # ranks are forked processes, so every rank runs instrumented too.

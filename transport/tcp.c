@@ -93,6 +93,9 @@ static hoop_status_t tcp_create(const struct hoop_tp_params *p, void **out)
     if ((st = hoop_param_u64("HOOP_TCP_SOCKBUF", 0, 1ull << 30, &v)))
         goto err_free;
     tp->sockbuf = (int)v;
+    if ((st = hoop_param_u64("HOOP_TCP_ZEROCOPY", 0, 1ull << 30, &v)))
+        goto err_free;
+    tp->zc_min = (size_t)v;
     double ut;
     if ((st = hoop_param_double("HOOP_TCP_USER_TIMEOUT", 0, 86400, &ut)))
         goto err_free;

@@ -20,6 +20,12 @@ struct tcp_dir {
      * of the rest of the header and the payload. */
     struct msghdr mh;
     struct iovec iov[2];
+    /* Zero-copy sends (HOOP_TCP_ZEROCOPY): requests whose bytes are all
+     * queued but whose pages the kernel may still read, oldest first; a
+     * request is done once zc_done reaches its `lent` mark. */
+    struct hoop_tp_req *lent_head, *lent_tail;
+    uint64_t zc_sent; /* zero-copy transfers started that hold pages */
+    uint64_t zc_done; /* ... whose pages the kernel has given back */
 };
 
 /* Aligned so the low bits of its address can carry the direction and the
@@ -76,6 +82,7 @@ struct tcp_tp {
     const struct tcp_engine *eng;
     void *eng_state;
     unsigned inflight; /* busy directions, over every socket */
+    unsigned lent_out; /* zero-copy transfers whose pages the kernel still holds */
     unsigned uring_entries;
     int rank;
     int size;
@@ -83,6 +90,7 @@ struct tcp_tp {
     int lfd;
     int nsocks;        /* HOOP_TCP_NSOCKS; 0 = auto (tcp_auto_nsocks) */
     int sockbuf;
+    size_t zc_min;     /* HOOP_TCP_ZEROCOPY: sends of this many bytes or more lend their pages; 0 off */
     char hostname[256]; /* this host's name, to tell neighbours on it from others */
     unsigned user_timeout_ms;
     int *watch;        /* descriptors whose reading wakes progress() */
@@ -102,5 +110,11 @@ void tcp_cancel(void *tp);
  * closed, or -errno (-EAGAIN and -EINTR: nothing moved, try again).
  * Returns the number of requests it completed. */
 int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res);
+
+/* The engine's zero-copy send on s now holds the head's pages (call before
+ * tcp_queue_moved for that transfer), and one such transfer gave them back;
+ * the latter returns the number of requests that completed with it. */
+void tcp_queue_lent(struct tcp_tp *tp, struct tcp_sock *s);
+int tcp_queue_returned(struct tcp_tp *tp, struct tcp_sock *s);
 
 #endif

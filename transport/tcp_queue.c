@@ -13,13 +13,18 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 
-/* Returns the number of requests it ended. */
+/* Returns the number of requests it ended. A request still lending its
+ * pages to a zero-copy send fails too: its stream is dead, so whatever the
+ * kernel may yet read from them reaches nobody. */
 static int tcp_fail_queue(struct tcp_sock *s, int d, int err)
 {
     int n = 0;
     for (struct hoop_tp_req *r = s->dir[d].head; r; r = r->next, n++)
         r->state = err;
+    for (struct hoop_tp_req *r = s->dir[d].lent_head; r; r = r->next, n++)
+        r->state = err;
     s->dir[d].head = s->dir[d].tail = NULL;
+    s->dir[d].lent_head = s->dir[d].lent_tail = NULL;
     return n;
 }
 
@@ -36,10 +41,21 @@ static int tcp_advance(struct tcp_tp *tp, struct tcp_sock *s, int d)
             break;
         }
         if (r->done == hoop_tp_req_total(r)) {
-            r->state = 0;
             q->head = r->next;
             if (!q->head)
                 q->tail = NULL;
+            if (r->lent > q->zc_done) {
+                /* All on the stream, but the kernel may still read its
+                 * pages: done when they come back. */
+                r->next = NULL;
+                if (q->lent_tail)
+                    q->lent_tail->next = r;
+                else
+                    q->lent_head = r;
+                q->lent_tail = r;
+                continue;
+            }
+            r->state = 0;
             completed++;
             continue;
         }
@@ -105,11 +121,43 @@ int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res)
     return completed + tcp_advance(tp, s, d);
 }
 
+/* A zero-copy transfer's pages are given back in the order the transfers
+ * went out on the stream, except that a late retransmitted copy may still
+ * hold earlier ones; by then every byte before the later transfer's is
+ * acknowledged, so what the kernel reads there reaches nobody, and
+ * counting the returns is enough. */
+void tcp_queue_lent(struct tcp_tp *tp, struct tcp_sock *s)
+{
+    struct tcp_dir *q = &s->dir[TCP_TX];
+    q->zc_sent++;
+    if (q->head)
+        q->head->lent = q->zc_sent;
+    tp->lent_out++;
+}
+
+int tcp_queue_returned(struct tcp_tp *tp, struct tcp_sock *s)
+{
+    struct tcp_dir *q = &s->dir[TCP_TX];
+    int completed = 0;
+    q->zc_done++;
+    tp->lent_out--;
+    while (q->lent_head && q->lent_head->lent <= q->zc_done) {
+        struct hoop_tp_req *r = q->lent_head;
+        q->lent_head = r->next;
+        if (!q->lent_head)
+            q->lent_tail = NULL;
+        r->state = 0;
+        completed++;
+    }
+    return completed;
+}
+
 static int tcp_post(struct tcp_conn *c, int d, struct hoop_tp_req *req)
 {
     struct tcp_sock *s = &c->socks[c->rr[d]++ % (unsigned)c->nsocks];
     req->done = 0;
     req->next = NULL;
+    req->lent = 0;
     if (s->err) {
         req->state = s->err;
         return s->err;

@@ -43,7 +43,7 @@ static struct io_uring *tcp_ring(struct tcp_tp *tp)
 
 /* The transfers this engine needs, and io_uring_enter, must work too: a
  * sandbox may allow the ring's creation and still refuse the rest. */
-static int tcp_uring_check(struct io_uring *ring)
+static int tcp_uring_check(struct io_uring *ring, int *zc_ok)
 {
     struct io_uring_probe *probe = io_uring_get_probe_ring(ring);
     if (!probe)
@@ -51,6 +51,7 @@ static int tcp_uring_check(struct io_uring *ring)
     int ok = io_uring_opcode_supported(probe, IORING_OP_SENDMSG) &&
              io_uring_opcode_supported(probe, IORING_OP_RECVMSG) &&
              io_uring_opcode_supported(probe, IORING_OP_RECV);
+    *zc_ok = io_uring_opcode_supported(probe, IORING_OP_SENDMSG_ZC);
     io_uring_free_probe(probe);
     if (!ok)
         return -EOPNOTSUPP;
@@ -89,10 +90,16 @@ static int tcp_uring_init(struct tcp_tp *tp)
         free(e);
         return rc;
     }
-    if ((rc = tcp_uring_check(ring)) < 0) {
+    int zc_ok = 0;
+    if ((rc = tcp_uring_check(ring, &zc_ok)) < 0) {
         io_uring_queue_exit(ring);
         free(e);
         return rc;
+    }
+    if (tp->zc_min && !zc_ok) {
+        HOOP_WARN("rank %d: tcp transport: this kernel's io_uring has no zero-copy send "
+                  "(IORING_OP_SENDMSG_ZC, Linux 6.1): HOOP_TCP_ZEROCOPY is ignored", tp->rank);
+        tp->zc_min = 0;
     }
     tp->eng_state = e;
     return 0;
@@ -133,7 +140,11 @@ static int tcp_uring_start(struct tcp_tp *tp, struct tcp_sock *s, int d)
     if (n)
         q->iov[k++] = (struct iovec){(char *)r->buf + off, n};
     q->mh = (struct msghdr){.msg_iov = q->iov, .msg_iovlen = (size_t)k};
-    if (d == TCP_TX) {
+    if (d == TCP_TX && tp->zc_min && n >= tp->zc_min) {
+        /* Two completions: the transfer's, flagged MORE when it holds the
+         * pages, and later the notice that gives them back. */
+        io_uring_prep_sendmsg_zc(sqe, s->fd, &q->mh, MSG_WAITALL | MSG_NOSIGNAL);
+    } else if (d == TCP_TX) {
         io_uring_prep_sendmsg(sqe, s->fd, &q->mh, MSG_WAITALL | MSG_NOSIGNAL);
     } else if (k == 1) {
         io_uring_prep_recv(sqe, s->fd, q->iov[0].iov_base, (unsigned)q->iov[0].iov_len,
@@ -168,6 +179,12 @@ static int tcp_uring_reap(struct tcp_tp *tp)
         }
         int d = (int)(ud & 1);
         struct tcp_sock *s = (struct tcp_sock *)(uintptr_t)(ud & ~(uint64_t)7);
+        if (cqe->flags & IORING_CQE_F_NOTIF) {
+            completed += tcp_queue_returned(tp, s);
+            continue;
+        }
+        if (d == TCP_TX && (cqe->flags & IORING_CQE_F_MORE))
+            tcp_queue_lent(tp, s);
         completed += tcp_queue_moved(tp, s, d, cqe->res);
     }
     io_uring_cq_advance(ring, seen);
@@ -226,7 +243,7 @@ static int tcp_uring_progress(struct tcp_tp *tp, uint64_t deadline_ns)
         io_uring_submit(ring);
         return completed;
     }
-    if (tp->inflight == 0)
+    if (tp->inflight == 0 && tp->lent_out == 0)
         return -EDEADLK; /* nothing can complete: a caller bug, not a wait */
     uint64_t now = hoop_now_ns();
     uint64_t left = deadline_ns > now ? deadline_ns - now : 0;
@@ -247,7 +264,9 @@ static int tcp_uring_progress(struct tcp_tp *tp, uint64_t deadline_ns)
     return completed;
 }
 
-/* A transfer's SQE points into the caller's buffer until its CQE is reaped. */
+/* A transfer's SQE points into the caller's buffer until its CQE is reaped.
+ * Pages lent to a zero-copy send stay pinned by the kernel until it gives
+ * them back, which on a dead stream may be at close: not waited for. */
 static void tcp_uring_drain(struct tcp_tp *tp)
 {
     struct io_uring *ring = tcp_ring(tp);

@@ -44,6 +44,7 @@ struct hoop_tp_req {
     size_t done;               /* bytes moved so far, header included */
     int state;                 /* HOOP_REQ_PENDING, 0 when complete, or -errno */
     struct hoop_tp_req *next;  /* the transport's queue */
+    uint64_t lent;             /* the transport's: zero-copy sends it waits on (tcp_queue.c) */
 };
 
 static inline size_t hoop_tp_req_total(const struct hoop_tp_req *r)
