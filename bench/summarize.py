@@ -31,12 +31,23 @@ def parse_hoop(path):
     allreduce table, worked out from the time column (busbw is printed with
     two decimals only, too coarse for a link of 0.25 GB/s); a result with
     wrong elements makes the whole file an error."""
-    rows = {}
+    return parse_hoop_sweep(path).get(None, {})
+
+
+def parse_hoop_sweep(path):
+    """{sweep value or None: {size: (oop, ip)}}: ring_bench --sweep prints a
+    table per value, each after a '# sweep VAR=VALUE' line."""
+    out = {}
+    rows = out.setdefault(None, {})
     nranks = None
     for line in open(path):
         m = re.match(r"# nranks (\d+)", line)
         if m:
             nranks = int(m.group(1))
+        m = re.match(r"# sweep (HOOP_\w+)=(\S+)", line)
+        if m:
+            out.pop(None, None)
+            rows = out.setdefault(f"{m.group(1)}={m.group(2)}", {})
         p = line.split()
         if not p or not p[0].isdigit() or len(p) < 13:
             continue
@@ -46,7 +57,33 @@ def parse_hoop(path):
             raise ValueError(f"{path}: no '# nranks' line before the table")
         size, factor = int(p[0]), 2 * (nranks - 1) / nranks
         rows[size] = tuple(size / (float(t) * 1e3) * factor for t in (p[5], p[9]))
-    return rows
+    return out
+
+
+def sweep_table(d):
+    """Medians per swept value and size over the hoop_r*.txt of d, or None
+    when they hold no sweep."""
+    per = {}
+    for f in sorted(glob.glob(os.path.join(d, "hoop_r*.txt"))):
+        for val, rows in parse_hoop_sweep(f).items():
+            if val is None:
+                return None
+            for size, v in rows.items():
+                per.setdefault((val, size), []).append(v)
+    if not per:
+        return None
+    vals = list(dict.fromkeys(v for v, _ in per))
+    sizes = sorted({s for _, s in per})
+    lines = [f"{d}:", "", "| value | " + " | ".join(size_str(s) + " (out / in place)"
+                                                    for s in sizes) + " |",
+             "|---|" + "---|" * len(sizes)]
+    for val in vals:
+        row = [val]
+        for size in sizes:
+            got = per.get((val, size), [])
+            row.append(f"{cell([g[0] for g in got])} / {cell([g[1] for g in got])}")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
 
 
 def parse_anchor(path):
@@ -106,6 +143,9 @@ def size_str(n):
 
 
 def table(d):
+    sweep = sweep_table(d)
+    if sweep:
+        return sweep
     data = load(d)
     lines = [f"{d}:", ""]
     iperf = med(data["iperf"])

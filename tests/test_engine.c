@@ -196,6 +196,19 @@ Test(engine, uring_is_reported_and_striped_in_order, .timeout = 120)
     run_engine("uring", "tcp/io_uring");
 }
 
+/* The same with waits that busy-poll before they sleep. */
+Test(engine, poll_busy_polls_in_order, .timeout = 120)
+{
+    setenv("HOOP_BUSY_POLL_US", "200", 1);
+    run_engine("poll", "tcp/poll");
+}
+
+Test(engine, uring_busy_polls_in_order, .timeout = 120)
+{
+    setenv("HOOP_BUSY_POLL_US", "200", 1);
+    run_engine("uring", "tcp/io_uring");
+}
+
 /* Rank 1 leaves after one allreduce; rank 0's next one must fail with
  * HOOP_ERR_PEER at once, not wait for its timeout. */
 static int leaver_rank(hoop_comm_t *comm, int rank, int size, void *arg)
@@ -358,6 +371,32 @@ static int bad_nsocks_rank(int rank, int size, int port, void *arg)
         return harness_failf(rank, "HOOP_TCP_NSOCKS=two gave %s: %s", hoop_status_str(st),
                              hoop_last_error());
     return 0;
+}
+
+static int bad_busy_poll_rank(int rank, int size, int port, void *arg)
+{
+    setenv("HOOP_BUSY_POLL_US", "fast", 1);
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st == HOOP_OK) {
+        hoop_comm_destroy(comm);
+        return harness_failf(rank, "HOOP_BUSY_POLL_US=fast was accepted");
+    }
+    if (st != HOOP_ERR_INVALID ||
+        !strstr(hoop_last_error(), "HOOP_BUSY_POLL_US='fast' is neither auto nor"))
+        return harness_failf(rank, "HOOP_BUSY_POLL_US=fast gave %s: %s", hoop_status_str(st),
+                             hoop_last_error());
+    return 0;
+}
+
+Test(engine, bad_busy_poll_is_invalid, .timeout = 60)
+{
+    char report[8192];
+    bool ok = harness_run_raw(2, bad_busy_poll_rank, NULL, 30.0, report, sizeof report);
+    cr_assert(ok, "%s", report);
 }
 
 Test(engine, bad_nsocks_is_invalid, .timeout = 60)

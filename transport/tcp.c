@@ -392,6 +392,11 @@ static void tcp_destroy(void *vtp)
     free(tp);
 }
 
+static void tcp_set_busy_poll(void *vtp, uint64_t ns)
+{
+    ((struct tcp_tp *)vtp)->spin_ns = ns;
+}
+
 static const char *tcp_describe(void *vtp)
 {
     return ((struct tcp_tp *)vtp)->desc;
@@ -412,4 +417,5 @@ const struct hoop_transport_ops hoop_transport_tcp = {
     .close = tcp_close,
     .destroy = tcp_destroy,
     .describe = tcp_describe,
+    .set_busy_poll = tcp_set_busy_poll,
 };

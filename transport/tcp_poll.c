@@ -128,6 +128,8 @@ static int tcp_poll_watch(struct tcp_tp *tp)
 static int tcp_poll_progress(struct tcp_tp *tp, uint64_t deadline_ns)
 {
     struct tcp_poll *e = tp->eng_state;
+    /* HOOP_BUSY_POLL_US: polls that do not sleep until then. */
+    uint64_t spin_until = tp->spin_ns ? hoop_now_ns() + tp->spin_ns : 0;
     for (;;) {
         if (tp->inflight == 0)
             return -EDEADLK; /* nothing can complete: a caller bug, not a wait */
@@ -137,6 +139,8 @@ static int tcp_poll_progress(struct tcp_tp *tp, uint64_t deadline_ns)
             return rc;
         uint64_t now = hoop_now_ns();
         uint64_t left = deadline_ns > now ? deadline_ns - now : 0;
+        if (now < spin_until)
+            left = 0;
         struct timespec ts = {.tv_sec = (time_t)(left / 1000000000ull),
                               .tv_nsec = (long)(left % 1000000000ull)};
         rc = ppoll(e->pfd, n, &ts, NULL);

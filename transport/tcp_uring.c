@@ -246,6 +246,30 @@ static int tcp_uring_progress(struct tcp_tp *tp, uint64_t deadline_ns)
     if (tp->inflight == 0 && tp->lent_out == 0)
         return -EDEADLK; /* nothing can complete: a caller bug, not a wait */
     uint64_t now = hoop_now_ns();
+    if (tp->spin_ns) {
+        /* Busy-poll: completions wait as task work until this task enters
+         * the kernel (COOP_TASKRUN), which the TASKRUN flag asks for. */
+        io_uring_submit(ring);
+        uint64_t until = now + tp->spin_ns < deadline_ns ? now + tp->spin_ns : deadline_ns;
+        do {
+            if (!io_uring_cq_ready(ring))
+                io_uring_get_events(ring);
+            completed = tcp_uring_reap(tp);
+            if (completed || e->woken)
+                break;
+            now = hoop_now_ns();
+        } while (now < until);
+        if (e->woken && !completed) {
+            e->woken = 0;
+            return -EINTR;
+        }
+        e->woken = 0;
+        if (completed) {
+            if (io_uring_sq_ready(ring))
+                io_uring_submit(ring);
+            return completed;
+        }
+    }
     uint64_t left = deadline_ns > now ? deadline_ns - now : 0;
     struct __kernel_timespec ts = {.tv_sec = (long long)(left / 1000000000ull),
                                    .tv_nsec = (long long)(left % 1000000000ull)};

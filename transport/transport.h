@@ -90,6 +90,8 @@ struct hoop_transport_ops {
     void (*close)(void *conn);
     void (*destroy)(void *tp);
     const char *(*describe)(void *tp);
+    /* Waits look for completions this long without sleeping, then sleep. */
+    void (*set_busy_poll)(void *tp, uint64_t ns);
 };
 
 /* The transport called `name` (HOOP_TRANSPORT), or NULL. */
