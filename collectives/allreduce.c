@@ -25,7 +25,7 @@ hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvb
     /* Below the threshold the ring's 2(N-1) hops in a row cost more than
      * recursive doubling's log2(N) exchanges; both give the same bits on
      * every rank. */
-    if (bytes <= comm->small_bytes && comm->size > 2)
+    if (bytes <= comm->small_bytes)
         return hoop_coll_end(comm, hoop_ring_allreduce_small(&comm->ring, sendbuf, recvbuf, count,
                                                              dtype, op, comm->timeout_s));
     return hoop_coll_end(comm, hoop_ring_allreduce(&comm->ring, sendbuf, recvbuf, count, dtype, op,

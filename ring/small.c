@@ -17,6 +17,18 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The connections to a partner: the ring's own when the partner is the
+ * ring neighbour in both directions (N = 2), else the direct ones. */
+static void *small_tx(struct hoop_ring *r, int to)
+{
+    return r->size == 2 ? r->tx : r->peer_tx[to];
+}
+
+static void *small_rx(struct hoop_ring *r, int from)
+{
+    return r->size == 2 ? r->rx : r->peer_rx[from];
+}
+
 /* Send `sb` to `to` and receive `rb` from `from` (either may be -1). */
 static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb, int from,
                           void *rb, size_t bytes, uint64_t deadline, int *bad_peer)
@@ -28,7 +40,7 @@ static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb
         rq->buf = rb;
         rq->len = bytes;
         hoop_frame_expect(r, &r->rreq[0], from, (uint32_t)round, 0);
-        if ((rc = r->ops->irecv(r->peer_rx[from], rq))) {
+        if ((rc = r->ops->irecv(small_rx(r, from), rq))) {
             *bad_peer = from;
             return rc;
         }
@@ -37,7 +49,7 @@ static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb
         sq->buf = (void *)sb;
         sq->len = bytes;
         hoop_frame_send(r, &r->sreq[0], (uint32_t)round, 0);
-        if ((rc = r->ops->isend(r->peer_tx[to], sq))) {
+        if ((rc = r->ops->isend(small_tx(r, to), sq))) {
             *bad_peer = to;
             return rc;
         }
@@ -90,12 +102,16 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     for (int bit = 1; bit < p2 && me < p2; bit <<= 1)
         list[np++] = me ^ bit;
     /* The partners are off the ring: the announcements on the ring let
-     * every rank compare its collective with its predecessor's. */
+     * every rank compare its collective with its predecessor's. At N = 2
+     * the one partner is both ring neighbours and the exchange goes over
+     * the ring's connections, its frame compared like any other: a rank on
+     * the ring (another HOOP_SMALL_BYTES) is told from it by the step its
+     * first frame names. */
     const char *phase = "announcing itself";
-    int err = hoop_frame_announce(r, 1, 1), bad = r->prev;
-    if (err)
+    int err = 0, bad = r->prev;
+    if (n > 2 && (err = hoop_frame_announce(r, 1, 1)))
         goto fail;
-    st = hoop_ring_peers(r, list, np, deadline);
+    st = n > 2 ? hoop_ring_peers(r, list, np, deadline) : HOOP_OK;
     if (st) {
         hoop_ring_cancel(r);
         if (r->fail_err)
@@ -144,7 +160,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
             err = small_exchange(r, rounds + 1, me + p2, recvbuf, -1, NULL, bytes, deadline, &bad);
         }
     }
-    if (!err) {
+    if (!err && n > 2) {
         phase = "waiting for its predecessor's announcement";
         bad = r->prev;
         err = hoop_frame_announce_wait(r, deadline);

@@ -36,12 +36,19 @@ struct mm_side {
     int root;
     int skew; /* allgatherv: move this many elements from block 0 to block 1 */
     size_t chunk; /* this side's chunk_bytes (0: the default) */
+    const char *small; /* this side's HOOP_SMALL_BYTES (NULL: the default) */
 };
 
 struct mm_case {
     struct mm_side usual, odd;
     const char *want[2]; /* in the sentence of a rank that saw the mismatch */
 };
+
+/* The rank that calls differently. */
+static int mm_odd(int nranks)
+{
+    return nranks > MM_ODD ? MM_ODD : nranks - 1;
+}
 
 struct mm_result {
     int returned; /* in mm_results[0] only: how many ranks have returned */
@@ -92,7 +99,7 @@ static hoop_status_t mm_call(hoop_comm_t *comm, const struct mm_side *s, void *a
 static int mm_rank(hoop_comm_t *comm, int rank, int size, void *arg)
 {
     const struct mm_case *c = arg;
-    const struct mm_side *s = rank == MM_ODD ? &c->odd : &c->usual;
+    const struct mm_side *s = rank == mm_odd(size) ? &c->odd : &c->usual;
     size_t bytes = (s->count + 64) * hoop_dtype_size(s->dtype);
     void *a = calloc(1, bytes), *b = calloc(1, bytes);
     if (!a || !b)
@@ -116,7 +123,7 @@ static int mm_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     return 0;
 }
 
-static void mm_run(const struct mm_case *c)
+static void mm_run_n(const struct mm_case *c, int nranks)
 {
     mm_results = mm_shared();
     hoop_config_t base;
@@ -127,18 +134,23 @@ static void mm_run(const struct mm_case *c)
         odd.chunk_bytes = c->odd.chunk;
     static harness_job_t job; /* its report is large: off the worker's stack */
     cr_assert(harness_job_init(&job), "no port for the job");
-    for (int r = 0; r < MM_RANKS; r++)
-        cr_assert(harness_spawn_rank(&job, r, MM_RANKS, r == MM_ODD ? &odd : &base, mm_rank,
-                                     (void *)c) > 0,
-                  "could not start rank %d", r);
+    for (int r = 0; r < nranks; r++) {
+        /* A forked rank keeps the environment it was forked with. */
+        if (r == mm_odd(nranks) && c->odd.small)
+            setenv("HOOP_SMALL_BYTES", c->odd.small, 1);
+        pid_t pid = harness_spawn_rank(&job, r, nranks, r == mm_odd(nranks) ? &odd : &base,
+                                       mm_rank, (void *)c);
+        unsetenv("HOOP_SMALL_BYTES");
+        cr_assert(pid > 0, "could not start rank %d", r);
+    }
     bool ok = harness_wait(&job, 90, 15.0);
     cr_assert(ok, "a rank crashed or hung:\n%s", job.report);
     int mismatches = 0;
-    for (int r = 0; r < MM_RANKS; r++) {
+    for (int r = 0; r < nranks; r++) {
         const struct mm_result *res = &mm_results[r];
         cr_log_info("rank %d: status %s after %.3f s: %s", r,
                     hoop_status_str((hoop_status_t)res->status), res->elapsed_s, res->why);
-        if (r == MM_ODD)
+        if (r == mm_odd(nranks))
             cr_expect(res->status == HOOP_ERR_MISMATCH, "the odd rank %d did not see the mismatch",
                       r);
         cr_expect(res->elapsed_s < MM_LIMIT_S, "rank %d took %.1f s to see the mismatch", r,
@@ -153,9 +165,13 @@ static void mm_run(const struct mm_case *c)
     /* The rank that receives from a disagreeing one always sees it; a rank
      * whose own exchanges all matched may finish, and when it then leaves
      * the others hear of a departure rather than of the mismatch. */
-    cr_expect(mismatches >= 1, "%d of %d ranks returned HOOP_ERR_MISMATCH", mismatches,
-              MM_RANKS);
+    cr_expect(mismatches >= 1, "%d of %d ranks returned HOOP_ERR_MISMATCH", mismatches, nranks);
     munmap(mm_results, MM_RANKS * sizeof(struct mm_result));
+}
+
+static void mm_run(const struct mm_case *c)
+{
+    mm_run_n(c, MM_RANKS);
 }
 
 #define SIDE(call_, count_, dtype_, op_, root_) \
@@ -183,6 +199,26 @@ Test(mismatch, small_path_against_the_ring, .timeout = 120)
                         SIDE(MM_ALLREDUCE, MM_BIG, HOOP_F32, HOOP_SUM, 0),
                         {"100 x f32 sum", "1048576 x f32 sum"}};
     mm_run(&c);
+}
+
+/* At N = 2 the small path's exchange goes over the ring's connections. */
+Test(mismatch, count_on_the_small_path_of_two_ranks, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_ALLREDUCE, 1000, HOOP_F32, HOOP_SUM, 0),
+                        SIDE(MM_ALLREDUCE, 999, HOOP_F32, HOOP_SUM, 0),
+                        {"1000 x f32 sum", "999 x f32 sum"}};
+    mm_run_n(&c, 2);
+}
+
+/* The same count, but one rank takes the ring (HOOP_SMALL_BYTES=0): its
+ * first frame names another step than the small path's. */
+Test(mismatch, small_path_against_the_ring_of_two_ranks, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_ALLREDUCE, 1000, HOOP_F32, HOOP_SUM, 0),
+                        SIDE(MM_ALLREDUCE, 1000, HOOP_F32, HOOP_SUM, 0),
+                        {"1000 x f32 sum", "where this rank expected"}};
+    c.odd.small = "0";
+    mm_run_n(&c, 2);
 }
 
 Test(mismatch, dtype, .timeout = 120)
