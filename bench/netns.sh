@@ -175,14 +175,22 @@ shaped_bytes() {
     echo "$tot"
 }
 
-# measure FILE cmd...: cmd's stdout to FILE (its stderr to FILE.err) with
-# the shaped bytes appended; a failed command leaves FILE.failed instead.
+# CPU time of every CPU, busy and all (jiffies), from /proc/stat.
+cpu_jiffies() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
+
+# measure FILE cmd...: cmd's stdout to FILE (its stderr to FILE.err, kept
+# when not empty) with the shaped bytes and the machine's busy CPU share
+# appended; a failed command leaves FILE.failed instead.
 measure() {
-    local f="$1" b0 rc=0
+    local f="$1" b0 rc=0 c0 c1
     shift
     b0=$(shaped_bytes)
+    c0=$(cpu_jiffies)
     "$@" >"$f.tmp" 2>"$f.err" || rc=$?
+    c1=$(cpu_jiffies)
     echo "# shaped_link_bytes $(($(shaped_bytes) - b0))" >>"$f.tmp"
+    echo "$c0 $c1" | awk '{printf "# cpu_busy_percent %.0f\n", 100 * ($3 - $1) / ($4 - $2)}' >>"$f.tmp"
+    [[ -s "$f.err" ]] || rm -f "$f.err"
     if ((rc == 0)); then
         mv "$f.tmp" "$f"
     else

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """summarize.py - medians of raw benchmark outputs, as Markdown tables.
 
-    bench/summarize.py DIR [DIR ...]
+    bench/summarize.py [--us] DIR [DIR ...]
 
 A DIR holds the raw outputs of one configuration (one rank count, one
 topology), as bench/netns.sh and bench/compare_loopback.sh write them:
@@ -12,7 +12,12 @@ topology), as bench/netns.sh and bench/compare_loopback.sh write them:
 For every size, each system's busbw is the median over repeats, with
 [min-max]; hoop's figure is its out-of-place column and, after a slash, its
 in-place one (the other systems run in place). The ratios are of medians:
-hoop out-of-place against one link's iperf3 goodput, Gloo and OpenMPI.
+hoop out-of-place against one link's iperf3 goodput, against each link's
+when all ring links carry iperf3 at once (the ring loads them all, both
+ways), and against Gloo and OpenMPI.
+
+With --us the tables give the time per call (us) instead, and hoop's time
+over each other system's.
 
 bench/plot.py reads the same files through load().
 """
@@ -27,7 +32,8 @@ LABELS = {"hoop": "hoop", "gloo": "Gloo ring_chunked", "ompi": "OpenMPI tcp"}
 
 
 def parse_hoop(path):
-    """{size: (busbw out of place, busbw in place)} from a ring_bench
+    """{size: (busbw out of place, busbw in place, us out of place, us in
+    place)} from a ring_bench
     allreduce table, worked out from the time column (busbw is printed with
     two decimals only, too coarse for a link of 0.25 GB/s); a result with
     wrong elements makes the whole file an error."""
@@ -56,7 +62,8 @@ def parse_hoop_sweep(path):
         if nranks is None:
             raise ValueError(f"{path}: no '# nranks' line before the table")
         size, factor = int(p[0]), 2 * (nranks - 1) / nranks
-        rows[size] = tuple(size / (float(t) * 1e3) * factor for t in (p[5], p[9]))
+        rows[size] = tuple(size / (float(t) * 1e3) * factor for t in (p[5], p[9])) + (
+            float(p[5]), float(p[9]))
     return out
 
 
@@ -87,7 +94,7 @@ def sweep_table(d):
 
 
 def parse_anchor(path):
-    """{size: (busbw, busbw)} from the baseline harness's table."""
+    """{size: (busbw, busbw, us, us)} from the baseline harness's table."""
     rows = {}
     for line in open(path):
         p = line.split()
@@ -95,7 +102,7 @@ def parse_anchor(path):
             continue
         if p[7] != "ok":
             raise ValueError(f"{path}: check failed at {p[0]} bytes")
-        rows[int(p[0])] = (float(p[6]), float(p[6]))
+        rows[int(p[0])] = (float(p[6]), float(p[6]), float(p[3]), float(p[3]))
     return rows
 
 
@@ -108,9 +115,17 @@ def parse_iperf(path):
     return None
 
 
+def parse_iperf_ring(path):
+    """Each ring link's iperf3 goodput in GB/s, all links loaded at once."""
+    for line in open(path):
+        if line.startswith("iperf3_ring_links_Gbps"):
+            return [float(x) / 8 for x in line.split()[1:]]
+    return []
+
+
 def load(d):
     """{"hoop"|"gloo"|"ompi": {size: [(oop, ip) per repeat]}, "iperf": [GB/s]}"""
-    out = {"iperf": []}
+    out = {"iperf": [], "iperf_ring": []}
     for sysname in SYSTEMS:
         parse = parse_hoop if sysname == "hoop" else parse_anchor
         per = {}
@@ -122,6 +137,7 @@ def load(d):
         g = parse_iperf(f)
         if g is not None:
             out["iperf"].append(g)
+        out["iperf_ring"] += parse_iperf_ring(f)
     return out
 
 
@@ -142,23 +158,29 @@ def size_str(n):
     return f"{n} B"
 
 
-def table(d):
+def table(d, us=False):
     sweep = sweep_table(d)
     if sweep:
         return sweep
     data = load(d)
+    if us:
+        return time_table(d, data)
     lines = [f"{d}:", ""]
     iperf = med(data["iperf"])
     if iperf:
         lines += [f"iperf3 goodput of one link: {cell(data['iperf'])} GB/s "
-                  f"({len(data['iperf'])} runs)", ""]
+                  f"({len(data['iperf'])} runs); of each ring link with all loaded at once: "
+                  f"{cell(data['iperf_ring'])} GB/s", ""]
     present = [s for s in SYSTEMS if data[s]]
     head = ["size"]
     for s in present:
         head.append(LABELS[s] + (" (out / in place)" if s == "hoop" else ""))
+    ring = med(data["iperf_ring"])
     if "hoop" in present:
         if iperf:
             head.append("hoop / iperf3")
+        if ring:
+            head.append("hoop / iperf3 all links")
         head += [f"hoop / {LABELS[s]}" for s in present if s != "hoop"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
@@ -178,6 +200,8 @@ def table(d):
             h = m["hoop"]
             if iperf:
                 row.append(f"{h / iperf:.3f}" if h else "-")
+            if ring:
+                row.append(f"{h / ring:.3f}" if h else "-")
             for s in present:
                 if s != "hoop":
                     row.append(f"{h / m[s]:.2f}" if h and m[s] else "-")
@@ -185,11 +209,42 @@ def table(d):
     return "\n".join(lines)
 
 
+def time_table(d, data):
+    """Time per call (us) instead of busbw, and hoop's time over the
+    others' (at most 1: hoop is as fast or faster)."""
+    present = [s for s in SYSTEMS if data[s]]
+    head = ["size"] + [LABELS[s] + (" (out / in place)" if s == "hoop" else "")
+                       for s in present]
+    others = [s for s in present if s != "hoop"]
+    if "hoop" in present:
+        head += [f"hoop / {LABELS[s]}" for s in others]
+    lines = [f"{d}: time per call (us)", "", "| " + " | ".join(head) + " |",
+             "|" + "---|" * len(head)]
+    sizes = sorted(set().union(*[set(data[s]) for s in present])) if present else []
+    for size in sizes:
+        row, m = [size_str(size)], {}
+        for s in present:
+            vals = data[s].get(size, [])
+            t = [v[2] for v in vals]
+            m[s] = med(t)
+            cellt = (f"{med(t):.1f} [{min(t):.1f}-{max(t):.1f}]" if t else "-")
+            if s == "hoop":
+                ti = [v[3] for v in vals]
+                cellt += f" / {med(ti):.1f}" if ti else ""
+            row.append(cellt)
+        if "hoop" in present:
+            for s in others:
+                row.append(f"{m['hoop'] / m[s]:.2f}" if m["hoop"] and m[s] else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def main(argv):
-    if len(argv) < 2:
+    args = [a for a in argv[1:] if a != "--us"]
+    if not args:
         sys.stderr.write(__doc__)
         return 2
-    print("\n\n".join(table(d) for d in argv[1:]))
+    print("\n\n".join(table(d, us="--us" in argv) for d in args))
     return 0
 
 
