@@ -91,11 +91,15 @@ void hoop_frame_what(const struct hoop_frame *f, char *out, size_t n)
              f->dtype < HOOP_DTYPE_COUNT ? hoop_dtype_str((hoop_dtype_t)f->dtype) : "?", op, root);
 }
 
-/* "step 3 chunk 0 (4096 bytes)" or "its announcement" */
+/* "step 3 chunk 0 (4096 bytes)", "round 2 of recursive doubling (400
+ * bytes)" or "its announcement" */
 static void frame_where(const struct hoop_frame *f, char *out, size_t n)
 {
     if (f->step == HOOP_FRAME_ANNOUNCE)
         snprintf(out, n, "its announcement");
+    else if (f->step >= HOOP_FRAME_SMALL)
+        snprintf(out, n, "round %u of recursive doubling (%llu bytes)",
+                 f->step - HOOP_FRAME_SMALL, (unsigned long long)f->len);
     else
         snprintf(out, n, "step %u chunk %u (%llu bytes)", f->step + 1, f->chunk,
                  (unsigned long long)f->len);
@@ -123,7 +127,7 @@ static int frame_check(struct hoop_tp_req *req)
                  h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
         return -EPROTO;
     }
-    char gw[96], ww[96], gs[48], ws[48];
+    char gw[96], ww[96], gs[64], ws[64];
     if (got.coll != want->coll || got.seq != want->seq || got.count != want->count ||
         got.dtype != want->dtype || got.op != want->op || got.root != want->root) {
         hoop_frame_what(&got, gw, sizeof(gw));
@@ -152,25 +156,36 @@ static int frame_check(struct hoop_tp_req *req)
         frame_where(&got, gs, sizeof(gs));
         frame_where(want, ws, sizeof(ws));
         hoop_frame_what(want, ww, sizeof(ww));
-        snprintf(r->frame_why, sizeof(r->frame_why),
-                 "in %s, rank %u (%s) sent %s where this rank expected %s (do the ranks pass the "
-                 "same counts?)", ww, want->sender, p->host, gs, ws);
+        /* The same call, one rank on the ring and the other on the small
+         * path: their thresholds differ. */
+        int other_path = got.step != HOOP_FRAME_ANNOUNCE && want->step != HOOP_FRAME_ANNOUNCE &&
+                         (got.step >= HOOP_FRAME_SMALL) != (want->step >= HOOP_FRAME_SMALL);
+        snprintf(r->frame_why, sizeof(r->frame_why), "in %s, rank %u (%s) sent %s where this rank "
+                 "expected %s (%s)", ww, want->sender, p->host, gs, ws,
+                 other_path ? "one took the small-message path, the other the ring: "
+                              "HOOP_SMALL_BYTES must be the same on every rank"
+                            : "do the ranks pass the same counts?");
         return -EBADMSG;
     }
     return 0;
 }
 
+int hoop_frame_expect_prev(struct hoop_ring *r, void *buf, size_t len, uint32_t step)
+{
+    r->ann_r.tp.buf = buf;
+    r->ann_r.tp.len = len;
+    hoop_frame_expect(r, &r->ann_r, r->prev, step, 0);
+    int rc = r->ops->irecv(r->rx, &r->ann_r.tp);
+    if (!rc)
+        r->ann_posted |= 2;
+    return rc;
+}
+
 int hoop_frame_announce(struct hoop_ring *r, int to_next, int from_prev)
 {
     int rc;
-    if (from_prev) {
-        r->ann_r.tp.buf = NULL;
-        r->ann_r.tp.len = 0;
-        hoop_frame_expect(r, &r->ann_r, r->prev, HOOP_FRAME_ANNOUNCE, 0);
-        if ((rc = r->ops->irecv(r->rx, &r->ann_r.tp)))
-            return rc;
-        r->ann_posted |= 2;
-    }
+    if (from_prev && (rc = hoop_frame_expect_prev(r, NULL, 0, HOOP_FRAME_ANNOUNCE)))
+        return rc;
     if (to_next) {
         r->ann_s.tp.buf = NULL;
         r->ann_s.tp.len = 0;

@@ -32,6 +32,9 @@ enum hoop_coll_kind {
 
 /* The step of an announcement. */
 #define HOOP_FRAME_ANNOUNCE 0xfffffffeu
+/* The steps of the small-message path: this plus its round, so that no
+ * frame of it reads as a step of the ring. */
+#define HOOP_FRAME_SMALL 0x80000000u
 
 /* A transport request with room for its frame. */
 struct hoop_ring_req {
@@ -65,6 +68,12 @@ void hoop_frame_expect(struct hoop_ring *r, struct hoop_ring_req *q, int from, u
  * from prev, either or both); 0 or -errno. hoop_frame_announced() is 1
  * once both are done, 0 while pending, or a request's -errno. */
 int hoop_frame_announce(struct hoop_ring *r, int to_next, int from_prev);
+/* In place of the announcement from prev, for a collective off the ring
+ * whose schedule has a message from prev anyway: post its receive (step,
+ * len bytes into buf) on the ring's connection at the start, so that a
+ * predecessor in another collective is seen at once, whatever this rank
+ * waits for meanwhile. hoop_frame_announced() covers it. 0 or -errno. */
+int hoop_frame_expect_prev(struct hoop_ring *r, void *buf, size_t len, uint32_t step);
 int hoop_frame_announced(const struct hoop_ring *r);
 /* Progress until the announcements are done: 0, -ETIMEDOUT or -errno. */
 int hoop_frame_announce_wait(struct hoop_ring *r, uint64_t deadline_ns);

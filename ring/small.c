@@ -2,12 +2,22 @@
  *
  * The ring needs 2(N-1) hops one after the other; for a few KiB the hops'
  * latency is all there is. Recursive doubling needs log2(P) exchanges (P the
- * largest power of two <= N): in round k, rank r swaps its partial result
- * with rank r ^ 2^k and both combine them. The N-P extra ranks first hand
- * their input to rank r-P and get the result back at the end. Every combine
- * puts the lower rank's data first, so both partners compute the same bits
- * (min/max of signed zeros or NaNs would otherwise depend on the order), and
- * every rank ends with the same result. */
+ * largest power of two <= N): in round k, a rank swaps its partial result
+ * with the rank whose virtual rank differs from its own in bit k-1, and both
+ * combine them. The N-P extra ranks first hand their input to rank r-P and
+ * get the result back at the end.
+ *
+ * A rank's virtual rank is the Gray code of its rank: ring neighbours (r and
+ * r+1, and P-1 and 0) differ in one bit, so a rank's ring predecessor is one
+ * of its partners, and that message goes over the ring's own connection,
+ * where every collective compares its frames with the predecessor's
+ * (frame.h). Only where the schedule has no such message (N not a power of
+ * two) does a rank send an announcement instead: at N = 2, 4 and 8 a call is
+ * its exchanges and nothing more.
+ *
+ * Every combine puts the lower virtual rank's data first, so every rank adds
+ * up in the same tree and ends with the same bits (min/max of signed zeros
+ * or NaNs would otherwise depend on the order). */
 #include "ring/ring.h"
 #include "common/clock.h"
 #include "common/status.h"
@@ -17,47 +27,91 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The connections to a partner: the ring's own when the partner is the
- * ring neighbour in both directions (N = 2), else the direct ones. */
-static void *small_tx(struct hoop_ring *r, int to)
+/* The hand-over, up to 31 rounds of doubling, the hand-back. */
+#define SMALL_ROUNDS_MAX 33
+
+/* One rank's schedule: in round k it sends to to[k] and receives from
+ * from[k] (-1: nothing). */
+struct small_plan {
+    int p2, rounds;
+    int to[SMALL_ROUNDS_MAX];
+    int from[SMALL_ROUNDS_MAX];
+};
+
+static unsigned small_vrank(unsigned rank)
 {
-    return r->size == 2 ? r->tx : r->peer_tx[to];
+    return rank ^ (rank >> 1);
 }
 
-static void *small_rx(struct hoop_ring *r, int from)
+static unsigned small_rank_of(unsigned v)
 {
-    return r->size == 2 ? r->rx : r->peer_rx[from];
+    for (unsigned s = 1; s < 32; s <<= 1)
+        v ^= v >> s;
+    return v;
 }
 
-/* Send `sb` to `to` and receive `rb` from `from` (either may be -1). */
+static void small_plan(int n, int me, struct small_plan *pl)
+{
+    int p2 = 1, rounds = 0;
+    while (p2 <= n / 2) {
+        p2 *= 2;
+        rounds++;
+    }
+    pl->p2 = p2;
+    pl->rounds = rounds;
+    for (int k = 0; k <= rounds + 1; k++)
+        pl->to[k] = pl->from[k] = -1;
+    if (me >= p2) {
+        pl->to[0] = pl->from[rounds + 1] = me - p2;
+        return;
+    }
+    if (me < n - p2)
+        pl->from[0] = pl->to[rounds + 1] = me + p2;
+    for (int k = 1; k <= rounds; k++)
+        pl->to[k] = pl->from[k] =
+            (int)small_rank_of(small_vrank((unsigned)me) ^ (1u << (k - 1)));
+}
+
+/* Round `round`: send `sb` to `to` and receive from `from` (either may be
+ * -1), over the ring's connection where the peer is the ring neighbour
+ * that way, else the direct one. The message from prev was posted at the
+ * start (into its own buffer); *got is where the received bytes are. */
 static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb, int from,
-                          void *rb, size_t bytes, uint64_t deadline, int *bad_peer)
+                          void *rb, size_t bytes, uint64_t deadline, int *bad_peer,
+                          const void **got)
 {
-    struct hoop_tp_req *sq = &r->sreq[0].tp, *rq = &r->rreq[0].tp;
-    sq->state = rq->state = 0;
+    const uint32_t step = HOOP_FRAME_SMALL + (uint32_t)round;
+    struct hoop_tp_req *sq = &r->sreq[0].tp, *rq = NULL;
+    sq->state = 0;
     int rc;
-    if (from >= 0) {
+    if (from >= 0 && from == r->prev) {
+        rq = &r->ann_r.tp;
+    } else if (from >= 0) {
+        rq = &r->rreq[0].tp;
         rq->buf = rb;
         rq->len = bytes;
-        hoop_frame_expect(r, &r->rreq[0], from, (uint32_t)round, 0);
-        if ((rc = r->ops->irecv(small_rx(r, from), rq))) {
+        hoop_frame_expect(r, &r->rreq[0], from, step, 0);
+        if ((rc = r->ops->irecv(r->peer_rx[from], rq))) {
             *bad_peer = from;
             return rc;
         }
     }
+    if (rq)
+        *got = rq->buf;
     if (to >= 0) {
         sq->buf = (void *)sb;
         sq->len = bytes;
-        hoop_frame_send(r, &r->sreq[0], (uint32_t)round, 0);
-        if ((rc = r->ops->isend(small_tx(r, to), sq))) {
+        hoop_frame_send(r, &r->sreq[0], step, 0);
+        if ((rc = r->ops->isend(to == r->next ? r->tx : r->peer_tx[to], sq))) {
             *bad_peer = to;
             return rc;
         }
     }
     for (;;) {
-        if (rq->state < 0) {
+        int rs = rq ? rq->state : 0;
+        if (rs < 0) {
             *bad_peer = from;
-            return rq->state;
+            return rs;
         }
         if (sq->state < 0) {
             *bad_peer = to;
@@ -67,7 +121,7 @@ static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb
             *bad_peer = r->prev;
             return rc;
         }
-        if (rq->state != HOOP_REQ_PENDING && sq->state != HOOP_REQ_PENDING)
+        if (rs != HOOP_REQ_PENDING && sq->state != HOOP_REQ_PENDING)
             return 0;
         rc = r->ops->progress(r->tp, deadline);
         if (rc < 0) {
@@ -75,7 +129,7 @@ static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb
             return rc;
         }
         if (rc == 0 && hoop_now_ns() >= deadline) {
-            *bad_peer = rq->state == HOOP_REQ_PENDING ? from : to;
+            *bad_peer = rs == HOOP_REQ_PENDING ? from : to;
             return -ETIMEDOUT;
         }
     }
@@ -89,28 +143,28 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     const size_t bytes = count * hoop_dtype_size(dtype);
     uint64_t seq = hoop_frame_begin(r, HOOP_COLL_ALLREDUCE, count, dtype, op, -1);
     uint64_t deadline = hoop_deadline_after(timeout_s);
-    int p2 = 1;
-    while (p2 * 2 <= n)
-        p2 *= 2;
-    int extra = n - p2;
     hoop_status_t st;
-    int list[40], np = 0;
-    if (me >= p2)
-        list[np++] = me - p2;
-    else if (me < extra)
-        list[np++] = me + p2;
-    for (int bit = 1; bit < p2 && me < p2; bit <<= 1)
-        list[np++] = me ^ bit;
-    /* The partners are off the ring: the announcements on the ring let
-     * every rank compare its collective with its predecessor's. At N = 2
-     * the one partner is both ring neighbours and the exchange goes over
-     * the ring's connections, its frame compared like any other: a rank on
-     * the ring (another HOOP_SMALL_BYTES) is told from it by the step its
-     * first frame names. */
-    const char *phase = "announcing itself";
-    int err = 0, bad = r->prev;
-    if (n > 2 && (err = hoop_frame_announce(r, 1, 1)))
-        goto fail;
+    struct small_plan pl;
+    small_plan(n, me, &pl);
+    const int last = pl.rounds + 1;
+    int list[2 * SMALL_ROUNDS_MAX], np = 0, prev_round = -1, next_round = -1;
+    for (int k = 0; k <= last; k++) {
+        if (pl.from[k] >= 0 && pl.from[k] == r->prev)
+            prev_round = k;
+        if (pl.to[k] >= 0 && pl.to[k] == r->next)
+            next_round = k;
+        if (pl.to[k] >= 0)
+            list[np++] = pl.to[k];
+        else if (pl.from[k] >= 0)
+            list[np++] = pl.from[k];
+    }
+    /* The message from prev lands in a buffer of its own, the work buffer
+     * (kept across calls): it may arrive while earlier rounds use the
+     * scratch slot. */
+    if (prev_round >= 0 && (st = hoop_ring_reserve_work(r, bytes)))
+        return st;
+    /* Beyond N = 2 the partners are not all ring neighbours both ways: the
+     * direct connections (made on the first call). */
     st = n > 2 ? hoop_ring_peers(r, list, np, deadline) : HOOP_OK;
     if (st) {
         hoop_ring_cancel(r);
@@ -122,45 +176,62 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
                           me, (unsigned long long)seq, hoop_last_error());
     }
 
+    const char *phase = "posting its receive from its predecessor";
+    int err = 0, bad = r->prev;
+    err = prev_round >= 0 ? hoop_frame_expect_prev(r, r->work, bytes,
+                                                   HOOP_FRAME_SMALL + (uint32_t)prev_round)
+                          : hoop_frame_announce(r, 0, 1);
+    if (!err && next_round < 0) {
+        phase = "announcing itself";
+        bad = r->next;
+        err = hoop_frame_announce(r, 1, 0);
+    }
+    if (err)
+        goto fail;
+
     void *tmp = r->scratch; /* bytes <= the scratch size, checked by the caller */
-    int rounds = 0;
-    for (int b = 1; b < p2; b <<= 1)
-        rounds++;
-    if (me >= p2) {
+    const void *got = tmp;
+    const unsigned vme = small_vrank((unsigned)me);
+    if (me >= pl.p2) {
         phase = "handing input to its partner";
-        err = small_exchange(r, 0, me - p2, sendbuf, -1, NULL, bytes, deadline, &bad);
+        err = small_exchange(r, 0, pl.to[0], sendbuf, -1, NULL, bytes, deadline, &bad, &got);
         if (!err) {
             phase = "receiving the result";
-            err = small_exchange(r, rounds + 1, -1, NULL, me - p2, recvbuf, bytes, deadline, &bad);
+            err = small_exchange(r, last, -1, NULL, pl.from[last], recvbuf, bytes, deadline, &bad,
+                                 &got);
+            if (!err && got != recvbuf)
+                memcpy(recvbuf, got, bytes);
         }
     } else {
-        if (me < extra) {
+        if (pl.from[0] >= 0) {
             phase = "taking its partner's input";
-            err = small_exchange(r, 0, -1, NULL, me + p2, tmp, bytes, deadline, &bad);
+            err = small_exchange(r, 0, -1, NULL, pl.from[0], tmp, bytes, deadline, &bad, &got);
             if (!err)
-                hoop_reduce_kernel(recvbuf, sendbuf, tmp, count, dtype, op,
-                                   (op == HOOP_AVG && rounds == 0) ? n : 0);
+                hoop_reduce_kernel(recvbuf, sendbuf, got, count, dtype, op,
+                                   (op == HOOP_AVG && pl.rounds == 0) ? n : 0);
         } else if (recvbuf != sendbuf) {
             memcpy(recvbuf, sendbuf, bytes);
         }
-        for (int bit = 1, k = 1; bit < p2 && !err; bit <<= 1, k++) {
-            int partner = me ^ bit;
+        for (int k = 1; k <= pl.rounds && !err; k++) {
+            int partner = pl.to[k];
             phase = "exchanging partial results";
-            err = small_exchange(r, k, partner, recvbuf, partner, tmp, bytes, deadline, &bad);
+            err = small_exchange(r, k, partner, recvbuf, partner, tmp, bytes, deadline, &bad,
+                                 &got);
             if (err)
                 break;
-            int avg_n = (op == HOOP_AVG && k == rounds) ? n : 0;
-            if (me < partner)
-                hoop_reduce_kernel(recvbuf, recvbuf, tmp, count, dtype, op, avg_n);
+            int avg_n = (op == HOOP_AVG && k == pl.rounds) ? n : 0;
+            if (vme < small_vrank((unsigned)partner))
+                hoop_reduce_kernel(recvbuf, recvbuf, got, count, dtype, op, avg_n);
             else
-                hoop_reduce_kernel(recvbuf, tmp, recvbuf, count, dtype, op, avg_n);
+                hoop_reduce_kernel(recvbuf, got, recvbuf, count, dtype, op, avg_n);
         }
-        if (!err && me < extra) {
+        if (!err && pl.to[last] >= 0) {
             phase = "returning the result";
-            err = small_exchange(r, rounds + 1, me + p2, recvbuf, -1, NULL, bytes, deadline, &bad);
+            err = small_exchange(r, last, pl.to[last], recvbuf, -1, NULL, bytes, deadline, &bad,
+                                 &got);
         }
     }
-    if (!err && n > 2) {
+    if (!err) {
         phase = "waiting for its predecessor's announcement";
         bad = r->prev;
         err = hoop_frame_announce_wait(r, deadline);

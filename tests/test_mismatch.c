@@ -37,6 +37,8 @@ struct mm_side {
     int skew; /* allgatherv: move this many elements from block 0 to block 1 */
     size_t chunk; /* this side's chunk_bytes (0: the default) */
     const char *small; /* this side's HOOP_SMALL_BYTES (NULL: the default) */
+    int warm; /* small allreduces made alike first: the direct connections
+                 then exist, and no agreement runs before the call */
 };
 
 struct mm_case {
@@ -104,8 +106,14 @@ static int mm_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     void *a = calloc(1, bytes), *b = calloc(1, bytes);
     if (!a || !b)
         return harness_failf(rank, "out of memory");
+    hoop_status_t st = HOOP_OK;
+    for (int k = 0; k < s->warm && !st; k++)
+        st = hoop_allreduce(comm, a, b, 16, HOOP_F32, HOOP_SUM);
+    if (st)
+        return harness_failf(rank, "a matched call before the mismatch failed: %s",
+                             hoop_last_error());
     double t0 = harness_now();
-    hoop_status_t st = mm_call(comm, s, a, b);
+    st = mm_call(comm, s, a, b);
     struct mm_result *res = &mm_results[rank];
     res->elapsed_s = harness_now() - t0;
     res->status = (int)st;
@@ -216,9 +224,43 @@ Test(mismatch, small_path_against_the_ring_of_two_ranks, .timeout = 120)
 {
     struct mm_case c = {SIDE(MM_ALLREDUCE, 1000, HOOP_F32, HOOP_SUM, 0),
                         SIDE(MM_ALLREDUCE, 1000, HOOP_F32, HOOP_SUM, 0),
-                        {"1000 x f32 sum", "where this rank expected"}};
+                        {"1000 x f32 sum", "HOOP_SMALL_BYTES must be the same"}};
     c.odd.small = "0";
     mm_run_n(&c, 2);
+}
+
+/* Once the small path's connections exist no agreement runs: the ring's
+ * connections carry the rounds between neighbours, and those frames (or
+ * the announcements, where N is not a power of two) must tell a rank in
+ * another call. */
+static void mm_warm_small(int nranks)
+{
+    struct mm_case count = {SIDE(MM_ALLREDUCE, 1000, HOOP_F32, HOOP_SUM, 0),
+                            SIDE(MM_ALLREDUCE, 999, HOOP_F32, HOOP_SUM, 0),
+                            {"1000 x f32 sum", "999 x f32 sum"}};
+    count.usual.warm = count.odd.warm = 1;
+    mm_run_n(&count, nranks);
+    struct mm_case path = {SIDE(MM_ALLREDUCE, 100, HOOP_F32, HOOP_SUM, 0),
+                           SIDE(MM_ALLREDUCE, MM_BIG, HOOP_F32, HOOP_SUM, 0),
+                           {"100 x f32 sum", "1048576 x f32 sum"}};
+    path.usual.warm = path.odd.warm = 1;
+    mm_run_n(&path, nranks);
+    struct mm_case threshold = {SIDE(MM_ALLREDUCE, 1000, HOOP_F32, HOOP_SUM, 0),
+                                SIDE(MM_ALLREDUCE, 1000, HOOP_F32, HOOP_SUM, 0),
+                                {"1000 x f32 sum", "HOOP_SMALL_BYTES must be the same"}};
+    threshold.usual.warm = threshold.odd.warm = 1;
+    threshold.odd.small = "64";
+    mm_run_n(&threshold, nranks);
+}
+
+Test(mismatch, small_path_after_its_connections_exist, .timeout = 240)
+{
+    mm_warm_small(4);
+}
+
+Test(mismatch, small_path_with_an_extra_rank_after_its_connections_exist, .timeout = 240)
+{
+    mm_warm_small(3);
 }
 
 Test(mismatch, dtype, .timeout = 120)

@@ -10,7 +10,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define PATH_COUNT 1001
 
@@ -114,3 +116,95 @@ Test(paths, recursive_doubling_n3) { run_path(3, "1M"); }
 Test(paths, recursive_doubling_n4) { run_path(4, "1M"); }
 Test(paths, recursive_doubling_n6) { run_path(6, "1M"); }
 Test(paths, recursive_doubling_n8) { run_path(8, "1M"); }
+
+/* The same bits on every rank, and from one call to the next, where the
+ * order of the additions shows: f32 of many magnitudes and bf16 (rounded
+ * after every combine), and for min and max zeros of both signs, whose
+ * winner depends on the order of the operands. Each rank leaves its results
+ * in shared memory for the test to compare. */
+#define SAME_COUNT 3001
+#define SAME_RANKS_MAX 8
+#define SAME_OPS 4
+static const hoop_op_t same_ops[SAME_OPS] = {HOOP_SUM, HOOP_AVG, HOOP_MIN, HOOP_MAX};
+static const hoop_dtype_t same_dts[2] = {HOOP_F32, HOOP_BF16};
+#define SAME_SLOT (2 * SAME_OPS * SAME_COUNT * sizeof(float))
+static uint8_t *same_out;
+
+static float same_value(hoop_op_t op, int rank, size_t i, unsigned *seed)
+{
+    if ((op == HOOP_MIN || op == HOOP_MAX) && (i + (size_t)rank) % 3 != 2)
+        return (i + (size_t)rank) % 3 ? 0.0f : -0.0f;
+    float m = (float)rand_r(seed) / (float)RAND_MAX - 0.5f;
+    return ldexpf(m, rand_r(seed) % 40 - 20);
+}
+
+static int same_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)size, (void)arg;
+    unsigned seed = 7919u * (unsigned)rank + 1;
+    uint8_t *in = malloc(SAME_COUNT * 4), *again = malloc(SAME_COUNT * 4);
+    uint8_t *out = same_out + (size_t)rank * SAME_SLOT;
+    if (!in || !again)
+        return 1;
+    int bad = 0;
+    for (int d = 0; d < 2; d++)
+        for (int o = 0; o < SAME_OPS; o++) {
+            hoop_dtype_t dt = same_dts[d];
+            size_t es = hoop_dtype_size(dt);
+            for (size_t i = 0; i < SAME_COUNT; i++) {
+                float v = same_value(same_ops[o], rank, i, &seed);
+                if (dt == HOOP_F32)
+                    memcpy(in + i * 4, &v, 4);
+                else
+                    ((uint16_t *)in)[i] = hoop_f32_to_bf16(v);
+            }
+            uint8_t *res = out + (size_t)(d * SAME_OPS + o) * SAME_COUNT * 4;
+            hoop_status_t st = hoop_allreduce(comm, in, res, SAME_COUNT, dt, same_ops[o]);
+            if (!st)
+                st = hoop_allreduce(comm, in, again, SAME_COUNT, dt, same_ops[o]);
+            if (st) {
+                fprintf(stderr, "rank %d: %s\n", rank, hoop_last_error());
+                return 1;
+            }
+            if (memcmp(res, again, SAME_COUNT * es) != 0 && bad++ < 3)
+                fprintf(stderr, "rank %d: %s %s: two calls gave other bits\n", rank,
+                        hoop_dtype_str(dt), hoop_op_str(same_ops[o]));
+        }
+    free(in);
+    free(again);
+    return bad != 0;
+}
+
+static void run_same(int n, const char *small_bytes)
+{
+    same_out = mmap(NULL, SAME_RANKS_MAX * SAME_SLOT, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(same_out != MAP_FAILED, "mmap");
+    setenv("HOOP_SMALL_BYTES", small_bytes, 1);
+    char report[8192];
+    bool ok = harness_run(n, NULL, same_rank, NULL, 120, report, sizeof(report));
+    unsetenv("HOOP_SMALL_BYTES");
+    cr_assert(ok, "N=%d HOOP_SMALL_BYTES=%s:\n%s", n, small_bytes, report);
+    for (int d = 0; d < 2; d++)
+        for (int o = 0; o < SAME_OPS; o++) {
+            size_t off = (size_t)(d * SAME_OPS + o) * SAME_COUNT * 4;
+            size_t len = SAME_COUNT * hoop_dtype_size(same_dts[d]);
+            for (int r = 1; r < n; r++)
+                cr_assert(memcmp(same_out + off, same_out + (size_t)r * SAME_SLOT + off, len) == 0,
+                          "N=%d HOOP_SMALL_BYTES=%s %s %s: rank %d's bits differ from rank 0's", n,
+                          small_bytes, hoop_dtype_str(same_dts[d]), hoop_op_str(same_ops[o]), r);
+        }
+    munmap(same_out, SAME_RANKS_MAX * SAME_SLOT);
+}
+
+Test(paths, same_bits_on_every_rank_ring) { run_same(3, "0"); run_same(4, "0"); }
+Test(paths, same_bits_on_every_rank_recursive_doubling_n2_to_5)
+{
+    for (int n = 2; n <= 5; n++)
+        run_same(n, "1M");
+}
+Test(paths, same_bits_on_every_rank_recursive_doubling_n6_to_8)
+{
+    for (int n = 6; n <= 8; n++)
+        run_same(n, "1M");
+}
