@@ -62,26 +62,32 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
 }
 
 /* HOOP_BUSY_POLL_US. auto: spinning pays where each rank has a CPU of its
- * own (N = 2 over loopback: 42 -> 25 us per small allreduce) and costs
- * where ranks share CPUs, taking them from the rank being waited for (N = 4
- * on 2 CPUs: 100 -> 118 us with 20 us of spinning, 215 us with 100). */
+ * own (N = 2 over loopback: 42 -> 25 us per small allreduce). Where ranks
+ * outnumber the CPUs a plain spin takes the CPU from the rank being waited
+ * for (N = 4 on 2 CPUs: 100 -> 118 us with 20 us of spinning, 215 us with
+ * 100), so there a spin yields the CPU between its looks, and the rank stays
+ * runnable instead of waiting to be woken: 89 -> 72 us at 8 B, 64 MiB
+ * unchanged (bench/RESULTS.md). */
 #define COMM_BUSY_POLL_AUTO_US 20
+#define COMM_BUSY_POLL_SHARED_US 200
 static hoop_status_t comm_busy_poll(hoop_comm_t *c)
 {
     unsigned long long us;
     const char *v = hoop_param_str("HOOP_BUSY_POLL_US");
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    int shared = c->local_size > cpus;
     if (strcmp(v, "auto") == 0) {
-        cpu_set_t set;
-        int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-        us = c->local_size <= cpus ? COMM_BUSY_POLL_AUTO_US : 0;
+        us = shared ? COMM_BUSY_POLL_SHARED_US : COMM_BUSY_POLL_AUTO_US;
     } else if (hoop_param_parse_u64("HOOP_BUSY_POLL_US", v, 0, 1000000, &us)) {
         return hoop_error(HOOP_ERR_INVALID,
                           "rank %d: HOOP_BUSY_POLL_US='%s' is neither auto nor a whole number "
                           "of microseconds up to 1000000", c->rank, v);
     }
     if (c->ring.ops->set_busy_poll)
-        c->ring.ops->set_busy_poll(c->ring.tp, us * 1000);
-    HOOP_INFO("rank %d: waits busy-poll for %llu us before they sleep", c->rank, us);
+        c->ring.ops->set_busy_poll(c->ring.tp, us * 1000, shared);
+    HOOP_INFO("rank %d: waits busy-poll for %llu us before they sleep%s", c->rank, us,
+              shared && us ? ", yielding the CPU between looks (more ranks than CPUs here)" : "");
     return HOOP_OK;
 }
 

@@ -29,7 +29,7 @@ static const struct hoop_param hoop_params[] = {
     {"HOOP_PIPELINE_DEPTH", "4", "Chunks in flight per direction (receive slots of HOOP_CHUNK_BYTES each)."},
     {"HOOP_SMALL_BYTES", "64K", "Allreduces of at most this many bytes (and at most one chunk) use recursive doubling instead of the ring; 0 turns it off."},
     {"HOOP_TCP_NSOCKS", "auto", "TCP sockets per neighbour, chunks striped across them: 1..16, or auto (1 to a rank on this host, 2 to one on another host). The accepting rank's setting wins."},
-    {"HOOP_BUSY_POLL_US", "auto", "Microseconds a wait looks for completions without sleeping before it sleeps; 0 sleeps at once; auto: 20 where this host's ranks are no more than the CPUs this process may run on, else 0."},
+    {"HOOP_BUSY_POLL_US", "auto", "Microseconds a wait looks for completions without sleeping before it sleeps; 0 sleeps at once. Where this host's ranks outnumber the CPUs this process may run on, the wait gives up the CPU between looks (sched_yield). auto: 20, or 200 where ranks outnumber CPUs."},
     {"HOOP_TCP_ZEROCOPY", "0", "Sends of at least this many bytes lend their pages to the kernel instead of being copied (io_uring zero-copy send, Linux 6.1+; the io_uring engine only); 0 turns it off."},
     {"HOOP_TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF of data sockets in bytes; 0 keeps the kernel's autotuning."},
     {"HOOP_TCP_ENGINE", "auto", "How the TCP transport moves bytes: uring (io_uring), poll, or auto (io_uring, and poll where io_uring is refused)."},

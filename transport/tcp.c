@@ -392,9 +392,11 @@ static void tcp_destroy(void *vtp)
     free(tp);
 }
 
-static void tcp_set_busy_poll(void *vtp, uint64_t ns)
+static void tcp_set_busy_poll(void *vtp, uint64_t ns, int yield)
 {
-    ((struct tcp_tp *)vtp)->spin_ns = ns;
+    struct tcp_tp *tp = vtp;
+    tp->spin_ns = ns;
+    tp->spin_yield = yield;
 }
 
 static const char *tcp_describe(void *vtp)

@@ -91,6 +91,7 @@ struct tcp_tp {
     int nsocks;        /* HOOP_TCP_NSOCKS; 0 = auto (tcp_auto_nsocks) */
     int sockbuf;
     uint64_t spin_ns;  /* busy-poll this long before sleeping (set_busy_poll) */
+    int spin_yield;    /* sched_yield() between the polls */
     size_t zc_min;     /* HOOP_TCP_ZEROCOPY: sends of this many bytes or more lend their pages; 0 off */
     char hostname[256]; /* this host's name, to tell neighbours on it from others */
     unsigned user_timeout_ms;

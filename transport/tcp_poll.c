@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -130,6 +131,7 @@ static int tcp_poll_progress(struct tcp_tp *tp, uint64_t deadline_ns)
     struct tcp_poll *e = tp->eng_state;
     /* HOOP_BUSY_POLL_US: polls that do not sleep until then. */
     uint64_t spin_until = tp->spin_ns ? hoop_now_ns() + tp->spin_ns : 0;
+    int looked = 0;
     for (;;) {
         if (tp->inflight == 0)
             return -EDEADLK; /* nothing can complete: a caller bug, not a wait */
@@ -139,8 +141,12 @@ static int tcp_poll_progress(struct tcp_tp *tp, uint64_t deadline_ns)
             return rc;
         uint64_t now = hoop_now_ns();
         uint64_t left = deadline_ns > now ? deadline_ns - now : 0;
-        if (now < spin_until)
+        if (now < spin_until) {
             left = 0;
+            if (tp->spin_yield && looked)
+                sched_yield(); /* after a look that found nothing */
+            looked = 1;
+        }
         struct timespec ts = {.tv_sec = (time_t)(left / 1000000000ull),
                               .tv_nsec = (long)(left % 1000000000ull)};
         rc = ppoll(e->pfd, n, &ts, NULL);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -257,6 +258,8 @@ static int tcp_uring_progress(struct tcp_tp *tp, uint64_t deadline_ns)
             completed = tcp_uring_reap(tp);
             if (completed || e->woken)
                 break;
+            if (tp->spin_yield)
+                sched_yield();
             now = hoop_now_ns();
         } while (now < until);
         if (e->woken && !completed) {

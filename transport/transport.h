@@ -90,8 +90,10 @@ struct hoop_transport_ops {
     void (*close)(void *conn);
     void (*destroy)(void *tp);
     const char *(*describe)(void *tp);
-    /* Waits look for completions this long without sleeping, then sleep. */
-    void (*set_busy_poll)(void *tp, uint64_t ns);
+    /* Waits look for completions this long without sleeping, then sleep;
+     * with yield set they give up the CPU between looks (for ranks that
+     * outnumber the CPUs, where the rank being waited for needs it). */
+    void (*set_busy_poll)(void *tp, uint64_t ns, int yield);
 };
 
 /* The transport called `name` (HOOP_TRANSPORT), or NULL. */
