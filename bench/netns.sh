@@ -2,8 +2,8 @@
 # netns.sh - hoop on shaped links: one network namespace per rank, joined by
 # veth pairs to a bridge, every link shaped by TBF to one rate.
 #
-#   bench/netns.sh [-n N] [-R RATE] [-r REPS] [-s SYSTEMS] [-a ANCHORS]
-#                  [-o DIR] [-k] [-- ring_bench options]
+#   bench/netns.sh [-n N] [-R RATE] [-C CC] [-r REPS] [-s SYSTEMS]
+#                  [-a ANCHORS] [-o DIR] [-k] [-- ring_bench options]
 #   bench/netns.sh -c            only remove what this script creates
 #
 # It builds namespaces hoopnet-r0 .. hoopnet-r<N-1> (interface hn0, address
@@ -30,7 +30,9 @@
 # iperf3 goodput) is printed at the end by bench/summarize.py.
 #
 # Options: -n ranks (default 2, at most 32); -R TBF rate in tc's syntax
-# (default 2gbit); -r repeat indices (default "1 2 3"); -o output directory.
+# (default 2gbit); -C TCP congestion control of every namespace (default:
+# the one new namespaces get, this host's), for every system and iperf3
+# alike; -r repeat indices (default "1 2 3"); -o output directory.
 # ring_bench options after -- replace the default "-b 16M -e 256M -f 4 -n 5
 # -w 2". Env: HOOP_* variables are passed to every hoop rank; BUILD (default
 # build) is where ring_bench is. Needs root, iproute2 and iperf3.
@@ -40,16 +42,18 @@ HERE="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${BUILD:-$HERE/build}"
 N=2
 RATE=2gbit
+CC=""
 REPS="1 2 3"
 SYSTEMS=""
 ANCHORS=""
 OUT=""
 KEEP=0
 CLEAN_ONLY=0
-while getopts "n:R:r:s:a:o:kch" opt; do
+while getopts "n:R:C:r:s:a:o:kch" opt; do
     case $opt in
     n) N="$OPTARG" ;;
     R) RATE="$OPTARG" ;;
+    C) CC="$OPTARG" ;;
     r) REPS="$OPTARG" ;;
     s) SYSTEMS="$OPTARG" ;;
     a) ANCHORS="$(cd "$OPTARG" && pwd)" ;;
@@ -79,6 +83,10 @@ has() { [[ " $SYSTEMS " == *" $1 "* ]]; }
 [[ $EUID -eq 0 ]] || die "needs root (ip netns, tc)"
 [[ "$N" =~ ^[0-9]+$ ]] && ((N >= 2 && N <= MAXN)) || die "-n must be 2..$MAXN, not '$N'"
 [[ "${RATE,,}" =~ ^[0-9]+(k|m|g)?bit$ ]] || die "-R takes a tc rate such as 2gbit or 500mbit, not '$RATE'"
+if [[ -n "$CC" ]]; then
+    grep -qw -- "$CC" /proc/sys/net/ipv4/tcp_available_congestion_control ||
+        die "-C $CC: this kernel has only $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
+fi
 
 ns_exists() { ip netns list | awk '{print $1}' | grep -qx "$1"; }
 
@@ -146,6 +154,9 @@ setup() {
     for ((i = 0; i < N; i++)); do
         ip netns add "$NSP$i"
         ip -n "$NSP$i" link set lo up
+        if [[ -n "$CC" ]]; then
+            ip netns exec "$NSP$i" sysctl -qw net.ipv4.tcp_congestion_control="$CC"
+        fi
         ip -n "$BRNS" link add "hp$i" type veth peer name "$IFACE" netns "$NSP$i"
         ip -n "$BRNS" link set "hp$i" master hnbr up
         ip -n "$NSP$i" addr add "$NET.$((i + 1))/24" dev "$IFACE"
@@ -162,7 +173,7 @@ setup() {
             sleep 0.1
         done
     done
-    log "up: $N namespaces, links shaped to $RATE each way (TBF burst $burst B)"
+    log "up: $N namespaces, links shaped to $RATE each way (TBF burst $burst B), TCP congestion control $(ip netns exec "${NSP}0" cat /proc/sys/net/ipv4/tcp_congestion_control)"
 }
 
 # Bytes the rank-side qdiscs have sent, summed over ranks.
@@ -286,7 +297,8 @@ mkdir -p "$OUT"
 setup
 tc -n "${NSP}0" qdisc show dev "$IFACE" >"$OUT/qdisc.txt"
 {
-    echo "# bench/netns.sh -n $N -R $RATE -- ${BENCH_ARGS[*]}"
+    echo "# bench/netns.sh -n $N -R $RATE${CC:+ -C $CC} -- ${BENCH_ARGS[*]}"
+    echo "# TCP congestion control in the namespaces: $(ip netns exec "${NSP}0" cat /proc/sys/net/ipv4/tcp_congestion_control)"
     echo "# $(uname -srm), $(nproc) cpus, $(date -u +%FT%TZ)"
     git -C "$HERE" log -1 --format='# hoop %h %s' 2>/dev/null || true
 } >"$OUT/README.txt"

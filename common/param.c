@@ -33,6 +33,7 @@ static const struct hoop_param hoop_params[] = {
     {"HOOP_TCP_ZEROCOPY", "0", "Sends of at least this many bytes lend their pages to the kernel instead of being copied (io_uring zero-copy send, Linux 6.1+; the io_uring engine only); 0 turns it off."},
     {"HOOP_TCP_SOCKBUF", "0", "SO_SNDBUF/SO_RCVBUF of data sockets in bytes; 0 keeps the kernel's autotuning."},
     {"HOOP_TCP_ENGINE", "auto", "How the TCP transport moves bytes: uring (io_uring), poll, or auto (io_uring, and poll where io_uring is refused)."},
+    {"HOOP_TCP_CONGESTION", "", "TCP congestion control of data sockets (TCP_CONGESTION), e.g. cubic; empty keeps the system's. A ring runs at its slowest link, so every flow's slowdown stalls it: BBR's periodic drain (PROBE_RTT) cost 2-8 % on shaped links where cubic reached the link's rate (bench/RESULTS.md)."},
     {"HOOP_TCP_USER_TIMEOUT", "30", "Seconds unacknowledged data may wait before TCP declares the peer dead (TCP_USER_TIMEOUT)."},
     {"HOOP_REDUCE_ISA", "auto", "Reduction kernels: auto (the widest instruction set this CPU runs), avx512, avx2 or generic (x86-64; elsewhere only generic)."},
     {"HOOP_URING_ENTRIES", "64", "Submission queue entries of each io_uring."},

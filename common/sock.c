@@ -221,7 +221,17 @@ int hoop_sock_set_blocking(int fd, int blocking)
     return fcntl(fd, F_SETFL, fl) < 0 ? -errno : 0;
 }
 
-void hoop_sock_set_data_opts(int fd, int bufsize, unsigned user_timeout_ms)
+int hoop_sock_check_cc(const char *cc)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int rc = setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, (socklen_t)strlen(cc)) ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+void hoop_sock_set_data_opts(int fd, int bufsize, unsigned user_timeout_ms, const char *cc)
 {
     int one = 1, idle = 10, intvl = 2, cnt = 5;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -235,6 +245,8 @@ void hoop_sock_set_data_opts(int fd, int bufsize, unsigned user_timeout_ms)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof(bufsize));
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof(bufsize));
     }
+    if (cc && *cc)
+        setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, (socklen_t)strlen(cc));
 }
 
 void hoop_sock_ip_str(const struct sockaddr *sa, char *out, size_t outlen)

@@ -34,8 +34,14 @@ int hoop_sock_read_all(int fd, void *buf, size_t len, uint64_t deadline_ns);
 int hoop_sock_set_blocking(int fd, int blocking);
 
 /* TCP_NODELAY, keepalive (idle 10 s, interval 2 s, 5 probes),
- * TCP_USER_TIMEOUT, and buffers when bufsize > 0. */
-void hoop_sock_set_data_opts(int fd, int bufsize, unsigned user_timeout_ms);
+ * TCP_USER_TIMEOUT, buffers when bufsize > 0, and the congestion control
+ * when cc is not empty (checked beforehand with hoop_sock_check_cc). */
+void hoop_sock_set_data_opts(int fd, int bufsize, unsigned user_timeout_ms, const char *cc);
+
+/* 0 when this process may give a TCP socket congestion control `cc`, else
+ * -errno (-ENOENT: the kernel has no such algorithm; -EPERM: it is not in
+ * net.ipv4.tcp_allowed_congestion_control). */
+int hoop_sock_check_cc(const char *cc);
 
 /* "1.2.3.4:5" / "[::1]:5", and the address alone. */
 void hoop_sock_addr_str(const struct sockaddr *sa, char *out, size_t outlen);

@@ -15,6 +15,8 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -96,10 +98,12 @@ Test(engine, forcing_refused_io_uring_fails_cleanly, .timeout = 120)
     proc_capture_free(&r);
 }
 
-/* In-process, so that the status itself is checked. */
-static int invalid_engine_rank(int rank, int size, int port, void *arg)
+/* A setting (in the environment the ranks inherit) that every rank refuses
+ * in hoop_comm_init with HOOP_ERR_INVALID and a sentence containing arg.
+ * In-process, so that the status itself is checked. */
+static int invalid_setting_rank(int rank, int size, int port, void *arg)
 {
-    const char *want = arg;
+    const char *says = arg;
     hoop_config_t cfg;
     char root[64], token[64];
     harness_loopback_config(&cfg, rank, size, port, 10.0, root, token, NULL);
@@ -107,15 +111,11 @@ static int invalid_engine_rank(int rank, int size, int port, void *arg)
     hoop_status_t st = hoop_comm_init(&comm, &cfg);
     if (st == HOOP_OK) {
         hoop_comm_destroy(comm);
-        return harness_failf(rank, "hoop_comm_init succeeded with HOOP_TCP_ENGINE=%s", want);
+        return harness_failf(rank, "hoop_comm_init succeeded where it should say \"%s\"", says);
     }
-    if (st != HOOP_ERR_INVALID)
-        return harness_failf(rank, "HOOP_TCP_ENGINE=%s gave %s, not %s: %s", want,
-                             hoop_status_str(st), hoop_status_str(HOOP_ERR_INVALID),
-                             hoop_last_error());
-    if (!strstr(hoop_last_error(), "HOOP_TCP_ENGINE") || !strstr(hoop_last_error(), want))
-        return harness_failf(rank, "the error does not name HOOP_TCP_ENGINE='%s': %s", want,
-                             hoop_last_error());
+    if (st != HOOP_ERR_INVALID || !strstr(hoop_last_error(), says))
+        return harness_failf(rank, "gave %s, not %s saying \"%s\": %s", hoop_status_str(st),
+                             hoop_status_str(HOOP_ERR_INVALID), says, hoop_last_error());
     return 0;
 }
 
@@ -123,7 +123,8 @@ Test(engine, unknown_engine_is_invalid, .timeout = 60)
 {
     setenv("HOOP_TCP_ENGINE", "bogus", 1);
     char report[8192];
-    bool ok = harness_run_raw(2, invalid_engine_rank, "bogus", 30.0, report, sizeof report);
+    bool ok = harness_run_raw(2, invalid_setting_rank, "HOOP_TCP_ENGINE='bogus'", 30.0, report,
+                              sizeof report);
     cr_assert(ok, "HOOP_TCP_ENGINE=bogus:\n%s", report);
 }
 
@@ -264,10 +265,13 @@ Test(engine, uring_sees_a_peer_leave, .timeout = 90)
 struct nsocks_job {
     const char *nsocks; /* HOOP_TCP_NSOCKS */
     bool apart;
+    char cc[16];        /* HOOP_TCP_CONGESTION, and count only sockets that use it; "" neither */
     int *counts;        /* shared with the parent: one per rank */
 };
 
-static int count_socket_fds(void)
+/* This process's sockets; with cc, only the TCP ones whose congestion
+ * control is cc. */
+static int count_socket_fds(const char *cc)
 {
     DIR *d = opendir("/proc/self/fd");
     if (!d)
@@ -278,10 +282,15 @@ static int count_socket_fds(void)
     while ((e = readdir(d))) {
         snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
         ssize_t len = readlink(path, target, sizeof target - 1);
-        if (len > 0) {
-            target[len] = '\0';
-            n += strncmp(target, "socket:", 7) == 0;
-        }
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        if (strncmp(target, "socket:", 7) != 0)
+            continue;
+        char got[16] = "";
+        socklen_t glen = sizeof got - 1;
+        n += !cc || (getsockopt(atoi(e->d_name), IPPROTO_TCP, TCP_CONGESTION, got, &glen) == 0 &&
+                     strcmp(got, cc) == 0);
     }
     closedir(d);
     return n;
@@ -297,6 +306,8 @@ static int nsocks_rank(int rank, int size, int port, void *arg)
             return harness_failf(rank, "sethostname: %s", strerror(errno));
     }
     setenv("HOOP_TCP_NSOCKS", j->nsocks, 1);
+    if (j->cc[0])
+        setenv("HOOP_TCP_CONGESTION", j->cc, 1);
     char root[64], token[64];
     hoop_config_t cfg;
     harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
@@ -311,18 +322,19 @@ static int nsocks_rank(int rank, int size, int port, void *arg)
         rc = harness_fail(rank, "hoop_allreduce", st);
     else if (v != 3)
         rc = harness_failf(rank, "the allreduce gave %d, not 3", v);
-    j->counts[rank] = count_socket_fds();
+    j->counts[rank] = count_socket_fds(j->cc[0] ? j->cc : NULL);
     hoop_comm_destroy(comm);
     return rc;
 }
 
-static void nsocks_run(const char *nsocks, bool apart, int counts[2])
+static void nsocks_run_cc(const char *nsocks, bool apart, const char *cc, int counts[2])
 {
     struct nsocks_job *j = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                                 -1, 0);
     cr_assert(j != MAP_FAILED);
     j->nsocks = nsocks;
     j->apart = apart;
+    snprintf(j->cc, sizeof j->cc, "%s", cc);
     j->counts = (int *)(j + 1);
     char report[8192];
     bool ok = harness_run_raw(2, nsocks_rank, j, 60.0, report, sizeof report);
@@ -333,6 +345,11 @@ static void nsocks_run(const char *nsocks, bool apart, int counts[2])
     counts[0] = j->counts[0];
     counts[1] = j->counts[1];
     munmap(j, 4096);
+}
+
+static void nsocks_run(const char *nsocks, bool apart, int counts[2])
+{
+    nsocks_run_cc(nsocks, apart, "", counts);
 }
 
 Test(engine, auto_nsocks_is_one_on_a_host_and_two_across, .timeout = 120)
@@ -353,55 +370,56 @@ Test(engine, auto_nsocks_is_one_on_a_host_and_two_across, .timeout = 120)
     }
 }
 
+/* HOOP_TCP_CONGESTION reaches every data socket, here an algorithm other
+ * than the system's: each rank's connection out and in (one socket each on
+ * one host) uses it, and the bootstrap's socket does not. */
+Test(engine, congestion_control_reaches_the_data_sockets, .timeout = 120)
+{
+    char sys[16] = "";
+    FILE *f = fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r");
+    if (!f || !fgets(sys, sizeof sys, f))
+        cr_skip_test("cannot read net.ipv4.tcp_congestion_control");
+    fclose(f);
+    sys[strcspn(sys, "\n")] = '\0';
+    const char *alt = strcmp(sys, "reno") ? "reno" : "cubic";
+    int with[2], all[2];
+    nsocks_run_cc("1", false, alt, with);
+    nsocks_run("1", false, all);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(with[r], 2, "rank %d: %d sockets use %s (the system's is %s), not its "
+                     "connection out and in", r, with[r], alt, sys);
+        cr_assert_lt(with[r], all[r], "rank %d: every one of its %d sockets uses %s, the "
+                     "bootstrap's too", r, all[r], alt);
+    }
+}
+
+Test(engine, unknown_congestion_control_is_invalid, .timeout = 60)
+{
+    setenv("HOOP_TCP_CONGESTION", "no-such-cc", 1);
+    char report[8192];
+    bool ok = harness_run_raw(2, invalid_setting_rank,
+                              "HOOP_TCP_CONGESTION='no-such-cc' cannot be set on a socket here",
+                              30.0, report, sizeof report);
+    cr_assert(ok, "%s", report);
+}
+
 /* Both ranks refuse the value before either waits for the other. */
-static int bad_nsocks_rank(int rank, int size, int port, void *arg)
-{
-    setenv("HOOP_TCP_NSOCKS", "two", 1);
-    char root[64], token[64];
-    hoop_config_t cfg;
-    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
-    hoop_comm_t *comm = NULL;
-    hoop_status_t st = hoop_comm_init(&comm, &cfg);
-    if (st == HOOP_OK) {
-        hoop_comm_destroy(comm);
-        return harness_failf(rank, "HOOP_TCP_NSOCKS=two was accepted");
-    }
-    if (st != HOOP_ERR_INVALID || !strstr(hoop_last_error(), "HOOP_TCP_NSOCKS='two' is neither "
-                                                             "auto nor a whole number"))
-        return harness_failf(rank, "HOOP_TCP_NSOCKS=two gave %s: %s", hoop_status_str(st),
-                             hoop_last_error());
-    return 0;
-}
-
-static int bad_busy_poll_rank(int rank, int size, int port, void *arg)
-{
-    setenv("HOOP_BUSY_POLL_US", "fast", 1);
-    char root[64], token[64];
-    hoop_config_t cfg;
-    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
-    hoop_comm_t *comm = NULL;
-    hoop_status_t st = hoop_comm_init(&comm, &cfg);
-    if (st == HOOP_OK) {
-        hoop_comm_destroy(comm);
-        return harness_failf(rank, "HOOP_BUSY_POLL_US=fast was accepted");
-    }
-    if (st != HOOP_ERR_INVALID ||
-        !strstr(hoop_last_error(), "HOOP_BUSY_POLL_US='fast' is neither auto nor"))
-        return harness_failf(rank, "HOOP_BUSY_POLL_US=fast gave %s: %s", hoop_status_str(st),
-                             hoop_last_error());
-    return 0;
-}
-
 Test(engine, bad_busy_poll_is_invalid, .timeout = 60)
 {
+    setenv("HOOP_BUSY_POLL_US", "fast", 1);
     char report[8192];
-    bool ok = harness_run_raw(2, bad_busy_poll_rank, NULL, 30.0, report, sizeof report);
+    bool ok = harness_run_raw(2, invalid_setting_rank,
+                              "HOOP_BUSY_POLL_US='fast' is neither auto nor", 30.0, report,
+                              sizeof report);
     cr_assert(ok, "%s", report);
 }
 
 Test(engine, bad_nsocks_is_invalid, .timeout = 60)
 {
+    setenv("HOOP_TCP_NSOCKS", "two", 1);
     char report[8192];
-    bool ok = harness_run_raw(2, bad_nsocks_rank, NULL, 30.0, report, sizeof report);
+    bool ok = harness_run_raw(2, invalid_setting_rank,
+                              "HOOP_TCP_NSOCKS='two' is neither auto nor a whole number", 30.0,
+                              report, sizeof report);
     cr_assert(ok, "%s", report);
 }

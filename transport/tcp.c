@@ -100,6 +100,20 @@ static hoop_status_t tcp_create(const struct hoop_tp_params *p, void **out)
     if ((st = hoop_param_double("HOOP_TCP_USER_TIMEOUT", 0, 86400, &ut)))
         goto err_free;
     tp->user_timeout_ms = (unsigned)(ut * 1000);
+    const char *cc = hoop_param_str("HOOP_TCP_CONGESTION");
+    int ccrc = 0;
+    if (*cc && (strlen(cc) >= sizeof(tp->cc) || (ccrc = hoop_sock_check_cc(cc)))) {
+        st = hoop_error(HOOP_ERR_INVALID,
+                        "rank %d: HOOP_TCP_CONGESTION='%s' cannot be set on a socket here (%s): "
+                        "net.ipv4.tcp_available_congestion_control lists what this kernel has, "
+                        "and net.ipv4.tcp_allowed_congestion_control what a process without "
+                        "CAP_NET_ADMIN may choose", p->rank, cc,
+                        ccrc == -ENOENT ? "this kernel has no such algorithm"
+                        : ccrc          ? hoop_errno_str(ccrc)
+                                        : "the name is too long");
+        goto err_free;
+    }
+    snprintf(tp->cc, sizeof(tp->cc), "%s", cc);
     if ((st = hoop_param_u64("HOOP_URING_ENTRIES", 4, 4096, &v)))
         goto err_free;
     tp->uring_entries = (unsigned)v;
@@ -196,7 +210,7 @@ static void tcp_close(void *vc)
 
 static int tcp_ready_socket(struct tcp_tp *tp, int fd)
 {
-    hoop_sock_set_data_opts(fd, tp->sockbuf, tp->user_timeout_ms);
+    hoop_sock_set_data_opts(fd, tp->sockbuf, tp->user_timeout_ms, tp->cc);
     return hoop_sock_set_blocking(fd, !tp->eng->nonblocking);
 }
 

@@ -95,6 +95,7 @@ struct tcp_tp {
     size_t zc_min;     /* HOOP_TCP_ZEROCOPY: sends of this many bytes or more lend their pages; 0 off */
     char hostname[256]; /* this host's name, to tell neighbours on it from others */
     unsigned user_timeout_ms;
+    char cc[16];       /* HOOP_TCP_CONGESTION; empty: the system's */
     int *watch;        /* descriptors whose reading wakes progress() */
     int nwatch;
     struct tcp_conn *conns;
