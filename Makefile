@@ -95,7 +95,9 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # ring_bench through HOOP_BUILD_DIR. It runs once per TCP engine: all of it
 # on io_uring, the multi-process suites (and those of failures) again on poll, the allreduce
 # suite once more where io_uring is refused, so that auto really falls back, and the
-# collectives and failures with every send zero-copy (HOOP_TCP_ZEROCOPY=1).
+# collectives and failures with every send zero-copy (HOOP_TCP_ZEROCOPY=1). Then the
+# multi-process suites run over the libfabric transport, on its tcp and its shm provider.
+OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
 TEST_ENV = HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR)
 test: all $(TESTBIN) $(BUILD)/no_uring
 	$(TEST_ENV) HOOP_TCP_ENGINE=uring $(TESTBIN) --jobs 2 $(TEST_ARGS)
@@ -105,6 +107,10 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	    --filter='allreduce/*' $(TEST_ARGS)
 	$(TEST_ENV) HOOP_TCP_ENGINE=uring HOOP_TCP_ZEROCOPY=1 $(TESTBIN) --jobs 2 \
 	    --filter='@(allreduce|collectives|faults)/*' $(TEST_ARGS)
+	$(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=tcp $(TESTBIN) --jobs 2 --filter='$(OFI_SUITES)' \
+	    $(TEST_ARGS)
+	$(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm $(TESTBIN) --jobs 2 --filter='$(OFI_SUITES)' \
+	    $(TEST_ARGS)
 
 # The whole suite under ASan and UBSan, in its own build tree. The suite's
 # ranks are forked processes, so every rank runs instrumented too.

@@ -213,6 +213,8 @@ static void usage(FILE *f)
                "  -S, --sweep VAR=V1,V2,... run everything once per value of the HOOP_* variable\n"
                "                           VAR, a fresh communicator each time, and end with a\n"
                "                           table of the values' bus bandwidths\n"
+               "  -T, --transport NAME     tcp, ofi or auto: HOOP_TRANSPORT for this run (the\n"
+               "                           header names the transport and provider used)\n"
                "      --params             list the HOOP_* environment variables and exit\n"
                "  -h, --help               show this help and exit\n"
                "\n"
@@ -375,6 +377,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         {"datatype", required_argument, NULL, 'd'},
         {"op", required_argument, NULL, 'o'},
         {"sweep", required_argument, NULL, 'S'},
+        {"transport", required_argument, NULL, 'T'},
         {"params", no_argument, NULL, OPT_PARAMS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -395,7 +398,7 @@ static int parse_options(int argc, char **argv, struct options *o)
     o->root = 0;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":C:r:b:e:f:i:n:w:c:d:o:S:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":C:r:b:e:f:i:n:w:c:d:o:S:T:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'C': {
             int k = 0;
@@ -463,6 +466,11 @@ static int parse_options(int argc, char **argv, struct options *o)
         case 'S':
             if (parse_sweep(optarg, o))
                 return 2;
+            break;
+        case 'T':
+            /* As HOOP_TRANSPORT says it, for every communicator made here. */
+            if (setenv("HOOP_TRANSPORT", optarg, 1))
+                return bad_usage("cannot set HOOP_TRANSPORT=%s", optarg);
             break;
         case 'h':
             if (!is_quiet_rank())

@@ -66,7 +66,9 @@ void hoop_bootstrap_fini(struct hoop_bootstrap *bs);
 
 /* After a failure the connections to the root carry notices: a rank tells
  * the root what it saw (HOOP_HELLO_NOTICE), and the root, once it has heard
- * enough, tells every rank who failed (HOOP_HELLO_VERDICT). */
+ * enough, tells every rank who failed (HOOP_HELLO_VERDICT). A rank that
+ * leaves in order says so first (HOOP_HELLO_GOODBYE, status 0), so that a
+ * connection closing without it means a death. */
 #define HOOP_NOTICE_MAX 1024
 #define HOOP_NOTICE_NOBODY (-1)
 
@@ -79,9 +81,11 @@ struct hoop_notice {
 /* 0 or -errno. */
 int hoop_notice_write(const struct hoop_bootstrap *bs, int fd, int kind, const struct hoop_notice *n,
                       uint64_t deadline_ns);
-/* One message of `kind` from fd: 0, -EPIPE when the other end has closed,
- * -EPROTO for anything else (wrong kind, token or length), or -errno. */
-int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int kind, struct hoop_notice *n,
+/* One message from fd, of kind *kind (0: a notice, verdict or goodbye,
+ * whichever comes; *kind is then set to it): 0, -EPIPE when the other end
+ * has closed, -EPROTO for anything else (wrong kind, token or length), or
+ * -errno. */
+int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int *kind, struct hoop_notice *n,
                      uint64_t deadline_ns);
 
 /* Internal to bootstrap/: this process's identity, the info codec, and the

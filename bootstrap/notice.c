@@ -26,7 +26,7 @@ int hoop_notice_write(const struct hoop_bootstrap *bs, int fd, int kind, const s
     return hoop_sock_write_all(fd, msg, HOOP_HELLO_BYTES + b.pos, deadline_ns);
 }
 
-int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int kind, struct hoop_notice *n,
+int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int *kind, struct hoop_notice *n,
                      uint64_t deadline_ns)
 {
     uint8_t head[HOOP_HELLO_BYTES], body[NOTICE_HEAD + HOOP_NOTICE_MAX];
@@ -34,7 +34,11 @@ int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int kind, struct h
     if (rc)
         return rc;
     struct hoop_hello h;
-    if (hoop_hello_decode(head, sizeof(body), &h) || h.kind != kind ||
+    if (hoop_hello_decode(head, sizeof(body), &h))
+        return -EPROTO;
+    int known = h.kind == HOOP_HELLO_NOTICE || h.kind == HOOP_HELLO_VERDICT ||
+                h.kind == HOOP_HELLO_GOODBYE;
+    if (!known || (*kind && h.kind != *kind) ||
         !hoop_token_equal(h.token, bs->token) || h.comm_id != bs->comm_id ||
         h.body_len < NOTICE_HEAD)
         return -EPROTO;
@@ -45,9 +49,12 @@ int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int kind, struct h
     uint32_t culprit = hoop_buf_get_u32(&b);
     uint16_t len = hoop_buf_get_u16(&b);
     /* Bits above the low byte of status are the sender's flags. */
-    if (len > HOOP_NOTICE_MAX || len != h.body_len - NOTICE_HEAD || (status & 0xff) == 0 ||
-        (status & 0xff) > HOOP_ERR_ABORTED || status > 0xffff || culprit > (uint32_t)bs->size)
+    int goodbye = h.kind == HOOP_HELLO_GOODBYE;
+    if (len > HOOP_NOTICE_MAX || len != h.body_len - NOTICE_HEAD ||
+        (goodbye ? status != 0 : (status & 0xff) == 0) || (status & 0xff) > HOOP_ERR_ABORTED ||
+        status > 0xffff || culprit > (uint32_t)bs->size)
         return -EPROTO;
+    *kind = h.kind;
     n->status = (int)status;
     n->culprit = (int)culprit - 1;
     hoop_buf_get_bytes(&b, n->why, len);

@@ -21,7 +21,8 @@ void hoop_peer_self(struct hoop_peer *p)
     gethostname(p->host, sizeof(p->host) - 1);
     p->pid = (uint32_t)getpid();
     /* Host name plus boot id: two machines cloned from one image share a
-     * host name but not a boot id. */
+     * host name but not a boot id. Plus the PID namespace: ranks with one
+     * host id can name each other's processes by pid (to watch them). */
     uint64_t h = fnv1a(0xcbf29ce484222325ull, p->host, strlen(p->host));
     char boot[64] = {0};
     int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
@@ -31,6 +32,10 @@ void hoop_peer_self(struct hoop_peer *p)
         if (n > 0)
             h = fnv1a(h, boot, (size_t)n);
     }
+    char ns[64];
+    ssize_t nl = readlink("/proc/self/ns/pid", ns, sizeof(ns));
+    if (nl > 0)
+        h = fnv1a(h, ns, (size_t)nl);
     p->host_id = h;
 }
 

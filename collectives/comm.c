@@ -111,6 +111,7 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
     c->rank = bcfg.rank;
     c->size = bcfg.size;
     c->abort_fd = -1;
+    c->ctl_epfd = -1;
     c->launcher = bcfg.launcher;
     size_t chunk = 0;
     int depth = 0;
@@ -119,11 +120,17 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
         goto err_free;
     }
     const char *tname = hoop_param_str("HOOP_TRANSPORT");
-    const struct hoop_transport_ops *ops = hoop_transport_find(tname);
-    if (!ops) {
-        st = hoop_error(HOOP_ERR_UNSUPPORTED,
-                        "rank %d: HOOP_TRANSPORT=%s is not available; this build has: tcp",
-                        c->rank, tname);
+    const struct hoop_transport_ops *ops = NULL;
+    if (strcmp(tname, "auto") == 0) {
+        char why[768];
+        ops = hoop_transport_auto(why, sizeof(why));
+        HOOP_INFO("rank %d: HOOP_TRANSPORT=auto chose %s (%s)", c->rank, ops->name, why);
+    } else if (!(ops = hoop_transport_find(tname))) {
+        char names[64];
+        hoop_transport_list(names, sizeof(names));
+        st = hoop_error(HOOP_ERR_INVALID,
+                        "rank %d: HOOP_TRANSPORT=%s is not a transport; this build has %s, and "
+                        "auto", c->rank, tname, names);
         goto err_free;
     }
     uint64_t deadline = hoop_deadline_after(bcfg.timeout_s);
@@ -157,8 +164,7 @@ err_boot:
     if (c->size > 1)
         hoop_ring_close(&c->ring);
     hoop_bootstrap_fini(&c->bs);
-    if (c->abort_fd >= 0)
-        close(c->abort_fd);
+    hoop_comm_control_fini(c);
     free(c);
     return st;
 err_ring:
@@ -173,11 +179,11 @@ hoop_status_t hoop_comm_destroy(hoop_comm_t *c)
 {
     if (!c)
         return HOOP_OK;
+    hoop_comm_leave(c);
     if (c->size > 1)
         hoop_ring_close(&c->ring);
     hoop_bootstrap_fini(&c->bs);
-    if (c->abort_fd >= 0)
-        close(c->abort_fd);
+    hoop_comm_control_fini(c);
     free(c);
     return HOOP_OK;
 }

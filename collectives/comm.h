@@ -25,6 +25,14 @@ struct hoop_comm {
     _Atomic int aborted;
     char abort_why[256];
     int abort_fd; /* eventfd the transport watches; -1 for one rank */
+    int ctl_epfd; /* the connections to the root, watched by every wait (fail.c) */
+    /* What they said to a collective's wait, for hoop_comm_fail: on the
+     * root, per rank; elsewhere, the root's connection. */
+    int *ctl_heard;
+    struct hoop_notice *ctl_got;
+    int ctl_root;
+    struct hoop_notice ctl_verdict;
+    int *ctl_pidfd; /* per rank of this host, its process (-1: not watched) */
     const char *abort_before; /* the call an abort stopped before it began */
     double fail_grace_s;
     char transport[48];
@@ -56,5 +64,9 @@ hoop_status_t hoop_coll_end(hoop_comm_t *comm, hoop_status_t st);
 hoop_status_t hoop_comm_fail(hoop_comm_t *comm, hoop_status_t st);
 /* Set up the communicator's control: the abort eventfd and the watches. */
 hoop_status_t hoop_comm_control_init(hoop_comm_t *comm);
+void hoop_comm_control_fini(hoop_comm_t *comm);
+/* Say goodbye to the root (to everyone, on the root): this rank leaves in
+ * order. */
+void hoop_comm_leave(hoop_comm_t *comm);
 
 #endif

@@ -1,5 +1,5 @@
-/* fail.c - a failed collective, seen from the whole job, and
- * hoop_comm_abort.
+/* fail.c - a failed collective, seen from the whole job; hoop_comm_abort;
+ * the connections to the root, watched during collectives.
  *
  * When a rank's collective fails it sends the root a notice (what it saw,
  * whom it blames, and whether it saw the cause itself or only a neighbour
@@ -9,9 +9,20 @@
  * mismatch, garbage or an abort saw the cause; when ranks only timed out,
  * the ranks that stay silent for HOOP_FAIL_GRACE are the stopped ones. It
  * then tells every rank, so that every survivor names the same culprit, not
- * the neighbour that happened to close on it first. The transport wakes on
- * the abort eventfd, so an abort ends any wait at once; a failure reaches
- * the ranks that are not next to it as their neighbours close. */
+ * the neighbour that happened to close on it first.
+ *
+ * Every wait of a collective also watches the abort eventfd, the
+ * connections to the root (all of them, on the root) and the processes of
+ * the other ranks on this host (pidfds), through one epoll descriptor. So
+ * an abort ends any wait at once; a rank that dies is seen by the root at
+ * once, and the root's verdict ends every other rank's wait; a root that
+ * dies is seen by everyone; and the end of a process on this host is passed
+ * to the transport, which then fails what can no longer come from it, as a
+ * closed socket does over TCP (a shared-memory provider never tells a
+ * neighbour that its peer is gone). A rank that leaves in order says
+ * goodbye on its connection first (hoop_comm_destroy, and at exit for a
+ * communicator left open), so that the others' last collective, which it
+ * has done its part of, goes on. */
 #include "collectives/comm.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -21,10 +32,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* In a notice's status: the sender saw the cause itself. */
@@ -49,22 +63,205 @@ hoop_status_t hoop_comm_abort(hoop_comm_t *c, const char *reason)
     return HOOP_OK;
 }
 
+/* What a connection to the root has said. */
+enum { HEARD_NOTHING = 0, HEARD_NOTICE, HEARD_GONE, HEARD_LEFT };
+
+/* In an epoll event: rank k's pidfd rather than its connection. */
+#define CTL_PID 0x80000000u
+
+/* The descriptor of rank k's connection to the root (on the root), or of
+ * this rank's (elsewhere). */
+static int ctl_fd(const hoop_comm_t *c, int k)
+{
+    return c->rank == 0 ? c->bs.fds[k] : c->bs.root_fd;
+}
+
+/* One message from rank k's control connection: a notice (or a verdict),
+ * a goodbye, or nothing more (closed, or garbage). */
+static int ctl_read(hoop_comm_t *c, int k, struct hoop_notice *m)
+{
+    int kind = 0;
+    int e = hoop_notice_read(&c->bs, ctl_fd(c, k), &kind, m, hoop_deadline_after(FAIL_WRITE_S));
+    return e ? HEARD_GONE : kind == HOOP_HELLO_GOODBYE ? HEARD_LEFT : HEARD_NOTICE;
+}
+
+/* A wait of a collective was woken: by an abort, or by a control
+ * connection, whose message is kept for hoop_comm_fail. Only goodbyes let
+ * the wait go on. */
+static int comm_on_wake(void *ctx)
+{
+    hoop_comm_t *c = ctx;
+    if (atomic_load_explicit(&c->aborted, memory_order_acquire))
+        return -EINTR;
+    struct epoll_event ev[16];
+    int n = epoll_wait(c->ctl_epfd, ev, 16, 0);
+    int stop = 0, ended = 0;
+    for (int i = 0; i < n; i++) {
+        int k = (int)(ev[i].data.u32 & ~CTL_PID);
+        if (ev[i].data.u32 & CTL_PID) {
+            /* Whether it left in order or died, nothing more comes from it:
+             * the transport fails what waits for it, after what it sent. */
+            epoll_ctl(c->ctl_epfd, EPOLL_CTL_DEL, c->ctl_pidfd[k], NULL);
+            hoop_ring_peer_ended(&c->ring, k);
+            ended = 1;
+            continue;
+        }
+        struct hoop_notice m;
+        int heard = ctl_read(c, k, &m);
+        /* Whatever it said, the connection is read from now on only by
+         * hoop_comm_fail. */
+        epoll_ctl(c->ctl_epfd, EPOLL_CTL_DEL, ctl_fd(c, k), NULL);
+        if (c->rank == 0) {
+            if (c->ctl_heard[k] == HEARD_NOTHING) {
+                c->ctl_heard[k] = heard;
+                c->ctl_got[k] = m;
+            }
+        } else {
+            c->ctl_root = heard;
+            c->ctl_verdict = m;
+        }
+        HOOP_DEBUG("rank %d: the control connection of rank %d: %s", c->rank, k,
+                   heard == HEARD_LEFT ? "goodbye" : heard == HEARD_GONE ? "closed" : "a notice");
+        stop |= heard != HEARD_LEFT;
+    }
+    return stop ? -EINTR : ended;
+}
+
+/* Communicators still open, told goodbye at exit. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static hoop_comm_t **live;
+static int nlive, live_cap;
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+
+static void comm_goodbye(hoop_comm_t *c)
+{
+    struct hoop_notice bye = {.status = HOOP_OK, .culprit = HOOP_NOTICE_NOBODY};
+    for (int k = c->rank == 0 ? 1 : 0; k < (c->rank == 0 ? c->size : 1); k++)
+        if (ctl_fd(c, k) >= 0)
+            hoop_notice_write(&c->bs, ctl_fd(c, k), HOOP_HELLO_GOODBYE, &bye,
+                              hoop_deadline_after(FAIL_WRITE_S));
+}
+
+/* A process that ends without hoop_comm_destroy (returning from main,
+ * exit()) still leaves in order; one that is killed or crashes does not,
+ * and the others hear of it. */
+static void comm_goodbye_all(void)
+{
+    pthread_mutex_lock(&live_lock);
+    for (int i = 0; i < nlive; i++)
+        comm_goodbye(live[i]);
+    nlive = 0;
+    pthread_mutex_unlock(&live_lock);
+}
+
+static void live_at_exit(void)
+{
+    atexit(comm_goodbye_all);
+}
+
+static void live_add(hoop_comm_t *c)
+{
+    pthread_once(&live_once, live_at_exit);
+    pthread_mutex_lock(&live_lock);
+    if (nlive == live_cap) {
+        int cap = live_cap ? 2 * live_cap : 8;
+        hoop_comm_t **l = realloc(live, (size_t)cap * sizeof(*l));
+        if (l) {
+            live = l;
+            live_cap = cap;
+        }
+    }
+    if (nlive < live_cap)
+        live[nlive++] = c;
+    pthread_mutex_unlock(&live_lock);
+}
+
+void hoop_comm_leave(hoop_comm_t *c)
+{
+    if (c->size == 1)
+        return;
+    pthread_mutex_lock(&live_lock);
+    for (int i = 0; i < nlive; i++)
+        if (live[i] == c)
+            live[i] = live[--nlive];
+    pthread_mutex_unlock(&live_lock);
+    comm_goodbye(c);
+}
+
 hoop_status_t hoop_comm_control_init(hoop_comm_t *c)
 {
     c->abort_fd = -1;
+    c->ctl_epfd = -1;
     hoop_status_t st = hoop_param_double("HOOP_FAIL_GRACE", 0.05, 3600, &c->fail_grace_s);
     if (st || c->size == 1)
         return st;
     c->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (c->abort_fd < 0)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: eventfd: %s", c->rank, hoop_errno_str(-errno));
-    /* The connections to the root are read only once a collective has
-     * failed: a rank that finished and left closes its connection too, and
-     * must not fail the others' last collective. */
-    return hoop_ring_watch(&c->ring, c->abort_fd);
+    c->ctl_epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (c->ctl_epfd < 0)
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: epoll_create1: %s", c->rank,
+                          hoop_errno_str(-errno));
+    if (c->rank == 0) {
+        c->ctl_heard = calloc((size_t)c->size, sizeof(*c->ctl_heard));
+        c->ctl_got = calloc((size_t)c->size, sizeof(*c->ctl_got));
+        if (!c->ctl_heard || !c->ctl_got)
+            return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory", c->rank);
+    }
+    for (int k = c->rank == 0 ? 1 : 0; k < (c->rank == 0 ? c->size : 1); k++) {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.u32 = (uint32_t)k};
+        if (epoll_ctl(c->ctl_epfd, EPOLL_CTL_ADD, ctl_fd(c, k), &ev))
+            return hoop_error(HOOP_ERR_SYSTEM, "rank %d: epoll_ctl: %s", c->rank,
+                              hoop_errno_str(-errno));
+    }
+    /* The other ranks of this host (the host id covers the PID namespace,
+     * so their pids are theirs here); a pidfd is readable once its process
+     * has ended. Where pidfds are refused, deaths are still seen through
+     * the transport and the root. */
+    if (!(c->ctl_pidfd = malloc((size_t)c->size * sizeof(*c->ctl_pidfd))))
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory", c->rank);
+    for (int k = 0; k < c->size; k++) {
+        c->ctl_pidfd[k] = -1;
+        const struct hoop_peer *p = &c->bs.peers[k];
+        if (k == c->rank || p->host_id != c->bs.peers[c->rank].host_id)
+            continue;
+        int fd = (int)syscall(SYS_pidfd_open, (pid_t)p->pid, 0);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = CTL_PID | (uint32_t)k};
+        if (fd >= 0 && epoll_ctl(c->ctl_epfd, EPOLL_CTL_ADD, fd, &ev) == 0) {
+            c->ctl_pidfd[k] = fd;
+        } else {
+            HOOP_DEBUG("rank %d: cannot watch rank %d's process %u: %s", c->rank, k, p->pid,
+                       hoop_errno_str(-errno));
+            if (fd >= 0)
+                close(fd);
+        }
+    }
+    if ((st = hoop_ring_watch(&c->ring, c->abort_fd)) ||
+        (st = hoop_ring_watch(&c->ring, c->ctl_epfd)))
+        return st;
+    c->ring.on_wake = comm_on_wake;
+    c->ring.wake_ctx = c;
+    live_add(c);
+    return HOOP_OK;
 }
 
-enum { HEARD_NOTHING = 0, HEARD_NOTICE, HEARD_GONE };
+void hoop_comm_control_fini(hoop_comm_t *c)
+{
+    if (c->abort_fd >= 0)
+        close(c->abort_fd);
+    if (c->ctl_epfd >= 0)
+        close(c->ctl_epfd);
+    c->abort_fd = c->ctl_epfd = -1;
+    for (int k = 0; c->ctl_pidfd && k < c->size; k++)
+        if (c->ctl_pidfd[k] >= 0)
+            close(c->ctl_pidfd[k]);
+    free(c->ctl_pidfd);
+    free(c->ctl_heard);
+    free(c->ctl_got);
+    c->ctl_pidfd = NULL;
+    c->ctl_heard = NULL;
+    c->ctl_got = NULL;
+}
 
 /* The root: gather notices until the cause is known, name it. */
 static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct hoop_notice *v)
@@ -82,6 +279,13 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
     heard[0] = HEARD_NOTICE;
     uint64_t deadline = hoop_deadline_after(c->fail_grace_s);
     int decided = (mine->status & FAIL_PRIMARY) != 0;
+    for (int k = 1; k < n && c->ctl_heard; k++) {
+        /* What the collective's waits read already. */
+        heard[k] = c->ctl_heard[k];
+        got[k] = c->ctl_got[k];
+        if (heard[k] == HEARD_GONE || (heard[k] == HEARD_NOTICE && (got[k].status & FAIL_PRIMARY)))
+            decided = 1;
+    }
     while (!decided) {
         int np = 0;
         for (int k = 1; k < n; k++)
@@ -99,10 +303,9 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
             if (!pfd[i].revents)
                 continue;
             int k = who[i];
-            int e = hoop_notice_read(&c->bs, c->bs.fds[k], HOOP_HELLO_NOTICE, &got[k],
-                                     hoop_deadline_after(FAIL_WRITE_S));
-            heard[k] = e ? HEARD_GONE : HEARD_NOTICE;
-            if (e || (got[k].status & FAIL_PRIMARY))
+            heard[k] = ctl_read(c, k, &got[k]);
+            if (heard[k] == HEARD_GONE ||
+                (heard[k] == HEARD_NOTICE && (got[k].status & FAIL_PRIMARY)))
                 decided = 1;
         }
     }
@@ -142,7 +345,7 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
     }
 out:
     for (int k = 1; k < n; k++)
-        if (!heard || heard[k] != HEARD_GONE)
+        if (!heard || heard[k] == HEARD_NOTHING || heard[k] == HEARD_NOTICE)
             hoop_notice_write(&c->bs, c->bs.fds[k], HOOP_HELLO_VERDICT, v,
                               hoop_deadline_after(FAIL_WRITE_S));
     free(heard);
@@ -186,15 +389,23 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
     if (c->rank == 0) {
         fail_gather(c, &mine, &v);
     } else {
-        hoop_notice_write(&c->bs, c->bs.root_fd, HOOP_HELLO_NOTICE, &mine,
-                          hoop_deadline_after(FAIL_WRITE_S));
+        int rc = 0;
+        if (c->ctl_root == HEARD_NOTHING)
+            hoop_notice_write(&c->bs, c->bs.root_fd, HOOP_HELLO_NOTICE, &mine,
+                              hoop_deadline_after(FAIL_WRITE_S));
         /* The abort is the cause, and the caller wants its wait over now,
          * not once the root has heard from everyone. */
         if (aborted)
             return hoop_error(st, "%s", mine.why);
         waited = 2 * c->fail_grace_s + FAIL_WRITE_S;
-        int rc = hoop_notice_read(&c->bs, c->bs.root_fd, HOOP_HELLO_VERDICT, &v,
-                                  hoop_deadline_after(waited));
+        if (c->ctl_root == HEARD_NOTICE) {
+            v = c->ctl_verdict; /* read by the wait it woke */
+        } else if (c->ctl_root == HEARD_NOTHING) {
+            int kind = HOOP_HELLO_VERDICT;
+            rc = hoop_notice_read(&c->bs, c->bs.root_fd, &kind, &v, hoop_deadline_after(waited));
+        } else {
+            rc = -EPIPE; /* the root is gone, or left in order */
+        }
         if ((rc == -EPIPE || rc == -ECONNRESET) && primary) {
             /* This rank saw the cause itself: the root's leaving adds nothing. */
             return hoop_error(st, "%s", mine.why);

@@ -41,7 +41,7 @@ int hoop_hello_decode(const uint8_t in[HOOP_HELLO_BYTES], size_t max_body, struc
         return -EPROTO;
     if (t.version != HOOP_WIRE_VERSION)
         return -EPROTONOSUPPORT;
-    if (t.kind < HOOP_HELLO_JOIN || t.kind > HOOP_HELLO_VERDICT)
+    if (t.kind < HOOP_HELLO_JOIN || t.kind > HOOP_HELLO_GOODBYE)
         return -EPROTO;
     memcpy(t.token, in + 8, HOOP_TOKEN_BYTES);
     t.rank = (uint32_t)get_le(in + 40, 4);

@@ -24,6 +24,7 @@ enum hoop_hello_kind {
     HOOP_HELLO_DATA = 4,   /* data connection: aux = socket index */
     HOOP_HELLO_NOTICE = 5, /* rank -> root after a failure: body = a notice */
     HOOP_HELLO_VERDICT = 6,/* root -> rank: body = the notice that names the culprit */
+    HOOP_HELLO_GOODBYE = 7,/* rank <-> root: leaving in order (hoop_comm_destroy); status 0 */
 };
 
 struct hoop_hello {

@@ -82,7 +82,7 @@ hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void 
         }
         if (!pending || err)
             break;
-        int rc = r->ops->progress(r->tp, deadline);
+        int rc = hoop_ring_progress(r, deadline);
         if (rc < 0)
             err = rc;
         else if (rc == 0 && hoop_now_ns() >= deadline)

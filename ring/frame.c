@@ -214,7 +214,7 @@ int hoop_frame_announce_wait(struct hoop_ring *r, uint64_t deadline_ns)
         int a = hoop_frame_announced(r);
         if (a)
             return a < 0 ? a : 0;
-        int rc = r->ops->progress(r->tp, deadline_ns);
+        int rc = hoop_ring_progress(r, deadline_ns);
         if (rc < 0)
             return rc;
         if (rc == 0 && hoop_now_ns() >= deadline_ns)

@@ -29,9 +29,12 @@ hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
     for (int i = 0; i < npeers; i++) {
         int q = peers[i];
         const struct hoop_peer *p = &r->peers[q];
+        const uint8_t *h;
+        uint16_t hl;
+        hoop_ring_peer_handle(r, q, &h, &hl);
         if (!r->peer_tx[q] &&
-            (st = r->ops->connect(r->tp, q, HOOP_CHANNEL_P2P, p->host, p->handle, p->handle_len,
-                                  r->comm_id, deadline_ns, &r->peer_tx[q])))
+            (st = r->ops->connect(r->tp, q, HOOP_CHANNEL_P2P, p->host, h, hl, r->comm_id,
+                                  deadline_ns, &r->peer_tx[q])))
             return st;
     }
     for (int i = 0; i < npeers; i++) {

@@ -217,7 +217,7 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
             return HOOP_OK;
         if (moved)
             continue;
-        int rc = ops->progress(r->tp, deadline);
+        int rc = hoop_ring_progress(r, deadline);
         if (rc < 0) {
             err = rc;
             goto fail;

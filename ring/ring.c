@@ -1,12 +1,21 @@
 /* ring.c - the ring's connections and its reusable memory. */
 #include "ring/ring.h"
 #include "ring/pipeline.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A rank's handle in the table is the transport's name (a length byte and
+ * the name), then the transport's own handle, so that ranks whose
+ * HOOP_TRANSPORT chose differently are told so before anything else. */
+#define RING_NAME_MAX 15
+_Static_assert(HOOP_TP_HANDLE_MAX + 1 + RING_NAME_MAX == HOOP_HANDLE_MAX,
+               "a transport handle and its name must fit the bootstrap's");
 
 hoop_status_t hoop_ring_open(struct hoop_ring *r, const struct hoop_transport_ops *ops, int rank,
                              int size, const uint8_t *token, size_t chunk_bytes, int depth)
@@ -51,7 +60,57 @@ hoop_status_t hoop_ring_listen(void *ring, const struct sockaddr *local, socklen
                                uint8_t *handle, uint16_t *handle_len)
 {
     struct hoop_ring *r = ring;
-    return r->ops->listen(r->tp, local, len, handle, handle_len);
+    size_t nl = strlen(r->ops->name);
+    if (nl > RING_NAME_MAX)
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: transport name %s is too long", r->rank,
+                          r->ops->name);
+    handle[0] = (uint8_t)nl;
+    memcpy(handle + 1, r->ops->name, nl);
+    uint16_t tl = 0;
+    hoop_status_t st = r->ops->listen(r->tp, local, len, handle + 1 + nl, &tl);
+    *handle_len = (uint16_t)(1 + nl + tl);
+    return st;
+}
+
+void hoop_ring_peer_handle(const struct hoop_ring *r, int q, const uint8_t **h, uint16_t *len)
+{
+    const struct hoop_peer *p = &r->peers[q];
+    size_t nl = p->handle_len ? p->handle[0] : 0;
+    if (p->handle_len < 1 + nl) {
+        *h = p->handle;
+        *len = 0;
+        return;
+    }
+    *h = p->handle + 1 + nl;
+    *len = (uint16_t)(p->handle_len - 1 - nl);
+}
+
+/* Every rank must have chosen the same transport. */
+static hoop_status_t ring_check_transports(const struct hoop_ring *r)
+{
+    size_t nl = strlen(r->ops->name);
+    for (int q = 0; q < r->size; q++) {
+        const struct hoop_peer *p = &r->peers[q];
+        size_t ql = p->handle_len ? p->handle[0] : 0;
+        if (p->handle_len >= 1 + ql && ql == nl && memcmp(p->handle + 1, r->ops->name, nl) == 0) {
+            const uint8_t *h;
+            uint16_t hl;
+            char why[256];
+            hoop_ring_peer_handle(r, q, &h, &hl);
+            if (q == r->rank || !r->ops->handle_check ||
+                r->ops->handle_check(r->tp, h, hl, why, sizeof(why)) == 0)
+                continue;
+            return hoop_error(HOOP_ERR_MISMATCH, "rank %d: rank %d (%s) %s", r->rank, q, p->host,
+                              why);
+        }
+        return hoop_error(HOOP_ERR_MISMATCH,
+                          "rank %d: rank %d (%s) uses the %.*s transport and this rank %s: "
+                          "HOOP_TRANSPORT must come to the same transport on every rank (auto "
+                          "chooses by what each machine has: set it by name)", r->rank, q,
+                          p->host, (int)(p->handle_len >= 1 + ql ? ql : 0),
+                          (const char *)p->handle + 1, r->ops->name);
+    }
+    return HOOP_OK;
 }
 
 hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *peers,
@@ -60,13 +119,19 @@ hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *pee
     const struct hoop_peer *n = &peers[r->next], *p = &peers[r->prev];
     r->peers = peers;
     r->comm_id = comm_id;
+    hoop_status_t st = ring_check_transports(r);
+    if (st)
+        return st;
+    const uint8_t *nh;
+    uint16_t nhl;
+    hoop_ring_peer_handle(r, r->next, &nh, &nhl);
     snprintf(r->next_desc, sizeof(r->next_desc), "rank %d (%s)", r->next, n->host);
     snprintf(r->prev_desc, sizeof(r->prev_desc), "rank %d (%s)", r->prev, p->host);
     /* Connect first: every listener exists before the table is handed out,
      * so the connect completes in the peer's backlog and nobody waits on
      * anybody's accept. */
-    hoop_status_t st = r->ops->connect(r->tp, r->next, HOOP_CHANNEL_RING, n->host, n->handle, n->handle_len, comm_id,
-                                       deadline_ns, &r->tx);
+    st = r->ops->connect(r->tp, r->next, HOOP_CHANNEL_RING, n->host, nh, nhl, comm_id,
+                         deadline_ns, &r->tx);
     if (st)
         return st;
     return r->ops->accept(r->tp, r->prev, HOOP_CHANNEL_RING, p->host, comm_id, deadline_ns, &r->rx);
@@ -115,6 +180,23 @@ hoop_status_t hoop_ring_watch(struct hoop_ring *r, int fd)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: cannot watch descriptor %d: %s", r->rank, fd,
                           hoop_errno_str(rc));
     return HOOP_OK;
+}
+
+void hoop_ring_peer_ended(struct hoop_ring *r, int k)
+{
+    if (r->ops->peer_ended)
+        r->ops->peer_ended(r->tp, k);
+}
+
+int hoop_ring_progress(struct hoop_ring *r, uint64_t deadline_ns)
+{
+    for (;;) {
+        int rc = r->ops->progress(r->tp, deadline_ns);
+        if (rc != -EINTR || !r->on_wake || (rc = r->on_wake(r->wake_ctx)) != 0)
+            return rc; /* > 0 from on_wake: requests may have ended */
+        if (hoop_now_ns() >= deadline_ns)
+            return 0;
+    }
 }
 
 hoop_status_t hoop_ring_reserve_work(struct hoop_ring *r, size_t bytes)

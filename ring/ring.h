@@ -50,6 +50,11 @@ struct hoop_ring {
     char frame_why[640];     /* what the last failed frame check found */
     int fail_err;            /* the last failure's -errno, and the rank it implicates */
     int fail_peer;
+    /* Called when a watched descriptor wakes a wait: 0 when what woke it
+     * needs nothing of the wait (it goes on), > 0 when requests may have
+     * ended (the wait returns, as after completions), -errno to end it. */
+    int (*on_wake)(void *ctx);
+    void *wake_ctx;
 };
 
 /* Create the transport and the reusable buffers (before the bootstrap). */
@@ -58,7 +63,10 @@ hoop_status_t hoop_ring_open(struct hoop_ring *r, const struct hoop_transport_op
 /* A hoop_boot_handle_fn: listen and publish the handle (ctx = the ring). */
 hoop_status_t hoop_ring_listen(void *ring, const struct sockaddr *local, socklen_t len,
                                uint8_t *handle, uint16_t *handle_len);
-/* Connect to next and accept prev, after the bootstrap. */
+/* Rank q's transport handle, inside its entry in the table. */
+void hoop_ring_peer_handle(const struct hoop_ring *r, int q, const uint8_t **h, uint16_t *len);
+/* Connect to next and accept prev, after the bootstrap; HOOP_ERR_MISMATCH
+ * when the ranks chose different transports. */
 hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *peers,
                                 uint64_t comm_id, uint64_t deadline_ns);
 void hoop_ring_close(struct hoop_ring *r);
@@ -77,8 +85,16 @@ hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
  * (and its pages touched once) so that later calls fault nothing in. */
 hoop_status_t hoop_ring_reserve_work(struct hoop_ring *r, size_t bytes);
 
+/* Rank k's process has ended (see the transport's peer_ended). */
+void hoop_ring_peer_ended(struct hoop_ring *r, int k);
+
 /* Watch fd in every wait of the ring (see the transport's watch). */
 hoop_status_t hoop_ring_watch(struct hoop_ring *r, int fd);
+
+/* The transport's progress, for every wait of the ring's schedules: a wake
+ * by a watched descriptor goes to on_wake, and the wait goes on when that
+ * says so. Returns what progress returns. */
+int hoop_ring_progress(struct hoop_ring *r, uint64_t deadline_ns);
 
 /* The ring collectives. Each needs size >= 2; counts may be 0. On failure
  * the transport is cancelled: the ring must not be used again. */

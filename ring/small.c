@@ -123,7 +123,7 @@ static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb
         }
         if (rs != HOOP_REQ_PENDING && sq->state != HOOP_REQ_PENDING)
             return 0;
-        rc = r->ops->progress(r->tp, deadline);
+        rc = hoop_ring_progress(r, deadline);
         if (rc < 0) {
             *bad_peer = from >= 0 ? from : to;
             return rc;

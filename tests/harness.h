@@ -12,7 +12,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "bootstrap/bootstrap.h"
 #include "hoop.h"
+#include "ring/ring.h"
 
 /* 1 in a ThreadSanitizer build (gcc defines the first, clang has the
  * second), else 0. */
@@ -80,6 +82,37 @@ int harness_connect_root(int port, double timeout_s);
  * and fails it when the program is not there. Four calls may be in use at
  * once. */
 const char *harness_built(const char *name);
+
+/* A fake rank: formed as collectives/comm.c forms one (the library's
+ * bootstrap, ring and the transport given), so that the real ranks cannot
+ * tell it from one of theirs; after that, the test drives the ring's
+ * connections itself. */
+typedef struct harness_fake {
+    struct hoop_boot_cfg bcfg;
+    struct hoop_bootstrap bs;
+    struct hoop_ring ring;
+    int joined;
+} harness_fake_t;
+
+hoop_status_t harness_fake_join(harness_fake_t *f, const hoop_config_t *cfg,
+                                const struct hoop_transport_ops *ops);
+void harness_fake_fini(harness_fake_t *f);
+/* Send a message (header hdr of hdr_len bytes, then len bytes) to rank + 1
+ * on the ring's connection and wait for it: 0 or -errno. */
+int harness_fake_send(harness_fake_t *f, const void *hdr, size_t hdr_len, const void *buf,
+                      size_t len, double timeout_s);
+
+/* The transport this run of the suite uses (HOOP_TRANSPORT: "tcp", "ofi",
+ * ...; unset means the library's default), and for ofi the provider asked
+ * for (HOOP_OFI_PROVIDER, else FI_PROVIDER; "" when neither). */
+const char *harness_transport(void);
+const char *harness_ofi_provider(void);
+
+/* Skip the calling test, saying why, where the suite runs over libfabric's
+ * shm provider of a version whose spin locks in shared memory let a rank
+ * that is killed or stopped inside one stall the others inside libfabric,
+ * beyond any deadline hoop can keep. `what` names what the test does. */
+void harness_skip_if_shm_stalls(const char *what);
 
 /* A port that was free on 127.0.0.1 a moment ago, or -1. */
 int harness_free_port(void);

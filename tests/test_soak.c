@@ -725,7 +725,17 @@ static int soak_rank(hoop_comm_t *comm, int rank, int size, void *arg)
         rc = harness_failf(rank, "%ld of %ld calls gave a wrong result (the first %d above)",
                            s.mismatches, plan->ops,
                            s.mismatches < MAX_REPORTED ? (int)s.mismatches : MAX_REPORTED);
-    if (s.stats->rss_warm_kib == 0 || s.stats->rss_end_kib == 0)
+    if (strcmp(harness_transport(), "ofi") == 0) {
+        /* libfabric's software providers touch their buffer pools a little
+         * further with every message until all of them have been used
+         * (tcp;ofi_rxm: a plateau of about 125 MB after some 160,000
+         * messages of 8 B, flat from there to 800,000; shm: pages of its
+         * shared region): growth over 10,000 calls says nothing of leaks
+         * there. The results are still checked. */
+        if (rank == 0)
+            fprintf(stderr, "soak: the resident set is not checked over ofi (libfabric's "
+                            "buffer pools fill as they are used)\n");
+    } else if (s.stats->rss_warm_kib == 0 || s.stats->rss_end_kib == 0)
         rc = harness_failf(rank, "cannot read the resident set from /proc/self/statm");
     else if (growth > RSS_GROWTH_LIMIT_KIB)
         rc = harness_failf(rank, "resident set grew by %ld KiB over %ld calls (limit %d KiB)",

@@ -406,6 +406,13 @@ static void tcp_destroy(void *vtp)
     free(tp);
 }
 
+/* TCP runs wherever the bootstrap does. */
+static int tcp_probe(char *why, size_t n)
+{
+    snprintf(why, n, "runs everywhere");
+    return 1;
+}
+
 static void tcp_set_busy_poll(void *vtp, uint64_t ns, int yield)
 {
     struct tcp_tp *tp = vtp;
@@ -433,5 +440,6 @@ const struct hoop_transport_ops hoop_transport_tcp = {
     .close = tcp_close,
     .destroy = tcp_destroy,
     .describe = tcp_describe,
+    .probe = tcp_probe,
     .set_busy_poll = tcp_set_busy_poll,
 };

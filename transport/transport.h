@@ -19,6 +19,10 @@
 
 #define HOOP_REQ_PENDING 1
 
+/* The most bytes a transport's handle may take (the bootstrap carries it
+ * as HOOP_HANDLE_MAX; ring.c checks that they agree). */
+#define HOOP_TP_HANDLE_MAX 112
+
 /* Connections between two ranks are per channel: the ring's, and the
  * direct ones that alltoall and the small-message path make on first use. */
 enum { HOOP_CHANNEL_RING = 0, HOOP_CHANNEL_P2P = 1 };
@@ -90,6 +94,20 @@ struct hoop_transport_ops {
     void (*close)(void *conn);
     void (*destroy)(void *tp);
     const char *(*describe)(void *tp);
+    /* How well this transport suits this machine, for HOOP_TRANSPORT=auto:
+     * 0 when it cannot run here, higher when faster; why says what it found
+     * (a sentence, "" allowed). Called before create. */
+    int (*probe)(char *why, size_t n);
+    /* Optional: 0 when a peer's handle (what its listen published) can be
+     * connected to from this rank, else -1 with why said in a sentence; the
+     * ring asks it of every rank's handle before connecting any, so that
+     * ranks that cannot talk are all told at once. */
+    int (*handle_check)(void *tp, const uint8_t *handle, uint16_t len, char *why, size_t n);
+    /* Optional: rank peer's process has ended (seen through its pidfd). A
+     * transport that learns nothing of it by itself (shared memory) takes in
+     * what the peer had sent, then fails what still waits for it, as a
+     * socket's end of stream does over TCP. */
+    void (*peer_ended)(void *tp, int peer);
     /* Waits look for completions this long without sleeping, then sleep;
      * with yield set they give up the CPU between looks (for ranks that
      * outnumber the CPUs, where the rank being waited for needs it). */
@@ -98,7 +116,13 @@ struct hoop_transport_ops {
 
 /* The transport called `name` (HOOP_TRANSPORT), or NULL. */
 const struct hoop_transport_ops *hoop_transport_find(const char *name);
+/* HOOP_TRANSPORT=auto: the usable transport with the best probe, and in
+ * why what each found. Never NULL (tcp runs everywhere). */
+const struct hoop_transport_ops *hoop_transport_auto(char *why, size_t n);
+/* "tcp, ofi": the transports built in. */
+void hoop_transport_list(char *out, size_t n);
 
 extern const struct hoop_transport_ops hoop_transport_tcp;
+extern const struct hoop_transport_ops hoop_transport_ofi;
 
 #endif

@@ -1,0 +1,547 @@
+/* ofi.c - the libfabric transport: choosing the provider, opening its
+ * fabric, domain, address vector, completion queue and endpoint, the
+ * handle that carries the endpoint's name through the bootstrap, the
+ * hello that opens every connection, and the ops table. The data path is
+ * in ofi_msg.c, completions and waits in ofi_cq.c, registrations in
+ * ofi_mr.c.
+ *
+ * HOOP_OFI_PROVIDER names the provider (FI_PROVIDER, which libfabric reads
+ * itself, filters them too); unset, libfabric's first choice for tagged
+ * messages on a reliable-datagram endpoint is taken. */
+#include "transport/ofi.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/param.h"
+#include "common/sock.h"
+#include "common/status.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OFI_HANDLE_VERSION 1
+
+/* What the transport asks of a provider, before any choice. */
+static struct fi_info *ofi_hints(const struct hoop_ofi_lib *lib, const char *prov)
+{
+    struct fi_info *h = lib->dupinfo(NULL);
+    if (!h)
+        return NULL;
+    h->caps = FI_TAGGED;
+    h->mode = FI_CONTEXT | FI_CONTEXT2;
+    h->ep_attr->type = FI_EP_RDM;
+    /* Every registration mode the transport can honour: the provider
+     * answers with those it needs. */
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                              FI_MR_ENDPOINT;
+    h->domain_attr->threading = FI_THREAD_DOMAIN;
+    if (prov && *prov && !(h->fabric_attr->prov_name = strdup(prov))) {
+        lib->freeinfo(h);
+        return NULL;
+    }
+    return h;
+}
+
+/* "tcp;ofi_rxm, shm, ..." : the providers libfabric offers for what the
+ * transport needs, whatever was asked for. */
+static void ofi_list_providers(const struct hoop_ofi_lib *lib, char *out, size_t n)
+{
+    snprintf(out, n, "none");
+    struct fi_info *h = ofi_hints(lib, NULL), *all = NULL;
+    if (!h)
+        return;
+    if (lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, h, &all) == 0) {
+        size_t used = 0;
+        out[0] = '\0';
+        for (struct fi_info *i = all; i && used + 1 < n; i = i->next) {
+            const char *p = i->fabric_attr->prov_name;
+            if (strstr(out, p)) /* one mention per provider */
+                continue;
+            used += (size_t)snprintf(out + used, n - used, "%s%s", used ? ", " : "", p);
+        }
+        lib->freeinfo(all);
+    }
+    lib->freeinfo(h);
+}
+
+int hoop_ofi_prov_software(const char *prov)
+{
+    static const char *const soft[] = {"tcp", "shm", "sockets", "udp", "net", "ofi_rxm", "ofi_rxd"};
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s", prov);
+    for (char *save = NULL, *p = strtok_r(buf, ";", &save); p; p = strtok_r(NULL, ";", &save)) {
+        int known = 0;
+        for (size_t i = 0; i < sizeof(soft) / sizeof(soft[0]); i++)
+            known |= strcmp(p, soft[i]) == 0;
+        if (!known)
+            return 0;
+    }
+    return 1;
+}
+
+/* HOOP_TRANSPORT=auto: worth it where libfabric's first choice is a
+ * provider of real hardware (EFA, Slingshot, Omni-Path, ...); its software
+ * providers move bytes over the same TCP or memory as the tcp transport
+ * does, slower (bench/RESULTS.md). */
+static int ofi_probe(char *why, size_t n)
+{
+    const char *err = NULL;
+    const struct hoop_ofi_lib *lib = hoop_ofi_lib(&err);
+    if (!lib) {
+        snprintf(why, n, "%s", err);
+        return 0;
+    }
+    struct fi_info *hints = ofi_hints(lib, hoop_param_str("HOOP_OFI_PROVIDER")), *info = NULL;
+    int rc = hints ? lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &info) : -FI_ENOMEM;
+    if (hints)
+        lib->freeinfo(hints);
+    if (rc || !info) {
+        snprintf(why, n, "libfabric has no provider for tagged messages on reliable-datagram "
+                 "endpoints");
+        return 0;
+    }
+    int hw = !hoop_ofi_prov_software(info->fabric_attr->prov_name);
+    if (hw) {
+        snprintf(why, n, "provider %s on %s", info->fabric_attr->prov_name,
+                 info->domain_attr->name);
+    } else {
+        char found[160];
+        ofi_list_providers(lib, found, sizeof(found));
+        snprintf(why, n, "libfabric offers software providers only (%s), slower than tcp here",
+                 found);
+    }
+    lib->freeinfo(info);
+    return hw ? 3 : 0;
+}
+
+static hoop_status_t ofi_create(const struct hoop_tp_params *p, void **out)
+{
+    const char *why = NULL;
+    const struct hoop_ofi_lib *lib = hoop_ofi_lib(&why);
+    if (!lib)
+        return hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: HOOP_TRANSPORT=ofi: %s", p->rank, why);
+    if (p->size - 1 > OFI_RANK_MAX)
+        return hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: ofi transport: %d ranks are more than "
+                          "its tags can name (%d)", p->rank, p->size, OFI_RANK_MAX + 1);
+    const char *want = hoop_param_str("HOOP_OFI_PROVIDER");
+    struct fi_info *hints = ofi_hints(lib, want), *info = NULL;
+    if (!hints)
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport: out of memory", p->rank);
+    int rc = lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, hints, &info);
+    lib->freeinfo(hints);
+    if (rc || !info) {
+        char found[256];
+        ofi_list_providers(lib, found, sizeof(found));
+        const char *filter = getenv("FI_PROVIDER");
+        uint32_t v = lib->version();
+        return hoop_error(HOOP_ERR_UNSUPPORTED,
+                          "rank %d: HOOP_TRANSPORT=ofi: libfabric %u.%u has no provider%s%s%s%s%s "
+                          "with tagged messages on reliable-datagram endpoints (%s); it offers: "
+                          "%s", p->rank, FI_MAJOR(v), FI_MINOR(v), *want ? " '" : "", want,
+                          *want ? "'" : "", filter ? " within FI_PROVIDER=" : "",
+                          filter ? filter : "", lib->strerror(rc < 0 ? -rc : rc), found);
+    }
+    struct ofi_tp *tp = calloc(1, sizeof(*tp));
+    if (!tp) {
+        lib->freeinfo(info);
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport: out of memory", p->rank);
+    }
+    tp->lib = lib;
+    tp->rank = p->rank;
+    tp->size = p->size;
+    tp->wait_fd = -1;
+    memcpy(tp->token, p->token, HOOP_TOKEN_BYTES);
+    snprintf(tp->prov, sizeof(tp->prov), "%s", info->fabric_attr->prov_name);
+    snprintf(tp->desc, sizeof(tp->desc), "ofi/%s", tp->prov);
+    lib->freeinfo(info);
+    *out = tp;
+    return HOOP_OK;
+}
+
+/* The provider again, pinned to the one chosen and, where its addresses
+ * are IP ones, to the interface the bootstrap reaches the others by. */
+static int ofi_getinfo_local(struct ofi_tp *tp, const struct sockaddr *local, socklen_t len,
+                             struct fi_info **info)
+{
+    struct fi_info *h = ofi_hints(tp->lib, tp->prov);
+    if (!h)
+        return -ENOMEM;
+    int rc = -FI_ENODATA;
+    struct sockaddr_storage ss;
+    if (local && (local->sa_family == AF_INET || local->sa_family == AF_INET6) &&
+        len <= sizeof(ss)) {
+        memcpy(&ss, local, len);
+        if (ss.ss_family == AF_INET)
+            ((struct sockaddr_in *)&ss)->sin_port = 0;
+        else
+            ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
+        h->addr_format = ss.ss_family == AF_INET ? FI_SOCKADDR_IN : FI_SOCKADDR_IN6;
+        h->src_addr = malloc(len);
+        if (h->src_addr) {
+            memcpy(h->src_addr, &ss, len);
+            h->src_addrlen = len;
+            rc = tp->lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, h, info);
+        }
+        /* A provider with addresses of its own (shm) does not take an IP one. */
+        free(h->src_addr);
+        h->src_addr = NULL;
+        h->src_addrlen = 0;
+        h->addr_format = FI_FORMAT_UNSPEC;
+    }
+    if (rc)
+        rc = tp->lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, h, info);
+    tp->lib->freeinfo(h);
+    return rc;
+}
+
+static hoop_status_t ofi_fail(struct ofi_tp *tp, const char *what, int rc)
+{
+    return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport (%s): %s: %s", tp->rank, tp->prov,
+                      what, tp->lib->strerror(rc < 0 ? -rc : rc));
+}
+
+static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen_t len,
+                                uint8_t *handle, uint16_t *handle_len)
+{
+    struct ofi_tp *tp = vtp;
+    int rc = ofi_getinfo_local(tp, local, len, &tp->info);
+    if (rc || !tp->info)
+        return ofi_fail(tp, "fi_getinfo", rc);
+    struct fi_info *fi = tp->info;
+    if (fi->tx_attr->iov_limit < 2 || fi->rx_attr->iov_limit < 2)
+        return hoop_error(HOOP_ERR_UNSUPPORTED,
+                          "rank %d: ofi transport: provider %s takes %zu iovecs per send and %zu "
+                          "per receive; the header and the payload of a message need 2",
+                          tp->rank, tp->prov, fi->tx_attr->iov_limit, fi->rx_attr->iov_limit);
+    if ((rc = tp->lib->fabric(fi->fabric_attr, &tp->fabric, NULL)))
+        return ofi_fail(tp, "fi_fabric", rc);
+    if ((rc = fi_domain(tp->fabric, fi, &tp->domain, NULL)))
+        return ofi_fail(tp, "fi_domain", rc);
+    /* A send of shm completes once its bytes are in shared memory, and a
+     * receiver that takes them after the sender's process has ended finds
+     * them gone (the last collective before a rank exits failed on its
+     * peers): there data sends wait until the receiver has them. */
+    tp->delivery_complete = strstr(tp->prov, "shm") != NULL;
+    tp->mr_mode = fi->domain_attr->mr_mode;
+    tp->mr_access = FI_SEND | FI_RECV;
+    hoop_ofi_mr_init(tp);
+    struct fi_av_attr av_attr = {.type = FI_AV_UNSPEC};
+    if ((rc = fi_av_open(tp->domain, &av_attr, &tp->av, NULL)))
+        return ofi_fail(tp, "fi_av_open", rc);
+    /* A queue with a file descriptor to sleep on, where the provider has
+     * one; else waits poll the queue (ofi_cq.c). */
+    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD};
+    if (fi_cq_open(tp->domain, &cq_attr, &tp->cq, NULL) == 0 &&
+        fi_control(&tp->cq->fid, FI_GETWAIT, &tp->wait_fd) != 0) {
+        fi_close(&tp->cq->fid);
+        tp->cq = NULL;
+    }
+    if (!tp->cq) {
+        tp->wait_fd = -1;
+        cq_attr.wait_obj = FI_WAIT_NONE;
+        if ((rc = fi_cq_open(tp->domain, &cq_attr, &tp->cq, NULL)))
+            return ofi_fail(tp, "fi_cq_open", rc);
+    }
+    if ((rc = fi_endpoint(tp->domain, fi, &tp->ep, NULL)))
+        return ofi_fail(tp, "fi_endpoint", rc);
+    if ((rc = fi_ep_bind(tp->ep, &tp->av->fid, 0)) ||
+        (rc = fi_ep_bind(tp->ep, &tp->cq->fid, FI_TRANSMIT | FI_RECV)))
+        return ofi_fail(tp, "fi_ep_bind", rc);
+    if ((rc = fi_enable(tp->ep)))
+        return ofi_fail(tp, "fi_enable", rc);
+    size_t nlen = sizeof(tp->name);
+    if ((rc = fi_getname(&tp->ep->fid, tp->name, &nlen)))
+        return ofi_fail(tp, "fi_getname", rc);
+    tp->name_len = nlen;
+    size_t plen = strlen(tp->prov);
+    if (3 + plen + nlen > HOOP_TP_HANDLE_MAX)
+        return hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: ofi transport: provider %s's endpoint "
+                          "name (%zu bytes) does not fit a handle", tp->rank, tp->prov, nlen);
+    tp->peer_addr = malloc((size_t)tp->size * sizeof(*tp->peer_addr));
+    tp->hangup_rx = calloc((size_t)tp->size, sizeof(*tp->hangup_rx));
+    tp->gone = calloc((size_t)tp->size, 1);
+    tp->ended = calloc((size_t)tp->size, 1);
+    if (!tp->peer_addr || !tp->hangup_rx || !tp->gone || !tp->ended)
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport: out of memory", tp->rank);
+    for (int r = 0; r < tp->size; r++)
+        tp->peer_addr[r] = FI_ADDR_NOTAVAIL;
+    /* version, the provider's name, the endpoint's name */
+    handle[0] = OFI_HANDLE_VERSION;
+    handle[1] = (uint8_t)plen;
+    memcpy(handle + 2, tp->prov, plen);
+    handle[2 + plen] = (uint8_t)nlen;
+    memcpy(handle + 3 + plen, tp->name, nlen);
+    *handle_len = (uint16_t)(3 + plen + nlen);
+    HOOP_INFO("rank %d: ofi transport: provider %s, fabric %s, domain %s, %s", tp->rank, tp->prov,
+              fi->fabric_attr->name, fi->domain_attr->name,
+              tp->wait_fd >= 0 ? "waits sleep on the completion queue"
+                               : "waits poll the completion queue");
+    return HOOP_OK;
+}
+
+/* The peer's address, inserted once whatever the channel. */
+static int ofi_peer_addr(struct ofi_tp *tp, int peer, const void *name, fi_addr_t *out)
+{
+    if (tp->peer_addr[peer] == FI_ADDR_NOTAVAIL) {
+        fi_addr_t a;
+        int rc = fi_av_insert(tp->av, name, 1, &a, 0, NULL);
+        if (rc != 1) {
+            hoop_ofi_note(tp, "fi_av_insert", rc < 0 ? rc : -FI_EINVAL);
+            return rc < 0 ? rc : -EINVAL;
+        }
+        tp->peer_addr[peer] = a;
+    }
+    *out = tp->peer_addr[peer];
+    return 0;
+}
+
+static struct ofi_conn *ofi_conn_new(struct ofi_tp *tp, int peer, int channel, int is_tx)
+{
+    struct ofi_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->tp = tp;
+    c->peer = peer;
+    c->channel = channel;
+    c->is_tx = is_tx;
+    c->next_conn = tp->conns;
+    tp->conns = c;
+    return c;
+}
+
+static void ofi_close(void *vconn)
+{
+    struct ofi_conn *c = vconn;
+    for (struct ofi_conn **pp = &c->tp->conns; *pp; pp = &(*pp)->next_conn)
+        if (*pp == c) {
+            *pp = c->next_conn;
+            break;
+        }
+    free(c);
+}
+
+/* Send or receive a hello (a message of the transport's own) and wait for
+ * it; 0 or -errno, with the received length in *got. */
+static int ofi_hello(struct ofi_tp *tp, struct ofi_conn *c, int is_send, void *buf, size_t len,
+                     uint64_t deadline_ns, size_t *got)
+{
+    struct ofi_op *op = hoop_ofi_op_get(tp);
+    if (!op)
+        return -ENOMEM;
+    op->kind = OFI_OP_HELLO;
+    op->is_send = is_send;
+    op->conn = c;
+    op->tag = OFI_TAG(OFI_KIND_HELLO, c->channel, is_send ? tp->rank : c->peer, 0);
+    int rc = hoop_ofi_op_iov(tp, op, buf, len);
+    if (!rc)
+        rc = hoop_ofi_op_start(tp, op);
+    if (!rc)
+        rc = hoop_ofi_wait_op(tp, op, deadline_ns);
+    if (rc == -ETIMEDOUT && op->posted) {
+        /* Not taken in time: the provider must let go of the buffer. */
+        fi_cancel(&tp->ep->fid, &op->ctx);
+        uint64_t until = hoop_now_ns() + 1000000000ull;
+        while (!op->done && hoop_now_ns() < until)
+            hoop_ofi_poll(tp);
+        if (!op->done)
+            return rc; /* the op stays with the provider; the endpoint goes at destroy */
+    }
+    *got = op->len;
+    hoop_ofi_op_release(tp, op);
+    return rc;
+}
+
+static int ofi_handle_check(void *vtp, const uint8_t *handle, uint16_t handle_len, char *why,
+                            size_t n)
+{
+    struct ofi_tp *tp = vtp;
+    size_t plen = handle_len >= 2 ? handle[1] : 0;
+    if (handle_len < 3 || handle[0] != OFI_HANDLE_VERSION || 2 + plen > handle_len) {
+        snprintf(why, n, "published an ofi handle this version cannot read (%u bytes)",
+                 handle_len);
+        return -1;
+    }
+    if (plen != strlen(tp->prov) || memcmp(handle + 2, tp->prov, plen) != 0) {
+        snprintf(why, n, "uses libfabric provider %.*s and this rank %s: HOOP_OFI_PROVIDER (or "
+                 "FI_PROVIDER) must pick the same provider on every rank", (int)plen,
+                 (const char *)handle + 2, tp->prov);
+        return -1;
+    }
+    return 0;
+}
+
+static hoop_status_t ofi_connect(void *vtp, int peer, int channel, const char *peer_host,
+                                 const uint8_t *handle, uint16_t handle_len, uint64_t comm_id,
+                                 uint64_t deadline_ns, void **out)
+{
+    struct ofi_tp *tp = vtp;
+    size_t plen = handle_len >= 2 ? handle[1] : 0;
+    size_t nlen = handle_len >= 3 + plen ? handle[2 + plen] : 0;
+    if (handle_len < 3 || handle[0] != OFI_HANDLE_VERSION || 3 + plen + nlen != handle_len ||
+        nlen == 0 || nlen > OFI_NAME_MAX)
+        return hoop_error(HOOP_ERR_PEER, "rank %d: ofi transport: rank %d (%s) published a handle "
+                          "this version cannot read (%u bytes)", tp->rank, peer, peer_host,
+                          handle_len);
+    if (plen != strlen(tp->prov) || memcmp(handle + 2, tp->prov, plen) != 0)
+        return hoop_error(HOOP_ERR_MISMATCH, "rank %d: ofi transport: rank %d (%s) uses "
+                          "provider %.*s and this rank %s: HOOP_OFI_PROVIDER (or FI_PROVIDER) must "
+                          "pick the same provider on every rank", tp->rank, peer, peer_host,
+                          (int)plen, (const char *)handle + 2, tp->prov);
+    struct ofi_conn *c = ofi_conn_new(tp, peer, channel, 1);
+    if (!c)
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport: out of memory", tp->rank);
+    int rc = ofi_peer_addr(tp, peer, handle + 3 + plen, &c->addr);
+    if (rc) {
+        ofi_close(c);
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport (%s): rank %d (%s)'s address: "
+                          "%s", tp->rank, tp->prov, peer, peer_host, tp->err_text);
+    }
+    /* The hello: who this is, for which job and communicator, and where it
+     * can be answered. */
+    uint8_t msg[HOOP_HELLO_BYTES + OFI_NAME_MAX];
+    struct hoop_hello h = {.kind = HOOP_HELLO_DATA, .rank = (uint32_t)tp->rank,
+                           .size = (uint32_t)tp->size, .comm_id = comm_id,
+                           .aux = (uint32_t)channel, .body_len = (uint32_t)tp->name_len};
+    memcpy(h.token, tp->token, HOOP_TOKEN_BYTES);
+    hoop_hello_encode(&h, msg);
+    memcpy(msg + HOOP_HELLO_BYTES, tp->name, tp->name_len);
+    size_t got;
+    rc = ofi_hello(tp, c, 1, msg, HOOP_HELLO_BYTES + tp->name_len, deadline_ns, &got);
+    if (!rc)
+        rc = hoop_ofi_hangup_expect(tp, peer);
+    if (rc) {
+        ofi_close(c);
+        return hoop_error(hoop_status_from_errno(rc), "rank %d: ofi transport (%s): the hello to "
+                          "rank %d (%s): %s%s%s", tp->rank, tp->prov, peer, peer_host,
+                          hoop_errno_str(rc), tp->err_text[0] ? "; " : "", tp->err_text);
+    }
+    *out = c;
+    return HOOP_OK;
+}
+
+static hoop_status_t ofi_accept(void *vtp, int peer, int channel, const char *peer_host,
+                                uint64_t comm_id, uint64_t deadline_ns, void **out)
+{
+    struct ofi_tp *tp = vtp;
+    struct ofi_conn *c = ofi_conn_new(tp, peer, channel, 0);
+    if (!c)
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport: out of memory", tp->rank);
+    uint8_t msg[HOOP_HELLO_BYTES + OFI_NAME_MAX];
+    size_t got = 0;
+    int rc = ofi_hello(tp, c, 0, msg, sizeof(msg), deadline_ns, &got);
+    if (rc == -EMSGSIZE)
+        rc = -EPROTO; /* longer than any hello */
+    const char *why = NULL;
+    struct hoop_hello h;
+    if (!rc) {
+        int d = got >= HOOP_HELLO_BYTES ? hoop_hello_decode(msg, OFI_NAME_MAX, &h) : -EPROTO;
+        if (d)
+            why = hoop_hello_strerror(d);
+        else if (h.kind != HOOP_HELLO_DATA)
+            why = "not a data connection's hello";
+        else if (!hoop_token_equal(h.token, tp->token))
+            why = "wrong job token";
+        else if (h.comm_id != comm_id)
+            why = "belongs to another communicator";
+        else if (h.rank != (uint32_t)peer || h.aux != (uint32_t)channel)
+            why = "claims another rank or channel";
+        else if (h.body_len == 0 || HOOP_HELLO_BYTES + h.body_len != got)
+            why = "its endpoint name is not the length it says";
+    }
+    if (!rc && !why && (rc = ofi_peer_addr(tp, peer, msg + HOOP_HELLO_BYTES, &c->addr)))
+        why = tp->err_text;
+    if (!rc && !why)
+        rc = hoop_ofi_hangup_expect(tp, peer);
+    if (rc || why) {
+        ofi_close(c);
+        if (why)
+            return hoop_error(HOOP_ERR_PEER, "rank %d: ofi transport (%s): refused the hello of "
+                              "rank %d (%s): %s", tp->rank, tp->prov, peer, peer_host, why);
+        return hoop_error(hoop_status_from_errno(rc), "rank %d: ofi transport (%s): waiting for "
+                          "the hello of rank %d (%s): %s%s%s", tp->rank, tp->prov, peer, peer_host,
+                          hoop_errno_str(rc), tp->err_text[0] ? "; " : "", tp->err_text);
+    }
+    *out = c;
+    return HOOP_OK;
+}
+
+static void ofi_destroy(void *vtp)
+{
+    struct ofi_tp *tp = vtp;
+    HOOP_DEBUG("rank %d: ofi transport: %d blocks of operations, %lu registrations", tp->rank,
+               tp->nblocks, tp->mr.regs);
+    hoop_ofi_shutdown(tp, 0);
+    while (tp->conns)
+        ofi_close(tp->conns);
+    hoop_ofi_mr_fini(tp);
+    if (tp->ep)
+        fi_close(&tp->ep->fid);
+    if (tp->cq)
+        fi_close(&tp->cq->fid);
+    if (tp->av)
+        fi_close(&tp->av->fid);
+    if (tp->domain)
+        fi_close(&tp->domain->fid);
+    if (tp->fabric)
+        fi_close(&tp->fabric->fid);
+    if (tp->info)
+        tp->lib->freeinfo(tp->info);
+    for (int i = 0; i < tp->nblocks; i++)
+        free(tp->op_blocks[i]);
+    free(tp->op_blocks);
+    free(tp->peer_addr);
+    free(tp->hangup_rx);
+    free(tp->gone);
+    free(tp->ended);
+    free(tp->watch);
+    free(tp);
+}
+
+/* Take in every completion there is (what the peer sent before it ended
+ * is all here by now), then fail what still waits for it. */
+static void ofi_peer_ended(void *vtp, int peer)
+{
+    struct ofi_tp *tp = vtp;
+    if (tp->dead || !tp->ep || tp->gone[peer])
+        return;
+    hoop_ofi_settle(tp, peer);
+    tp->ended[peer] = 1;
+    if (hoop_ofi_peer_gone(tp, peer))
+        HOOP_INFO("rank %d: ofi transport: rank %d's process ended with transfers left", tp->rank,
+                  peer);
+}
+
+static const char *ofi_describe(void *vtp)
+{
+    return ((struct ofi_tp *)vtp)->desc;
+}
+
+static void ofi_set_busy_poll(void *vtp, uint64_t ns, int yield)
+{
+    struct ofi_tp *tp = vtp;
+    tp->spin_ns = ns;
+    tp->spin_yield = yield;
+}
+
+const struct hoop_transport_ops hoop_transport_ofi = {
+    .size = sizeof(struct hoop_transport_ops),
+    .name = "ofi",
+    .create = ofi_create,
+    .listen = ofi_listen,
+    .connect = ofi_connect,
+    .accept = ofi_accept,
+    .isend = hoop_ofi_isend,
+    .irecv = hoop_ofi_irecv,
+    .progress = hoop_ofi_progress,
+    .watch = hoop_ofi_watch,
+    .cancel = hoop_ofi_cancel,
+    .close = ofi_close,
+    .destroy = ofi_destroy,
+    .describe = ofi_describe,
+    .probe = ofi_probe,
+    .peer_ended = ofi_peer_ended,
+    .handle_check = ofi_handle_check,
+    .set_busy_poll = ofi_set_busy_poll,
+};

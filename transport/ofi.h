@@ -1,0 +1,216 @@
+/* ofi.h - the libfabric transport's objects, shared by its set-up
+ * (ofi.c), its data path (ofi_msg.c), its completion queue and waits
+ * (ofi_cq.c), its memory registrations (ofi_mr.c) and the loader of
+ * libfabric itself (ofi_lib.c).
+ *
+ * One reliable-datagram (FI_EP_RDM) endpoint per communicator. A
+ * "connection" is a peer's address in the address vector plus a message
+ * counter: every message is a tagged send whose tag names the kind, the
+ * channel, the sending rank and the message's number on that connection,
+ * and the receiver posts exactly that tag, so messages pair up in order
+ * whatever order the provider delivers them in (transport.h's contract). */
+#ifndef HOOP_TRANSPORT_OFI_H
+#define HOOP_TRANSPORT_OFI_H
+
+#include "common/wire.h"
+#include "transport/transport.h"
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* The functions libfabric exports (the rest of its API is inline). */
+struct hoop_ofi_lib {
+    int loaded;
+    int (*getinfo)(uint32_t version, const char *node, const char *service, uint64_t flags,
+                   const struct fi_info *hints, struct fi_info **info);
+    void (*freeinfo)(struct fi_info *info);
+    struct fi_info *(*dupinfo)(const struct fi_info *info);
+    int (*fabric)(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
+    const char *(*strerror)(int errnum);
+    uint32_t (*version)(void);
+};
+
+/* libfabric, opened on first use; NULL with *why set when it cannot be. */
+const struct hoop_ofi_lib *hoop_ofi_lib(const char **why);
+
+#define OFI_API_VERSION FI_VERSION(1, 10)
+#define OFI_NAME_MAX 96 /* an endpoint name, as it travels in the handle */
+
+/* Tag: kind (2 bits), channel (2), sending rank (28), message number (32).
+ * A hangup (kind CTRL) is what a failing rank sends every peer it has a
+ * connection with, as closing its sockets does over TCP: the peer's
+ * transfers with it then end with -ECONNRESET. */
+enum { OFI_KIND_DATA = 0, OFI_KIND_HELLO = 1, OFI_KIND_CTRL = 2 };
+#define OFI_TAG(kind, channel, rank, seq)                                                   \
+    (((uint64_t)(kind) << 62) | ((uint64_t)(channel) << 60) |                              \
+     ((uint64_t)((uint32_t)(rank) & 0x0fffffffu) << 32) | (uint64_t)(uint32_t)(seq))
+#define OFI_RANK_MAX 0x0fffffff
+
+enum ofi_op_kind { OFI_OP_SEND, OFI_OP_RECV, OFI_OP_HELLO, OFI_OP_HANGUP };
+
+/* One operation handed to the provider. The context comes first: the
+ * provider gives its address back in the completion. */
+struct ofi_op {
+    struct fi_context2 ctx;
+    int kind;
+    int posted;               /* the provider has it (else it waits for room) */
+    int free;                 /* on the free list */
+    int ctrl;                 /* the transport's own: not counted in inflight */
+    int peer;                 /* a hangup's rank */
+    int orphan;               /* its request ended without it (its peer hung up): it is
+                                 let go when the provider gives it back */
+    uint64_t small;           /* a hangup's bytes */
+    struct hoop_tp_req *req;  /* the ring's request; NULL for a hello */
+    struct ofi_conn *conn;
+    uint64_t tag;
+    struct iovec iov[2];
+    void *desc[2];
+    struct ofi_mr_entry *mr[2]; /* the registrations behind desc, held until completion */
+    size_t niov;
+    int is_send;
+    /* A hello's own outcome (it has no request). */
+    int done;
+    int err;
+    size_t len;
+    struct ofi_op *next;      /* the posted list, the waiting list or the free list */
+    struct ofi_op *pprev;     /* the posted list's other link */
+};
+
+struct ofi_conn {
+    struct ofi_tp *tp;
+    struct ofi_conn *next_conn;
+    int peer;
+    int channel;
+    int is_tx;
+    fi_addr_t addr;
+    uint32_t seq; /* messages posted on this connection so far */
+};
+
+/* A registration of [base, base + len) (ofi_mr.c). */
+struct ofi_mr_entry {
+    uintptr_t base;
+    size_t len;
+    struct fid_mr *mr;
+    void *desc;
+    uint64_t key;
+    uint64_t last_use;
+    int refs;                 /* operations holding it */
+    struct ofi_mr_entry *next;
+};
+
+struct ofi_mr_cache {
+    struct ofi_mr_entry *head;
+    int n;
+    uint64_t clock;
+    uint64_t next_key;        /* requested keys, where the provider does not pick them */
+    int across_calls;         /* kept once no operation holds them (see ofi_mr.c) */
+    unsigned long regs;       /* registrations made */
+};
+
+struct ofi_tp {
+    const struct hoop_ofi_lib *lib;
+    int rank;
+    int size;
+    uint8_t token[HOOP_TOKEN_BYTES];
+    struct fi_info *info;       /* the provider chosen at create, then the one opened */
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_ep *ep;
+    int wait_fd;                /* the completion queue's wait object, or -1 */
+    int delivery_complete;      /* data sends complete once the receiver has them */
+    uint64_t mr_mode;
+    uint64_t mr_access;         /* what every registration allows */
+    uint8_t name[OFI_NAME_MAX];
+    size_t name_len;
+    char prov[48];
+    char desc[64];
+    fi_addr_t *peer_addr;       /* per rank; FI_ADDR_NOTAVAIL until known */
+    struct ofi_op **hangup_rx;  /* per rank: the receive of its hangup, once connected */
+    uint8_t *gone;              /* per rank: it hung up, or its process ended (below) */
+    uint8_t *ended;             /* per rank: its process ended; what it sent can still
+                                   be received */
+    struct ofi_conn *conns;
+    struct ofi_op *posted;      /* in the provider's hands */
+    struct ofi_op *wait_head, *wait_tail; /* refused for room (-FI_EAGAIN): posted later */
+    struct ofi_op *free_ops, *free_tail; /* oldest first: a late second completion
+                                            (rxm) finds its operation still free */
+    struct ofi_op **op_blocks;  /* what the free list is carved from, freed at destroy */
+    int nblocks;
+    unsigned inflight;          /* posted or waiting */
+    uint64_t cq_entries;        /* completions read, errors included */
+    int dead;                   /* cancelled: only close and destroy are left */
+    int *watch;
+    int nwatch;
+    uint64_t spin_ns;
+    int spin_yield;
+    struct ofi_mr_cache mr;
+    char err_text[256];         /* the provider's account of the last failed operation */
+};
+
+/* ofi_msg.c */
+int hoop_ofi_isend(void *conn, struct hoop_tp_req *req);
+int hoop_ofi_irecv(void *conn, struct hoop_tp_req *req);
+struct ofi_op *hoop_ofi_op_get(struct ofi_tp *tp);
+void hoop_ofi_op_put(struct ofi_tp *tp, struct ofi_op *op);
+void hoop_ofi_posted_remove(struct ofi_tp *tp, struct ofi_op *op);
+/* Post the receive of rank peer's hangup, once per peer; 0 or -errno. */
+int hoop_ofi_hangup_expect(struct ofi_tp *tp, int peer);
+/* Rank peer hung up: fail every transfer with it. How many ended. */
+int hoop_ofi_peer_gone(struct ofi_tp *tp, int peer);
+/* Read the completion queue until it has nothing more. */
+void hoop_ofi_drain(struct ofi_tp *tp);
+/* Rank peer's process has ended: read the queue until nothing waits for
+ * it, or for at most OFI_SETTLE_NS (what it sent is all here, and may take
+ * a provider several reads to move: shm copies a segment at a time). */
+void hoop_ofi_settle(struct ofi_tp *tp, int peer);
+#define OFI_SETTLE_NS 1000000000ull
+/* Stop everything: with `hangup`, tell every connected peer first. */
+void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup);
+/* Add an iovec to op, with its descriptor where the provider wants one. */
+int hoop_ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len);
+/* Hand op to the provider, or queue it until there is room; 0 or -errno. */
+int hoop_ofi_op_start(struct ofi_tp *tp, struct ofi_op *op);
+/* Retry the queued operations in order; how many of them failed (their
+ * requests have ended). */
+int hoop_ofi_post_waiting(struct ofi_tp *tp);
+
+/* ofi_cq.c */
+int hoop_ofi_progress(void *vtp, uint64_t deadline_ns);
+/* Read the completion queue once: completions handled, or -errno. */
+int hoop_ofi_poll(struct ofi_tp *tp);
+/* Progress until op (a hello) is done or the deadline; 0 or -errno. */
+int hoop_ofi_wait_op(struct ofi_tp *tp, struct ofi_op *op, uint64_t deadline_ns);
+int hoop_ofi_watch(void *vtp, int fd);
+void hoop_ofi_cancel(void *vtp);
+/* Keep "what: libfabric's sentence" in tp->err_text and log it. */
+void hoop_ofi_note(struct ofi_tp *tp, const char *what, int fi_rc);
+
+/* ofi.c: 1 when every layer of provider prov (such as "tcp;ofi_rxm") is
+ * one of libfabric's software providers, which move data with the CPU and
+ * reach memory by its virtual address when they do. */
+int hoop_ofi_prov_software(const char *prov);
+
+/* ofi_mr.c */
+void hoop_ofi_mr_init(struct ofi_tp *tp);
+/* A registration covering [buf, buf + len), held by the caller until
+ * hoop_ofi_mr_put; registered on first use. 0 or -errno. */
+int hoop_ofi_mr_get(struct ofi_tp *tp, const void *buf, size_t len, struct ofi_mr_entry **out);
+void hoop_ofi_mr_put(struct ofi_tp *tp, struct ofi_mr_entry *e);
+void hoop_ofi_mr_fini(struct ofi_tp *tp);
+/* Let go of what op holds (its registrations), and of op itself. */
+void hoop_ofi_op_release(struct ofi_tp *tp, struct ofi_op *op);
+
+
+
+#endif

@@ -1,0 +1,300 @@
+/* ofi_msg.c - the libfabric transport's data path: a message is one tagged
+ * send of its header and payload (two iovecs), received by a tagged
+ * receive of exactly its tag. Where the provider has no room for an
+ * operation (-FI_EAGAIN), it waits in a list, in order, and progress()
+ * posts it again. */
+#include "transport/ofi.h"
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Operations come from a free list that grows in blocks and is kept: a
+ * collective in steady state allocates nothing. */
+#define OFI_OPS_BLOCK 64
+
+struct ofi_op *hoop_ofi_op_get(struct ofi_tp *tp)
+{
+    if (!tp->free_ops) {
+        struct ofi_op **blocks = realloc(tp->op_blocks, (size_t)(tp->nblocks + 1) * sizeof(*blocks));
+        if (!blocks)
+            return NULL;
+        tp->op_blocks = blocks;
+        struct ofi_op *blk = calloc(OFI_OPS_BLOCK, sizeof(*blk));
+        if (!blk)
+            return NULL;
+        tp->op_blocks[tp->nblocks++] = blk;
+        for (int i = 0; i < OFI_OPS_BLOCK; i++) {
+            blk[i].free = 0;
+            hoop_ofi_op_put(tp, &blk[i]);
+        }
+    }
+    struct ofi_op *op = tp->free_ops;
+    tp->free_ops = op->next;
+    if (!tp->free_ops)
+        tp->free_tail = NULL;
+    memset(op, 0, sizeof(*op));
+    return op;
+}
+
+void hoop_ofi_op_put(struct ofi_tp *tp, struct ofi_op *op)
+{
+    if (op->free || op->posted) {
+        HOOP_WARN("rank %d: ofi transport: operation %p let go twice (%s)", tp->rank, (void *)op,
+                  op->free ? "already free" : "still with the provider");
+        return;
+    }
+    op->free = 1;
+    op->next = NULL;
+    if (tp->free_tail)
+        tp->free_tail->next = op;
+    else
+        tp->free_ops = op;
+    tp->free_tail = op;
+}
+
+void hoop_ofi_op_release(struct ofi_tp *tp, struct ofi_op *op)
+{
+    for (int i = 0; i < 2; i++) {
+        hoop_ofi_mr_put(tp, op->mr[i]);
+        op->mr[i] = NULL;
+    }
+    hoop_ofi_op_put(tp, op);
+}
+
+static void ofi_posted_add(struct ofi_tp *tp, struct ofi_op *op)
+{
+    op->posted = 1;
+    op->next = tp->posted;
+    op->pprev = NULL;
+    if (tp->posted)
+        tp->posted->pprev = op;
+    tp->posted = op;
+}
+
+void hoop_ofi_posted_remove(struct ofi_tp *tp, struct ofi_op *op)
+{
+    if (op->pprev)
+        op->pprev->next = op->next;
+    else
+        tp->posted = op->next;
+    if (op->next)
+        op->next->pprev = op->pprev;
+    op->next = op->pprev = NULL;
+    op->posted = 0;
+}
+
+/* One attempt at handing op to the provider: 0, -EAGAIN (no room), or
+ * another -errno. */
+static int ofi_op_post(struct ofi_tp *tp, struct ofi_op *op)
+{
+    ssize_t rc;
+    if (op->is_send && tp->delivery_complete && op->req) {
+        struct fi_msg_tagged m = {.msg_iov = op->iov, .desc = op->desc, .iov_count = op->niov,
+                                  .addr = op->conn->addr, .tag = op->tag, .context = &op->ctx};
+        rc = fi_tsendmsg(tp->ep, &m, FI_DELIVERY_COMPLETE);
+    } else if (op->is_send)
+        rc = fi_tsendv(tp->ep, op->iov, op->desc, op->niov, op->conn->addr, op->tag, &op->ctx);
+    else
+        rc = fi_trecvv(tp->ep, op->iov, op->desc, op->niov, FI_ADDR_UNSPEC, op->tag, 0, &op->ctx);
+    if (rc == 0) {
+        ofi_posted_add(tp, op);
+        return 0;
+    }
+    if (rc == -FI_EAGAIN)
+        return -EAGAIN;
+    hoop_ofi_note(tp, op->is_send ? "fi_tsendv" : "fi_trecvv", (int)rc);
+    return rc < 0 && rc > -4096 ? (int)rc : -EIO;
+}
+
+int hoop_ofi_op_start(struct ofi_tp *tp, struct ofi_op *op)
+{
+    if (!op->ctrl)
+        tp->inflight++;
+    /* Behind others that wait, so that a connection's order holds. */
+    int rc = tp->wait_head ? -EAGAIN : ofi_op_post(tp, op);
+    if (rc == -EAGAIN) {
+        op->next = NULL;
+        if (tp->wait_tail)
+            tp->wait_tail->next = op;
+        else
+            tp->wait_head = op;
+        tp->wait_tail = op;
+        return 0;
+    }
+    if (rc && !op->ctrl)
+        tp->inflight--;
+    return rc;
+}
+
+int hoop_ofi_post_waiting(struct ofi_tp *tp)
+{
+    int ended = 0;
+    while (tp->wait_head) {
+        struct ofi_op *op = tp->wait_head;
+        struct ofi_op *after = op->next;
+        int rc = ofi_op_post(tp, op);
+        if (rc == -EAGAIN)
+            break;
+        tp->wait_head = after;
+        if (!after)
+            tp->wait_tail = NULL;
+        if (rc) {
+            /* This request fails (an ending the caller must see); the
+             * others may still go. */
+            if (!op->ctrl)
+                tp->inflight--;
+            ended++;
+            if (op->req) {
+                op->req->state = rc;
+                hoop_ofi_op_release(tp, op);
+            } else {
+                op->done = 1;
+                op->err = rc;
+            }
+        }
+    }
+    return ended;
+}
+
+/* One iovec of op; its descriptor where the provider wants local memory
+ * registered (FI_MR_LOCAL). */
+int hoop_ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len)
+{
+    size_t i = op->niov;
+    op->iov[i] = (struct iovec){.iov_base = buf, .iov_len = len};
+    op->desc[i] = NULL;
+    if (tp->mr_mode & FI_MR_LOCAL) {
+        int rc = hoop_ofi_mr_get(tp, buf, len, &op->mr[i]);
+        if (rc)
+            return rc;
+        op->desc[i] = op->mr[i]->desc;
+    }
+    op->niov++;
+    return 0;
+}
+
+/* The iovecs of a message: the header, then the payload, leaving out what
+ * is empty (some providers refuse zero-length entries). */
+static int ofi_op_fill(struct ofi_tp *tp, struct ofi_op *op, struct hoop_tp_req *req)
+{
+    int rc = 0;
+    op->niov = 0;
+    if (req->hdr_len)
+        rc = hoop_ofi_op_iov(tp, op, req->hdr, req->hdr_len);
+    if (!rc && req->len)
+        rc = hoop_ofi_op_iov(tp, op, req->buf, req->len);
+    return rc;
+}
+
+static int ofi_data(void *vconn, struct hoop_tp_req *req, int is_send)
+{
+    struct ofi_conn *c = vconn;
+    struct ofi_tp *tp = c->tp;
+    if (tp->dead)
+        return -ECANCELED;
+    if (tp->gone[c->peer] && (is_send || !tp->ended[c->peer]))
+        return -ECONNRESET;
+    struct ofi_op *op = hoop_ofi_op_get(tp);
+    if (!op)
+        return -ENOMEM;
+    op->kind = is_send ? OFI_OP_SEND : OFI_OP_RECV;
+    op->is_send = is_send;
+    op->req = req;
+    op->conn = c;
+    /* The sender's rank names the message on both ends. */
+    op->tag = OFI_TAG(OFI_KIND_DATA, c->channel, is_send ? tp->rank : c->peer, c->seq);
+    int rc = ofi_op_fill(tp, op, req);
+    if (rc) {
+        hoop_ofi_op_release(tp, op);
+        return rc;
+    }
+    req->done = 0;
+    req->state = HOOP_REQ_PENDING;
+    if ((rc = hoop_ofi_op_start(tp, op))) {
+        req->state = 0;
+        hoop_ofi_op_release(tp, op);
+        return rc;
+    }
+    c->seq++;
+    if (!is_send && tp->ended[c->peer]) {
+        /* From a process that has ended: only what it sent before can
+         * come, and it is here already. */
+        hoop_ofi_settle(tp, c->peer);
+        if (req->state == HOOP_REQ_PENDING && op->posted && op->req == req) {
+            req->state = -ECONNRESET;
+            op->req = NULL;
+            op->orphan = 1;
+            tp->inflight--;
+        }
+    }
+    return 0;
+}
+
+int hoop_ofi_isend(void *conn, struct hoop_tp_req *req)
+{
+    return ofi_data(conn, req, 1);
+}
+
+int hoop_ofi_irecv(void *conn, struct hoop_tp_req *req)
+{
+    return ofi_data(conn, req, 0);
+}
+
+int hoop_ofi_hangup_expect(struct ofi_tp *tp, int peer)
+{
+    if (tp->hangup_rx[peer])
+        return 0;
+    struct ofi_op *op = hoop_ofi_op_get(tp);
+    if (!op)
+        return -ENOMEM;
+    op->kind = OFI_OP_HANGUP;
+    op->ctrl = 1;
+    op->peer = peer;
+    op->tag = OFI_TAG(OFI_KIND_CTRL, 0, peer, 0);
+    int rc = hoop_ofi_op_iov(tp, op, &op->small, sizeof(op->small));
+    if (!rc)
+        rc = hoop_ofi_op_start(tp, op);
+    if (rc) {
+        hoop_ofi_op_release(tp, op);
+        return rc;
+    }
+    tp->hangup_rx[peer] = op;
+    return 0;
+}
+
+int hoop_ofi_peer_gone(struct ofi_tp *tp, int peer)
+{
+    tp->gone[peer] = 1;
+    int ended = 0;
+    /* Those the provider holds end now, and stay with it until it gives
+     * them back (cancelling one whose completion is already queued makes
+     * rxm report it twice); the ring cancels the whole transport before
+     * the caller gets its buffers back. */
+    for (struct ofi_op *op = tp->posted; op; op = op->next)
+        if (op->req && op->conn && op->conn->peer == peer) {
+            op->req->state = -ECONNRESET;
+            op->req = NULL;
+            op->orphan = 1;
+            tp->inflight--;
+            ended++;
+        }
+    /* Those still waiting for room end here. */
+    struct ofi_op **pp = &tp->wait_head, *last = NULL;
+    while (*pp) {
+        struct ofi_op *op = *pp;
+        if (op->req && op->conn && op->conn->peer == peer) {
+            *pp = op->next;
+            tp->inflight--;
+            op->req->state = -ECONNRESET;
+            hoop_ofi_op_release(tp, op);
+            ended++;
+        } else {
+            last = op;
+            pp = &op->next;
+        }
+    }
+    tp->wait_tail = last;
+    return ended;
+}
