@@ -58,6 +58,8 @@ void hoop_frame_send(struct hoop_ring *r, struct hoop_ring_req *q, uint32_t step
     q->tp.hdr = q->hdr;
     q->tp.hdr_len = HOOP_FRAME_BYTES;
     q->tp.check = NULL;
+    q->tp.region = NULL; /* the caller may name one after */
+    q->tp.region_len = 0;
 }
 
 static int frame_check(struct hoop_tp_req *req);
@@ -75,6 +77,8 @@ void hoop_frame_expect(struct hoop_ring *r, struct hoop_ring_req *q, int from, u
     q->tp.check = frame_check;
     q->tp.check_first = 1;
     q->tp.ctx = r;
+    q->tp.region = NULL; /* the caller may name one after */
+    q->tp.region_len = 0;
 }
 
 /* "allreduce #5 (1000 x f32 sum, root 2)" */
@@ -105,6 +109,14 @@ static void frame_where(const struct hoop_frame *f, char *out, size_t n)
                  (unsigned long long)f->len);
 }
 
+static int frame_blank(const uint8_t *h)
+{
+    for (int i = 0; i < HOOP_FRAME_BYTES; i++)
+        if (h[i])
+            return 0;
+    return 1;
+}
+
 static int frame_check(struct hoop_tp_req *req)
 {
     struct hoop_ring_req *q = (struct hoop_ring_req *)((char *)req - offsetof(struct hoop_ring_req, tp));
@@ -112,7 +124,18 @@ static int frame_check(struct hoop_tp_req *req)
     const struct hoop_frame *want = &q->expect;
     const struct hoop_peer *p = &r->peers[want->sender];
     struct hoop_frame got;
+    char gw[96], ww[96], gs[64], ws[64];
     int rc = hoop_frame_decode(q->hdr, &got);
+    if (rc && req->done < req->hdr_len && frame_blank(q->hdr)) {
+        /* A message longer than this receive, whose header the transport
+         * could not deliver (transport.h): another call, or other counts. */
+        hoop_frame_what(want, ww, sizeof(ww));
+        snprintf(r->frame_why, sizeof(r->frame_why),
+                 "in %s, rank %u (%s) sent a longer message than this rank expected: the ranks "
+                 "called different collectives, pass different counts, or differ in a setting "
+                 "(HOOP_CHUNK_BYTES, HOOP_SMALL_BYTES)", ww, want->sender, p->host);
+        return -EBADMSG;
+    }
     if (rc || got.sender != want->sender) {
         const uint8_t *h = q->hdr;
         snprintf(r->frame_why, sizeof(r->frame_why),
@@ -127,7 +150,6 @@ static int frame_check(struct hoop_tp_req *req)
                  h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
         return -EPROTO;
     }
-    char gw[96], ww[96], gs[64], ws[64];
     if (got.coll != want->coll || got.seq != want->seq || got.count != want->count ||
         got.dtype != want->dtype || got.op != want->op || got.root != want->root) {
         hoop_frame_what(&got, gw, sizeof(gw));

@@ -88,6 +88,16 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
     x.bufs[HOOP_BUF_OUTPUT] = p->output;
     x.bufs[HOOP_BUF_WORK] = (char *)r->work;
     const size_t es = x.es;
+    /* How far the schedule reaches into each buffer: the region a
+     * registering transport covers with one registration. */
+    size_t extent[4] = {0, 0, 0, 0};
+    for (int t = 0; t < x.nsteps; t++) {
+        const struct hoop_step *s = &x.st[t];
+        if (s->send_buf && s->send_off + s->send_len > extent[s->send_buf])
+            extent[s->send_buf] = s->send_off + s->send_len;
+        if (s->recv_buf && s->recv_off + s->recv_len > extent[s->recv_buf])
+            extent[s->recv_buf] = s->recv_off + s->recv_len;
+    }
     struct rmeta meta[HOOP_RING_DEPTH_MAX];
     uint64_t slot_free = D >= 64 ? ~0ull : ((1ull << D) - 1);
     unsigned char slot_of[HOOP_RING_DEPTH_MAX];
@@ -174,6 +184,13 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
             }
             q->len = meta[i].len * es;
             hoop_frame_expect(r, &r->rreq[i], r->prev, (uint32_t)s->recv_ord, (uint32_t)rpost.c);
+            if (s->recv_mode == HOOP_RECV_REDUCE) {
+                q->region = r->scratch;
+                q->region_len = (size_t)D * r->chunk_bytes;
+            } else {
+                q->region = x.bufs[s->recv_buf];
+                q->region_len = extent[s->recv_buf] * es;
+            }
             /* Only the first is checked before its payload is waited for:
              * received in order, it settles the length of every later one,
              * which then comes in one transfer with its header. */
@@ -197,6 +214,8 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
             q->buf = x.bufs[s->send_buf] + (s->send_off + spost.c * x.ce) * es;
             q->len = chunk_len(&x, s->send_len, spost.c) * es;
             hoop_frame_send(r, &r->sreq[stail % D], (uint32_t)s->send_ord, (uint32_t)spost.c);
+            q->region = x.bufs[s->send_buf];
+            q->region_len = extent[s->send_buf] * es;
             int rc = ops->isend(r->tx, q);
             if (rc) {
                 err = rc;

@@ -166,6 +166,15 @@ static void mm_run_n(const struct mm_case *c, int nranks)
         if (res->status != HOOP_ERR_MISMATCH)
             continue;
         mismatches++;
+        /* A transport of whole messages (ofi) may lose all of a longer
+         * message than the receive, header included (rxm's rendezvous):
+         * the receiver then names its own call and the sender, and says
+         * that the message was longer. */
+        if (strstr(res->why, "sent a longer message than this rank expected")) {
+            cr_expect(strstr(res->why, c->want[0]) || (c->want[1] && strstr(res->why, c->want[1])),
+                      "rank %d's sentence names neither call: %s", r, res->why);
+            continue;
+        }
         for (int k = 0; k < 2 && c->want[k]; k++)
             cr_expect(strstr(res->why, c->want[k]) != NULL,
                       "rank %d's sentence lacks \"%s\": %s", r, c->want[k], res->why);

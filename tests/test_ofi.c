@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "hoop.h"
+#include "collectives/comm.h"
 #include "transport/ofi.h"
 
 #include <errno.h>
@@ -291,4 +292,133 @@ Test(ofi, garbage_instead_of_a_frame_over_tcp, .timeout = 150)
 Test(ofi, garbage_instead_of_a_frame_over_shm, .timeout = 150)
 {
     garbage_over("shm");
+}
+
+/* ---- written messages and their registrations ------------------------------ */
+
+/* Every payload written (HOOP_OFI_WRITE_BYTES=1): the same exact results. */
+Test(ofi, written_payloads_over_the_tcp_provider, .timeout = 180)
+{
+    setenv("HOOP_OFI_WRITE_BYTES", "1", 1);
+    run_over("tcp", "tcp");
+    unsetenv("HOOP_OFI_WRITE_BYTES");
+}
+
+Test(ofi, written_payloads_over_the_shm_provider, .timeout = 180)
+{
+    setenv("HOOP_OFI_WRITE_BYTES", "1", 1);
+    run_over("shm", "shm");
+    unsetenv("HOOP_OFI_WRITE_BYTES");
+}
+
+/* Ranks that would write and ranks that would send cannot pair up. */
+Test(ofi, ranks_that_write_and_ranks_that_send_are_a_mismatch, .timeout = 90)
+{
+    struct ofi_setting s = {{"HOOP_TRANSPORT", "HOOP_OFI_WRITE_BYTES"}, {"ofi", "64K"}, 1, "0",
+                            HOOP_ERR_MISMATCH, {"HOOP_OFI_WRITE_BYTES", "the same on every rank"}};
+    refused(&s, 3);
+}
+
+#define MR_COUNT (1u << 20) /* f32, 4 MiB: four chunks of 1 MiB, every one written */
+
+static struct ofi_tp *mr_tp(hoop_comm_t *comm)
+{
+    return (struct ofi_tp *)((struct hoop_comm *)comm)->ring.tp;
+}
+
+/* One allreduce of n floats in buf (in place) whose exact sum is checked;
+ * seed makes each call's values its own. */
+static int mr_allreduce(hoop_comm_t *comm, int rank, int size, float *buf, size_t n, int seed)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (float)((i * 7 + (size_t)seed * 13 + (size_t)rank) % 251);
+    hoop_status_t st = hoop_allreduce(comm, buf, buf, n, HOOP_F32, HOOP_SUM);
+    if (st)
+        return harness_fail(rank, "hoop_allreduce", st);
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int r = 0; r < size; r++)
+            want += (float)((i * 7 + (size_t)seed * 13 + (size_t)r) % 251);
+        if (buf[i] != want)
+            return harness_failf(rank, "call %d: element %zu is %g, not %g", seed, i,
+                                 (double)buf[i], (double)want);
+    }
+    return 0;
+}
+
+/* A buffer used again is not registered again; memory freed and mapped
+ * anew at the same address (smaller, the same, and larger) gives exact
+ * results; and a larger mapping there is registered for what it adds. */
+static int mr_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    struct ofi_tp *tp = mr_tp(comm);
+    if (!tp->write_min)
+        return harness_failf(rank, "the provider cannot write here: nothing to test");
+    size_t bytes = MR_COUNT * sizeof(float);
+    float *buf = mmap(NULL, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
+        return harness_failf(rank, "mmap: %s", strerror(errno));
+    munmap(buf + MR_COUNT, bytes); /* the upper half free: room to grow in place */
+    int rc = mr_allreduce(comm, rank, size, buf, MR_COUNT, 0);
+    unsigned long first = tp->mr.regs;
+    for (int k = 1; k <= 10 && !rc; k++)
+        rc = mr_allreduce(comm, rank, size, buf, MR_COUNT, k);
+    if (!rc && tp->mr.regs != first)
+        rc = harness_failf(rank, "10 more calls on the same buffer made %lu registrations",
+                           tp->mr.regs - first);
+    /* Freed, and new memory at the same address: new pages, new contents. */
+    munmap(buf, bytes);
+    float *again = rc ? MAP_FAILED : mmap(buf, bytes, PROT_READ | PROT_WRITE,
+                                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                                            -1, 0);
+    if (!rc && again != buf)
+        rc = harness_failf(rank, "could not map again at %p", (void *)buf);
+    for (int k = 20; k <= 22 && !rc; k++)
+        rc = mr_allreduce(comm, rank, size, again, MR_COUNT, k);
+    /* Larger, at the same address: what it adds is registered too. */
+    unsigned long before = tp->mr.regs;
+    if (!rc) {
+        munmap(again, bytes);
+        again = mmap(buf, 2 * bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (again != buf)
+            rc = harness_failf(rank, "could not map %zu bytes at %p", 2 * bytes, (void *)buf);
+    }
+    for (int k = 30; k <= 32 && !rc; k++)
+        rc = mr_allreduce(comm, rank, size, again, 2 * MR_COUNT, k);
+    if (!rc && tp->mr.regs == before)
+        rc = harness_failf(rank, "a buffer twice as large at the same address made no new "
+                                 "registration");
+    if (again != MAP_FAILED)
+        munmap(again, rc ? bytes : 2 * bytes);
+    fprintf(stderr, "rank %d: %lu registrations in all, %lu after the first call\n", rank,
+            tp->mr.regs, first);
+    return rc;
+}
+
+static void mr_over(const char *prov)
+{
+    setenv("HOOP_TRANSPORT", "ofi", 1);
+    setenv("HOOP_OFI_PROVIDER", prov, 1);
+    setenv("HOOP_OFI_WRITE_BYTES", "64K", 1); /* registrations serve writes (off by default) */
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.chunk_bytes = 1 << 20;
+    char report[8192];
+    bool ok = harness_run(3, &base, mr_rank, NULL, 120, report, sizeof(report));
+    unsetenv("HOOP_TRANSPORT");
+    unsetenv("HOOP_OFI_PROVIDER");
+    unsetenv("HOOP_OFI_WRITE_BYTES");
+    cr_assert(ok, "3 ranks over ofi/%s:\n%s", prov, report);
+}
+
+Test(ofi, registrations_are_cached_and_right_after_remapping_over_tcp, .timeout = 180)
+{
+    mr_over("tcp");
+}
+
+Test(ofi, registrations_are_cached_and_right_after_remapping_over_shm, .timeout = 180)
+{
+    mr_over("shm");
 }

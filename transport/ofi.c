@@ -21,15 +21,64 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OFI_HANDLE_VERSION 1
+/* The handle: version, the provider's name (a length byte and the name),
+ * HOOP_OFI_WRITE_BYTES as this rank applies it (u32, little endian), the
+ * endpoint's name (a length byte and the name). */
+#define OFI_HANDLE_VERSION 2
 
-/* What the transport asks of a provider, before any choice. */
-static struct fi_info *ofi_hints(const struct hoop_ofi_lib *lib, const char *prov)
+struct ofi_handle {
+    const char *prov;
+    size_t plen;
+    uint32_t write_min;
+    const uint8_t *name;
+    size_t nlen;
+};
+
+static int ofi_handle_parse(const uint8_t *h, uint16_t len, struct ofi_handle *out)
+{
+    if (len < 2 || h[0] != OFI_HANDLE_VERSION)
+        return -1;
+    size_t plen = h[1];
+    if ((size_t)len < 2 + plen + 4 + 1)
+        return -1;
+    size_t nlen = h[2 + plen + 4];
+    if ((size_t)len != 2 + plen + 4 + 1 + nlen || nlen == 0 || nlen > OFI_NAME_MAX)
+        return -1;
+    const uint8_t *w = h + 2 + plen;
+    *out = (struct ofi_handle){.prov = (const char *)h + 2, .plen = plen,
+                               .write_min = (uint32_t)w[0] | (uint32_t)w[1] << 8 |
+                                            (uint32_t)w[2] << 16 | (uint32_t)w[3] << 24,
+                               .name = h + 2 + plen + 5, .nlen = nlen};
+    return 0;
+}
+
+/* 0 when a peer with handle h can talk with this rank, else why not. */
+static int ofi_handle_agrees(const struct ofi_tp *tp, const struct ofi_handle *h, char *why,
+                             size_t n)
+{
+    if (h->plen != strlen(tp->prov) || memcmp(h->prov, tp->prov, h->plen) != 0) {
+        snprintf(why, n, "uses libfabric provider %.*s and this rank %s: HOOP_OFI_PROVIDER (or "
+                 "FI_PROVIDER) must pick the same provider on every rank", (int)h->plen, h->prov,
+                 tp->prov);
+        return -1;
+    }
+    if (h->write_min != (uint32_t)tp->write_min) {
+        snprintf(why, n, "writes payloads of %u bytes and more and this rank of %zu "
+                 "(HOOP_OFI_WRITE_BYTES, 0: never): it must be the same on every rank",
+                 h->write_min, tp->write_min);
+        return -1;
+    }
+    return 0;
+}
+
+/* What the transport asks of a provider, before any choice: tagged
+ * messages, and with `rma` remote writes too. */
+static struct fi_info *ofi_hints_caps(const struct hoop_ofi_lib *lib, const char *prov, int rma)
 {
     struct fi_info *h = lib->dupinfo(NULL);
     if (!h)
         return NULL;
-    h->caps = FI_TAGGED;
+    h->caps = FI_TAGGED | (rma ? FI_RMA | FI_WRITE | FI_REMOTE_WRITE : 0);
     h->mode = FI_CONTEXT | FI_CONTEXT2;
     h->ep_attr->type = FI_EP_RDM;
     /* Every registration mode the transport can honour: the provider
@@ -42,6 +91,11 @@ static struct fi_info *ofi_hints(const struct hoop_ofi_lib *lib, const char *pro
         return NULL;
     }
     return h;
+}
+
+static struct fi_info *ofi_hints(const struct hoop_ofi_lib *lib, const char *prov)
+{
+    return ofi_hints_caps(lib, prov, 0);
 }
 
 /* "tcp;ofi_rxm, shm, ..." : the providers libfabric offers for what the
@@ -163,9 +217,9 @@ static hoop_status_t ofi_create(const struct hoop_tp_params *p, void **out)
 /* The provider again, pinned to the one chosen and, where its addresses
  * are IP ones, to the interface the bootstrap reaches the others by. */
 static int ofi_getinfo_local(struct ofi_tp *tp, const struct sockaddr *local, socklen_t len,
-                             struct fi_info **info)
+                             int rma, struct fi_info **info)
 {
-    struct fi_info *h = ofi_hints(tp->lib, tp->prov);
+    struct fi_info *h = ofi_hints_caps(tp->lib, tp->prov, rma);
     if (!h)
         return -ENOMEM;
     int rc = -FI_ENODATA;
@@ -206,7 +260,10 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
                                 uint8_t *handle, uint16_t *handle_len)
 {
     struct ofi_tp *tp = vtp;
-    int rc = ofi_getinfo_local(tp, local, len, &tp->info);
+    /* With remote writes where the provider has them (ofi_rma.c). */
+    int rc = ofi_getinfo_local(tp, local, len, 1, &tp->info);
+    if (rc || !tp->info)
+        rc = ofi_getinfo_local(tp, local, len, 0, &tp->info);
     if (rc || !tp->info)
         return ofi_fail(tp, "fi_getinfo", rc);
     struct fi_info *fi = tp->info;
@@ -227,6 +284,18 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
     tp->mr_mode = fi->domain_attr->mr_mode;
     tp->mr_access = FI_SEND | FI_RECV;
     hoop_ofi_mr_init(tp);
+    if ((fi->caps & FI_RMA) && fi->domain_attr->cq_data_size >= 4) {
+        unsigned long long w;
+        hoop_status_t st = hoop_param_u64("HOOP_OFI_WRITE_BYTES", 0, 1ull << 30, &w);
+        if (st)
+            return st;
+        tp->write_min = (size_t)w;
+        tp->mr_access |= FI_WRITE | FI_REMOTE_WRITE;
+        tp->wslot = calloc(OFI_WSLOTS, sizeof(*tp->wslot));
+        tp->wgen = calloc(OFI_WSLOTS, sizeof(*tp->wgen));
+        if (!tp->wslot || !tp->wgen)
+            return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport: out of memory", tp->rank);
+    }
     struct fi_av_attr av_attr = {.type = FI_AV_UNSPEC};
     if ((rc = fi_av_open(tp->domain, &av_attr, &tp->av, NULL)))
         return ofi_fail(tp, "fi_av_open", rc);
@@ -256,7 +325,7 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
         return ofi_fail(tp, "fi_getname", rc);
     tp->name_len = nlen;
     size_t plen = strlen(tp->prov);
-    if (3 + plen + nlen > HOOP_TP_HANDLE_MAX)
+    if (7 + plen + nlen > HOOP_TP_HANDLE_MAX)
         return hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: ofi transport: provider %s's endpoint "
                           "name (%zu bytes) does not fit a handle", tp->rank, tp->prov, nlen);
     tp->peer_addr = malloc((size_t)tp->size * sizeof(*tp->peer_addr));
@@ -267,17 +336,23 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport: out of memory", tp->rank);
     for (int r = 0; r < tp->size; r++)
         tp->peer_addr[r] = FI_ADDR_NOTAVAIL;
-    /* version, the provider's name, the endpoint's name */
-    handle[0] = OFI_HANDLE_VERSION;
-    handle[1] = (uint8_t)plen;
-    memcpy(handle + 2, tp->prov, plen);
-    handle[2 + plen] = (uint8_t)nlen;
-    memcpy(handle + 3 + plen, tp->name, nlen);
-    *handle_len = (uint16_t)(3 + plen + nlen);
-    HOOP_INFO("rank %d: ofi transport: provider %s, fabric %s, domain %s, %s", tp->rank, tp->prov,
-              fi->fabric_attr->name, fi->domain_attr->name,
+    uint8_t *p = handle;
+    *p++ = OFI_HANDLE_VERSION;
+    *p++ = (uint8_t)plen;
+    memcpy(p, tp->prov, plen);
+    p += plen;
+    for (int b = 0; b < 4; b++)
+        *p++ = (uint8_t)((uint32_t)tp->write_min >> (8 * b));
+    *p++ = (uint8_t)nlen;
+    memcpy(p, tp->name, nlen);
+    p += nlen;
+    *handle_len = (uint16_t)(p - handle);
+    HOOP_INFO("rank %d: ofi transport: provider %s, fabric %s, domain %s, %s; payloads %s", tp->rank,
+              tp->prov, fi->fabric_attr->name, fi->domain_attr->name,
               tp->wait_fd >= 0 ? "waits sleep on the completion queue"
-                               : "waits poll the completion queue");
+                               : "waits poll the completion queue",
+              tp->write_min ? "of HOOP_OFI_WRITE_BYTES and more written (fi_writedata)"
+                            : "sent as tagged messages");
     return HOOP_OK;
 }
 
@@ -356,20 +431,13 @@ static int ofi_hello(struct ofi_tp *tp, struct ofi_conn *c, int is_send, void *b
 static int ofi_handle_check(void *vtp, const uint8_t *handle, uint16_t handle_len, char *why,
                             size_t n)
 {
-    struct ofi_tp *tp = vtp;
-    size_t plen = handle_len >= 2 ? handle[1] : 0;
-    if (handle_len < 3 || handle[0] != OFI_HANDLE_VERSION || 2 + plen > handle_len) {
+    struct ofi_handle h;
+    if (ofi_handle_parse(handle, handle_len, &h)) {
         snprintf(why, n, "published an ofi handle this version cannot read (%u bytes)",
                  handle_len);
         return -1;
     }
-    if (plen != strlen(tp->prov) || memcmp(handle + 2, tp->prov, plen) != 0) {
-        snprintf(why, n, "uses libfabric provider %.*s and this rank %s: HOOP_OFI_PROVIDER (or "
-                 "FI_PROVIDER) must pick the same provider on every rank", (int)plen,
-                 (const char *)handle + 2, tp->prov);
-        return -1;
-    }
-    return 0;
+    return ofi_handle_agrees(vtp, &h, why, n);
 }
 
 static hoop_status_t ofi_connect(void *vtp, int peer, int channel, const char *peer_host,
@@ -377,22 +445,19 @@ static hoop_status_t ofi_connect(void *vtp, int peer, int channel, const char *p
                                  uint64_t deadline_ns, void **out)
 {
     struct ofi_tp *tp = vtp;
-    size_t plen = handle_len >= 2 ? handle[1] : 0;
-    size_t nlen = handle_len >= 3 + plen ? handle[2 + plen] : 0;
-    if (handle_len < 3 || handle[0] != OFI_HANDLE_VERSION || 3 + plen + nlen != handle_len ||
-        nlen == 0 || nlen > OFI_NAME_MAX)
+    struct ofi_handle oh;
+    char why[256];
+    if (ofi_handle_parse(handle, handle_len, &oh))
         return hoop_error(HOOP_ERR_PEER, "rank %d: ofi transport: rank %d (%s) published a handle "
                           "this version cannot read (%u bytes)", tp->rank, peer, peer_host,
                           handle_len);
-    if (plen != strlen(tp->prov) || memcmp(handle + 2, tp->prov, plen) != 0)
-        return hoop_error(HOOP_ERR_MISMATCH, "rank %d: ofi transport: rank %d (%s) uses "
-                          "provider %.*s and this rank %s: HOOP_OFI_PROVIDER (or FI_PROVIDER) must "
-                          "pick the same provider on every rank", tp->rank, peer, peer_host,
-                          (int)plen, (const char *)handle + 2, tp->prov);
+    if (ofi_handle_agrees(tp, &oh, why, sizeof(why)))
+        return hoop_error(HOOP_ERR_MISMATCH, "rank %d: ofi transport: rank %d (%s) %s", tp->rank,
+                          peer, peer_host, why);
     struct ofi_conn *c = ofi_conn_new(tp, peer, channel, 1);
     if (!c)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport: out of memory", tp->rank);
-    int rc = ofi_peer_addr(tp, peer, handle + 3 + plen, &c->addr);
+    int rc = ofi_peer_addr(tp, peer, oh.name, &c->addr);
     if (rc) {
         ofi_close(c);
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport (%s): rank %d (%s)'s address: "
@@ -475,9 +540,12 @@ static void ofi_destroy(void *vtp)
     hoop_ofi_shutdown(tp, 0);
     while (tp->conns)
         ofi_close(tp->conns);
-    hoop_ofi_mr_fini(tp);
+    /* The endpoint first: what it still has in flight (a peer's write
+     * into a registration, say) ends with it, and only then may the
+     * registrations go. */
     if (tp->ep)
         fi_close(&tp->ep->fid);
+    hoop_ofi_mr_fini(tp);
     if (tp->cq)
         fi_close(&tp->cq->fid);
     if (tp->av)
@@ -495,6 +563,8 @@ static void ofi_destroy(void *vtp)
     free(tp->hangup_rx);
     free(tp->gone);
     free(tp->ended);
+    free(tp->wslot);
+    free(tp->wgen);
     free(tp->watch);
     free(tp);
 }

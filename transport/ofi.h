@@ -48,14 +48,36 @@ const struct hoop_ofi_lib *hoop_ofi_lib(const char **why);
 /* Tag: kind (2 bits), channel (2), sending rank (28), message number (32).
  * A hangup (kind CTRL) is what a failing rank sends every peer it has a
  * connection with, as closing its sockets does over TCP: the peer's
- * transfers with it then end with -ECONNRESET. */
-enum { OFI_KIND_DATA = 0, OFI_KIND_HELLO = 1, OFI_KIND_CTRL = 2 };
+ * transfers with it then end with -ECONNRESET. A CTS is a receiver's word
+ * to the sender of a written message (ofi_rma.c): where to write it. */
+enum { OFI_KIND_DATA = 0, OFI_KIND_HELLO = 1, OFI_KIND_CTRL = 2, OFI_KIND_CTS = 3 };
 #define OFI_TAG(kind, channel, rank, seq)                                                   \
     (((uint64_t)(kind) << 62) | ((uint64_t)(channel) << 60) |                              \
      ((uint64_t)((uint32_t)(rank) & 0x0fffffffu) << 32) | (uint64_t)(uint32_t)(seq))
 #define OFI_RANK_MAX 0x0fffffff
 
-enum ofi_op_kind { OFI_OP_SEND, OFI_OP_RECV, OFI_OP_HELLO, OFI_OP_HANGUP };
+enum ofi_op_kind {
+    OFI_OP_SEND,
+    OFI_OP_RECV,
+    OFI_OP_HELLO,
+    OFI_OP_HANGUP,
+    OFI_OP_XFER, /* a written message: its request, and the parts below */
+    OFI_OP_PART, /* a provider operation of an XFER */
+};
+
+/* The parts of a written message (ofi_rma.c). */
+enum ofi_part {
+    OFI_PART_HDR_RECV, /* receiver: the header, a tagged message of its own */
+    OFI_PART_CTS_SEND, /* receiver: where to write */
+    OFI_PART_HDR_SEND, /* sender */
+    OFI_PART_CTS_RECV, /* sender: then the write */
+    OFI_PART_WRITE,    /* sender: fi_writedata, its CQ data the receiver's cookie */
+};
+
+/* A message's iovecs: the header and the payload. */
+#define OFI_IOV_MAX 2
+#define OFI_CTS_BYTES 28 /* u64 address, u64 key, u64 length, u32 cookie */
+#define OFI_WSLOTS 4096  /* written messages being received at once, at most */
 
 /* One operation handed to the provider. The context comes first: the
  * provider gives its address back in the completion. */
@@ -69,12 +91,21 @@ struct ofi_op {
     int orphan;               /* its request ended without it (its peer hung up): it is
                                  let go when the provider gives it back */
     uint64_t small;           /* a hangup's bytes */
+    struct ofi_op *parent;    /* a PART: its XFER */
+    int part;                 /* a PART: which (enum ofi_part) */
+    int parts;                /* an XFER: parts not yet ended (the awaited write is one) */
+    int xerr;                 /* an XFER: its first error */
+    int slot;                 /* an XFER receive: its write slot, or -1 */
+    uint8_t cts[OFI_CTS_BYTES]; /* a CTS part's bytes */
+    uint64_t raddr, rkey;     /* a WRITE part: where, in the receiver's registration */
+    uint32_t rdata;           /* a WRITE part: its CQ data (the receiver's cookie) */
     struct hoop_tp_req *req;  /* the ring's request; NULL for a hello */
     struct ofi_conn *conn;
     uint64_t tag;
-    struct iovec iov[2];
-    void *desc[2];
-    struct ofi_mr_entry *mr[2]; /* the registrations behind desc, held until completion */
+    struct iovec iov[OFI_IOV_MAX];
+    void *desc[OFI_IOV_MAX];
+    struct ofi_mr_entry *mr[OFI_IOV_MAX]; /* the registrations behind desc, held until
+                                             completion */
     size_t niov;
     int is_send;
     /* A hello's own outcome (it has no request). */
@@ -142,6 +173,11 @@ struct ofi_tp {
                                    be received */
     struct ofi_conn *conns;
     struct ofi_op *posted;      /* in the provider's hands */
+    struct ofi_op *xfers;       /* written messages under way (ofi_rma.c) */
+    size_t write_min;           /* HOOP_OFI_WRITE_BYTES where the provider can write; 0: never */
+    struct ofi_op **wslot;      /* per write slot: the XFER receiving, or NULL */
+    uint16_t *wgen;             /* per write slot: its generation, in the cookie */
+    int wnext;
     struct ofi_op *wait_head, *wait_tail; /* refused for room (-FI_EAGAIN): posted later */
     struct ofi_op *free_ops, *free_tail; /* oldest first: a late second completion
                                             (rxm) finds its operation still free */
@@ -177,8 +213,13 @@ void hoop_ofi_settle(struct ofi_tp *tp, int peer);
 #define OFI_SETTLE_NS 1000000000ull
 /* Stop everything: with `hangup`, tell every connected peer first. */
 void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup);
-/* Add an iovec to op, with its descriptor where the provider wants one. */
+/* Add an iovec to op, with its descriptor where the provider wants one
+ * (registering all of region, when given and holding buf). */
 int hoop_ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len);
+int hoop_ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
+                       void *region, size_t region_len);
+/* The registration of req's payload: all of its region when it has one. */
+int hoop_ofi_mr_req(struct ofi_tp *tp, const struct hoop_tp_req *req, struct ofi_mr_entry **out);
 /* Hand op to the provider, or queue it until there is room; 0 or -errno. */
 int hoop_ofi_op_start(struct ofi_tp *tp, struct ofi_op *op);
 /* Retry the queued operations in order; how many of them failed (their
@@ -195,6 +236,22 @@ int hoop_ofi_watch(void *vtp, int fd);
 void hoop_ofi_cancel(void *vtp);
 /* Keep "what: libfabric's sentence" in tp->err_text and log it. */
 void hoop_ofi_note(struct ofi_tp *tp, const char *what, int fi_rc);
+
+/* ofi_rma.c: messages whose payload the sender writes (fi_writedata) into
+ * the receiver's buffer, which the receiver names in a CTS; the header
+ * travels as a tagged message of its own. 0 or -errno. */
+int hoop_ofi_write_isend(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq);
+int hoop_ofi_write_irecv(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq);
+/* A part ended (from the completion queue, or failed): how many requests
+ * ended with it. */
+int hoop_ofi_part_ended(struct ofi_tp *tp, struct ofi_op *part, int err, size_t len);
+/* CQ data of a remote write arrived: how many requests ended. */
+int hoop_ofi_write_arrived(struct ofi_tp *tp, uint64_t data);
+/* End the written messages with peer (or all, peer < 0) with err, their
+ * parts let go as the provider gives them back; how many requests ended. */
+int hoop_ofi_xfers_end(struct ofi_tp *tp, int peer, int err);
+/* A written message from peer is being received. */
+int hoop_ofi_xfer_waits_for(const struct ofi_tp *tp, int peer);
 
 /* ofi.c: 1 when every layer of provider prov (such as "tcp;ofi_rxm") is
  * one of libfabric's software providers, which move data with the CPU and

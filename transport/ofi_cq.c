@@ -62,6 +62,8 @@ static int ofi_complete(struct ofi_tp *tp, struct ofi_op *op, int err, size_t le
         return 0;
     }
     hoop_ofi_posted_remove(tp, op);
+    if (op->kind == OFI_OP_PART)
+        return hoop_ofi_part_ended(tp, op, err, len);
     if (op->kind == OFI_OP_HANGUP) {
         tp->hangup_rx[op->peer] = NULL;
         int peer = op->peer, ended = 0;
@@ -87,13 +89,16 @@ static int ofi_complete(struct ofi_tp *tp, struct ofi_op *op, int err, size_t le
     if (op->is_send) {
         if (!err)
             q->done = hoop_tp_req_total(q);
-    } else if (!err || err == -EMSGSIZE) {
-        /* A message of another length than expected: the header, when it
-         * is in, says what the sender is doing. A longer one fills the
-         * buffer (whatever length the provider reports with the error). */
+    } else if (err == -EMSGSIZE) {
+        /* Longer than expected. Whether the provider put any of it in the
+         * buffer differs (rxm's rendezvous puts nothing): done 0 tells the
+         * check that the header, cleared before the post, may not be in. */
+        q->done = 0;
+        int c = q->check ? q->check(q) : 0;
+        err = c ? c : -EMSGSIZE;
+    } else if (!err) {
+        /* Shorter: the header, when it is in, says what the sender is doing. */
         size_t want = hoop_tp_req_total(q);
-        if (err)
-            len = want + 1;
         q->done = len < want ? len : want;
         int c = q->check && q->done >= q->hdr_len ? q->check(q) : 0;
         if (c)
@@ -114,9 +119,14 @@ int hoop_ofi_poll(struct ofi_tp *tp)
         ssize_t rc = fi_cq_read(tp->cq, e, OFI_CQ_BATCH);
         if (rc > 0) {
             tp->cq_entries += (uint64_t)rc;
-            for (ssize_t i = 0; i < rc; i++)
-                if (e[i].op_context)
+            for (ssize_t i = 0; i < rc; i++) {
+                /* A peer's write: its context is no operation of this rank
+                 * (shm 1.17 fills in something there). */
+                if ((e[i].flags & FI_REMOTE_CQ_DATA) && !(e[i].flags & FI_RECV))
+                    n += hoop_ofi_write_arrived(tp, e[i].data);
+                else if (e[i].op_context)
                     n += ofi_complete(tp, e[i].op_context, 0, e[i].len);
+            }
             if (rc < OFI_CQ_BATCH)
                 return n;
             continue;
@@ -232,7 +242,7 @@ static int ofi_waits_for(const struct ofi_tp *tp, int peer)
     for (const struct ofi_op *op = tp->posted; op; op = op->next)
         if (op->req && !op->is_send && op->conn && op->conn->peer == peer)
             return 1;
-    return 0;
+    return hoop_ofi_xfer_waits_for(tp, peer);
 }
 
 void hoop_ofi_settle(struct ofi_tp *tp, int peer)
@@ -285,6 +295,10 @@ int hoop_ofi_watch(void *vtp, int fd)
 
 static void ofi_fail_op(struct ofi_tp *tp, struct ofi_op *op)
 {
+    if (op->kind == OFI_OP_PART) {
+        hoop_ofi_part_ended(tp, op, -ECANCELED, 0);
+        return;
+    }
     if (op->ctrl || op->orphan) {
         if (op->kind == OFI_OP_HANGUP)
             tp->hangup_rx[op->peer] = NULL;
@@ -353,6 +367,7 @@ void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup)
                 sends += op->ctrl && op->is_send;
         } while (sends && hoop_now_ns() < until);
     }
+    hoop_ofi_xfers_end(tp, -1, -ECANCELED);
     while (tp->wait_head) {
         struct ofi_op *op = tp->wait_head;
         tp->wait_head = op->next;
@@ -384,6 +399,12 @@ void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup)
             ofi_fail_op(tp, op);
         }
     }
+    /* No operation is left to hold a registration: close them all, so that
+     * no late write of a peer lands in a buffer given back to the caller. */
+    if (tp->xfers)
+        HOOP_WARN("rank %d: ofi transport: written messages left after the shutdown", tp->rank);
+    else
+        hoop_ofi_mr_fini(tp);
 }
 
 void hoop_ofi_cancel(void *vtp)

@@ -105,6 +105,14 @@ int hoop_ofi_mr_get(struct ofi_tp *tp, const void *buf, size_t len, struct ofi_m
     return 0;
 }
 
+int hoop_ofi_mr_req(struct ofi_tp *tp, const struct hoop_tp_req *req, struct ofi_mr_entry **out)
+{
+    const char *b = req->buf, *r = req->region;
+    if (r && b >= r && b + req->len <= r + req->region_len)
+        return hoop_ofi_mr_get(tp, req->region, req->region_len, out);
+    return hoop_ofi_mr_get(tp, req->buf, req->len, out);
+}
+
 void hoop_ofi_mr_put(struct ofi_tp *tp, struct ofi_mr_entry *e)
 {
     if (!e)

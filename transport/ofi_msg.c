@@ -56,7 +56,7 @@ void hoop_ofi_op_put(struct ofi_tp *tp, struct ofi_op *op)
 
 void hoop_ofi_op_release(struct ofi_tp *tp, struct ofi_op *op)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < OFI_IOV_MAX; i++) {
         hoop_ofi_mr_put(tp, op->mr[i]);
         op->mr[i] = NULL;
     }
@@ -90,7 +90,12 @@ void hoop_ofi_posted_remove(struct ofi_tp *tp, struct ofi_op *op)
 static int ofi_op_post(struct ofi_tp *tp, struct ofi_op *op)
 {
     ssize_t rc;
-    if (op->is_send && tp->delivery_complete && op->req) {
+    const char *what = op->is_send ? "fi_tsendv" : "fi_trecvv";
+    if (op->kind == OFI_OP_PART && op->part == OFI_PART_WRITE) {
+        rc = fi_writedata(tp->ep, op->iov[0].iov_base, op->iov[0].iov_len, op->desc[0], op->rdata,
+                          op->conn->addr, op->raddr, op->rkey, &op->ctx);
+        what = "fi_writedata";
+    } else if (op->is_send && tp->delivery_complete && op->req) {
         struct fi_msg_tagged m = {.msg_iov = op->iov, .desc = op->desc, .iov_count = op->niov,
                                   .addr = op->conn->addr, .tag = op->tag, .context = &op->ctx};
         rc = fi_tsendmsg(tp->ep, &m, FI_DELIVERY_COMPLETE);
@@ -104,7 +109,7 @@ static int ofi_op_post(struct ofi_tp *tp, struct ofi_op *op)
     }
     if (rc == -FI_EAGAIN)
         return -EAGAIN;
-    hoop_ofi_note(tp, op->is_send ? "fi_tsendv" : "fi_trecvv", (int)rc);
+    hoop_ofi_note(tp, what, (int)rc);
     return rc < 0 && rc > -4096 ? (int)rc : -EIO;
 }
 
@@ -140,7 +145,9 @@ int hoop_ofi_post_waiting(struct ofi_tp *tp)
         tp->wait_head = after;
         if (!after)
             tp->wait_tail = NULL;
-        if (rc) {
+        if (rc && op->kind == OFI_OP_PART) {
+            ended += hoop_ofi_part_ended(tp, op, rc, 0);
+        } else if (rc) {
             /* This request fails (an ending the caller must see); the
              * others may still go. */
             if (!op->ctrl)
@@ -148,6 +155,8 @@ int hoop_ofi_post_waiting(struct ofi_tp *tp)
             ended++;
             if (op->req) {
                 op->req->state = rc;
+                hoop_ofi_op_release(tp, op);
+            } else if (op->ctrl) {
                 hoop_ofi_op_release(tp, op);
             } else {
                 op->done = 1;
@@ -159,14 +168,18 @@ int hoop_ofi_post_waiting(struct ofi_tp *tp)
 }
 
 /* One iovec of op; its descriptor where the provider wants local memory
- * registered (FI_MR_LOCAL). */
-int hoop_ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len)
+ * registered (FI_MR_LOCAL), for all of region (when it holds buf). */
+int hoop_ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
+                       void *region, size_t region_len)
 {
     size_t i = op->niov;
     op->iov[i] = (struct iovec){.iov_base = buf, .iov_len = len};
     op->desc[i] = NULL;
     if (tp->mr_mode & FI_MR_LOCAL) {
-        int rc = hoop_ofi_mr_get(tp, buf, len, &op->mr[i]);
+        int in = region && (char *)buf >= (char *)region &&
+                 (char *)buf + len <= (char *)region + region_len;
+        int rc = in ? hoop_ofi_mr_get(tp, region, region_len, &op->mr[i])
+                    : hoop_ofi_mr_get(tp, buf, len, &op->mr[i]);
         if (rc)
             return rc;
         op->desc[i] = op->mr[i]->desc;
@@ -175,16 +188,23 @@ int hoop_ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len)
     return 0;
 }
 
+int hoop_ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len)
+{
+    return hoop_ofi_op_iov_in(tp, op, buf, len, NULL, 0);
+}
+
 /* The iovecs of a message: the header, then the payload, leaving out what
  * is empty (some providers refuse zero-length entries). */
 static int ofi_op_fill(struct ofi_tp *tp, struct ofi_op *op, struct hoop_tp_req *req)
 {
     int rc = 0;
     op->niov = 0;
+    if (req->hdr_len && !op->is_send)
+        memset(req->hdr, 0, req->hdr_len); /* what a truncated message leaves (ofi_cq.c) */
     if (req->hdr_len)
         rc = hoop_ofi_op_iov(tp, op, req->hdr, req->hdr_len);
     if (!rc && req->len)
-        rc = hoop_ofi_op_iov(tp, op, req->buf, req->len);
+        rc = hoop_ofi_op_iov_in(tp, op, req->buf, req->len, req->region, req->region_len);
     return rc;
 }
 
@@ -196,6 +216,19 @@ static int ofi_data(void *vconn, struct hoop_tp_req *req, int is_send)
         return -ECANCELED;
     if (tp->gone[c->peer] && (is_send || !tp->ended[c->peer]))
         return -ECONNRESET;
+    if (tp->write_min && req->len >= tp->write_min) {
+        int rc = is_send ? hoop_ofi_write_isend(c, req, c->seq)
+                         : hoop_ofi_write_irecv(c, req, c->seq);
+        if (rc)
+            return rc;
+        c->seq++;
+        if (!is_send && tp->ended[c->peer]) {
+            hoop_ofi_settle(tp, c->peer);
+            if (req->state == HOOP_REQ_PENDING)
+                hoop_ofi_xfers_end(tp, c->peer, -ECONNRESET);
+        }
+        return 0;
+    }
     struct ofi_op *op = hoop_ofi_op_get(tp);
     if (!op)
         return -ENOMEM;
@@ -280,6 +313,7 @@ int hoop_ofi_peer_gone(struct ofi_tp *tp, int peer)
             tp->inflight--;
             ended++;
         }
+    ended += hoop_ofi_xfers_end(tp, peer, -ECONNRESET);
     /* Those still waiting for room end here. */
     struct ofi_op **pp = &tp->wait_head, *last = NULL;
     while (*pp) {

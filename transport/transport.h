@@ -36,7 +36,10 @@ enum { HOOP_CHANNEL_RING = 0, HOOP_CHANNEL_P2P = 1 };
  * not a hoop rank at all) without waiting for bytes that will never come;
  * the caller sets it on the first message of a collective from a peer, and
  * leaves it clear where an earlier header has settled the length, so that
- * the transport may take header and payload in one transfer. */
+ * the transport may take header and payload in one transfer. A transport
+ * of whole messages that meets a longer message than the receive calls
+ * check with done 0 and a header of zeros where the provider did not
+ * deliver it, and ends the request with check's error, else -EMSGSIZE. */
 struct hoop_tp_req {
     void *buf;                 /* set by the caller */
     size_t len;                /* set by the caller */
@@ -45,6 +48,11 @@ struct hoop_tp_req {
     int (*check)(struct hoop_tp_req *req); /* receives only; may be NULL */
     int check_first;           /* receives: check before waiting for the payload */
     void *ctx;                 /* the caller's, for check */
+    /* Optional: the whole buffer buf lies in (NULL: buf itself), for a
+     * transport that registers memory: one registration serves every chunk
+     * of it. */
+    void *region;
+    size_t region_len;
     size_t done;               /* bytes moved so far, header included */
     int state;                 /* HOOP_REQ_PENDING, 0 when complete, or -errno */
     struct hoop_tp_req *next;  /* the transport's queue */
