@@ -92,43 +92,59 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 
 # TEST_ARGS passes options to Criterion (e.g. TEST_ARGS='--filter=allreduce/*').
 # The suite starts real ranks as processes; the tests find hooprun and
-# ring_bench through HOOP_BUILD_DIR. It runs once per TCP engine: all of it
-# on io_uring, the multi-process suites (and those of failures) again on poll, the allreduce
-# suite once more where io_uring is refused, so that auto really falls back, and the
-# collectives and failures with every send zero-copy (HOOP_TCP_ZEROCOPY=1). Then the
-# multi-process suites run over the libfabric transport, on its tcp and its shm provider.
+# ring_bench through HOOP_BUILD_DIR. It runs in passes, TEST_PASSES naming
+# which: uring, all of it on io_uring; poll, the multi-process suites (and
+# those of failures) again on poll; nouring, the allreduce suite where
+# io_uring is refused, so that auto really falls back; zerocopy, the
+# collectives and failures with every send zero-copy (HOOP_TCP_ZEROCOPY=1);
+# ofi-tcp and ofi-shm, the multi-process suites over the libfabric
+# transport on its tcp and its shm provider.
+TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm
+MP_SUITES := @(allreduce|bootstrap|collectives|faults|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
 TEST_ENV = HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR)
+TEST_RUN = $(TESTBIN) --jobs 2
 test: all $(TESTBIN) $(BUILD)/no_uring
-	$(TEST_ENV) HOOP_TCP_ENGINE=uring $(TESTBIN) --jobs 2 $(TEST_ARGS)
-	$(TEST_ENV) HOOP_TCP_ENGINE=poll $(TESTBIN) --jobs 2 \
-	    --filter='@(allreduce|bootstrap|collectives|faults|mismatch|paths|soak)/*' $(TEST_ARGS)
-	$(TEST_ENV) HOOP_TCP_ENGINE=auto $(BUILD)/no_uring $(TESTBIN) --jobs 2 \
-	    --filter='allreduce/*' $(TEST_ARGS)
-	$(TEST_ENV) HOOP_TCP_ENGINE=uring HOOP_TCP_ZEROCOPY=1 $(TESTBIN) --jobs 2 \
-	    --filter='@(allreduce|collectives|faults)/*' $(TEST_ARGS)
-	$(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=tcp $(TESTBIN) --jobs 2 --filter='$(OFI_SUITES)' \
-	    $(TEST_ARGS)
-	$(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm $(TESTBIN) --jobs 2 --filter='$(OFI_SUITES)' \
-	    $(TEST_ARGS)
+	@set -e; for pass in $(TEST_PASSES); do \
+	    echo "== tests: $$pass"; \
+	    case $$pass in \
+	    uring) $(TEST_ENV) HOOP_TCP_ENGINE=uring $(TEST_RUN) $(TEST_ARGS) ;; \
+	    poll) $(TEST_ENV) HOOP_TCP_ENGINE=poll $(TEST_RUN) --filter='$(MP_SUITES)' $(TEST_ARGS) ;; \
+	    nouring) $(TEST_ENV) HOOP_TCP_ENGINE=auto $(BUILD)/no_uring $(TEST_RUN) \
+	        --filter='allreduce/*' $(TEST_ARGS) ;; \
+	    zerocopy) $(TEST_ENV) HOOP_TCP_ENGINE=uring HOOP_TCP_ZEROCOPY=1 $(TEST_RUN) \
+	        --filter='@(allreduce|collectives|faults)/*' $(TEST_ARGS) ;; \
+	    ofi-tcp) $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=tcp $(TEST_RUN) \
+	        --filter='$(OFI_SUITES)' $(TEST_ARGS) ;; \
+	    ofi-shm) $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm $(TEST_RUN) \
+	        --filter='$(OFI_SUITES)' $(TEST_ARGS) ;; \
+	    *) echo "unknown test pass $$pass"; exit 2 ;; \
+	    esac; \
+	done
 
-# The whole suite under ASan and UBSan, in its own build tree. The suite's
-# ranks are forked processes, so every rank runs instrumented too.
+# The suite under ASan and UBSan, in its own build tree: every engine's
+# code (io_uring, poll, libfabric) once, ASAN_PASSES. The suite's ranks are
+# forked processes, so every rank runs instrumented too.
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+ASAN_PASSES ?= uring poll ofi-shm
 test-asan:
 	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	    UBSAN_OPTIONS=print_stacktrace=1 \
-	    $(MAKE) BUILD=$(BUILD)/asan OPT=-O1 EXTRA_CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" test
+	    $(MAKE) BUILD=$(BUILD)/asan OPT=-O1 EXTRA_CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" \
+	    TEST_PASSES="$(ASAN_PASSES)" test
 
-# The whole suite under TSan, in its own build tree (gcc: clang puts its TSan
+# The suite under TSan on both TCP engines (TSAN_PASSES; libfabric's own
+# threads are not instrumented), in its own build tree (gcc: clang puts its TSan
 # runtime in programs only, and libhoop.so is linked with --no-undefined).
 # tests/tsan_arena.c lets Criterion start beside TSan's memory layout, the
 # harness forks ranks so that TSan keeps checking them, and halt_on_error
 # makes a race fail the test it happens in.
 TSAN_FLAGS := -fsanitize=thread
+TSAN_PASSES ?= uring poll
 test-tsan:
 	TSAN_OPTIONS=halt_on_error=1 \
-	    $(MAKE) BUILD=$(BUILD)/tsan OPT=-O1 EXTRA_CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" test
+	    $(MAKE) BUILD=$(BUILD)/tsan OPT=-O1 EXTRA_CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" \
+	    TEST_PASSES="$(TSAN_PASSES)" test
 
 # valgrind's memcheck on 4-rank jobs of ring_bench, each rank under
 # valgrind: an allreduce on each TCP engine (io_uring and poll) and an
