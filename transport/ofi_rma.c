@@ -4,9 +4,10 @@
  * receiver's buffer with fi_writedata, without the copies a provider's own
  * rendezvous may make.
  *
- *   receiver: posts a receive of the header alone, registers its buffer for
- *             remote writes, and sends the sender a CTS (address, key,
- *             length, cookie), tagged with the message's number;
+ *   receiver: posts a receive of the header alone and registers its buffer
+ *             for remote writes; once the header is in and has passed its
+ *             check, sends the sender a CTS (address, key, length,
+ *             cookie), tagged with the message's number;
  *   sender:   sends the header as a tagged message of its own at once,
  *             receives the CTS, and, when the lengths agree, writes the
  *             payload with the cookie as CQ data;
@@ -15,8 +16,10 @@
  *             with length 0: the header's length is the one trusted).
  *
  * The header is checked as it comes, before any byte of the payload is
- * trusted; a sender whose length disagrees does not write (the receiver's
- * check names the disagreement). The cookie is a write slot and its
+ * trusted, and nothing is written to a receiver whose check failed (a
+ * sender whose length disagrees would not write either): a rank that
+ * disagrees fails without a peer's writes under way, which rxm (1.17) does
+ * not survive when the endpoint closes. The cookie is a write slot and its
  * generation, so that a late write to a slot given up (after a failure)
  * is recognised and ignored; a failed transport closes its registrations,
  * so that no late write can land in a buffer given back to the caller. */
@@ -177,14 +180,12 @@ int hoop_ofi_write_irecv(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t s
     uint64_t addr = tp->mr_mode & FI_MR_VIRT_ADDR ? (uint64_t)(uintptr_t)req->buf
                                                   : (uint64_t)((uintptr_t)req->buf - m->base);
     uint32_t cookie = ((uint32_t)tp->wgen[idx] << 16) | (uint32_t)idx;
-    uint8_t cts[OFI_CTS_BYTES];
-    cts_put(cts, addr, m->key, req->len, cookie);
+    cts_put(x->cts, addr, m->key, req->len, cookie); /* sent once the header has passed */
+    x->tag = OFI_TAG(OFI_KIND_CTS, c->channel, tp->rank, seq);
     memset(req->hdr, 0, req->hdr_len); /* what a truncated header leaves (ofi_cq.c) */
     if ((rc = xfer_part(tp, x, OFI_PART_HDR_RECV, 0,
                         OFI_TAG(OFI_KIND_DATA, c->channel, c->peer, seq), req->hdr,
-                        req->hdr_len, NULL)) ||
-        (rc = xfer_part(tp, x, OFI_PART_CTS_SEND, 1,
-                        OFI_TAG(OFI_KIND_CTS, c->channel, tp->rank, seq), NULL, 0, cts)))
+                        req->hdr_len, NULL)))
         return xfer_abandon(tp, x, rc);
     return 0;
 }
@@ -269,6 +270,8 @@ int hoop_ofi_part_ended(struct ofi_tp *tp, struct ofi_op *part, int err, size_t 
         int c = q->check ? q->check(q) : 0;
         if (c || err || len != q->hdr_len)
             err = c ? c : -EMSGSIZE;
+        else
+            err = xfer_part(tp, x, OFI_PART_CTS_SEND, 1, x->tag, NULL, 0, x->cts);
     }
     if (which == OFI_PART_CTS_RECV && !err)
         err = xfer_write(tp, x, cts);
