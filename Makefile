@@ -98,8 +98,10 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # io_uring is refused, so that auto really falls back; zerocopy, the
 # collectives and failures with every send zero-copy (HOOP_TCP_ZEROCOPY=1);
 # ofi-tcp and ofi-shm, the multi-process suites over the libfabric
-# transport on its tcp and its shm provider.
-TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm
+# transport on its tcp and its shm provider; ofi-write, the allreduce,
+# collective and mismatch suites over its tcp provider with payloads
+# written (HOOP_OFI_WRITE_BYTES=64K, off by default).
+TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write
 MP_SUITES := @(allreduce|bootstrap|collectives|faults|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
 TEST_ENV = HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR)
@@ -118,6 +120,8 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	        --filter='$(OFI_SUITES)' $(TEST_ARGS) ;; \
 	    ofi-shm) $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm $(TEST_RUN) \
 	        --filter='$(OFI_SUITES)' $(TEST_ARGS) ;; \
+	    ofi-write) $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=tcp HOOP_OFI_WRITE_BYTES=64K \
+	        $(TEST_RUN) --filter='@(allreduce|collectives|mismatch)/*' $(TEST_ARGS) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
 	done
@@ -133,14 +137,14 @@ test-asan:
 	    $(MAKE) BUILD=$(BUILD)/asan OPT=-O1 EXTRA_CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" \
 	    TEST_PASSES="$(ASAN_PASSES)" test
 
-# The suite under TSan on both TCP engines (TSAN_PASSES; libfabric's own
-# threads are not instrumented), in its own build tree (gcc: clang puts its TSan
+# The suite under TSan on the io_uring engine (TSAN_PASSES; libfabric's own
+# threads are not instrumented, and ASan covers poll), in its own build tree (gcc: clang puts its TSan
 # runtime in programs only, and libhoop.so is linked with --no-undefined).
 # tests/tsan_arena.c lets Criterion start beside TSan's memory layout, the
 # harness forks ranks so that TSan keeps checking them, and halt_on_error
 # makes a race fail the test it happens in.
 TSAN_FLAGS := -fsanitize=thread
-TSAN_PASSES ?= uring poll
+TSAN_PASSES ?= uring
 test-tsan:
 	TSAN_OPTIONS=halt_on_error=1 \
 	    $(MAKE) BUILD=$(BUILD)/tsan OPT=-O1 EXTRA_CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" \
