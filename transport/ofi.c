@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The handle: version, the provider's name (a length byte and the name),
  * HOOP_OFI_WRITE_BYTES as this rank applies it (u32, little endian), the
@@ -569,6 +570,15 @@ static void ofi_destroy(void *vtp)
     free(tp);
 }
 
+/* A send to peer whose completion has not been read. */
+static int ofi_sends_to(const struct ofi_tp *tp, int peer)
+{
+    for (const struct ofi_op *op = tp->posted; op; op = op->next)
+        if (op->req && op->is_send && op->conn && op->conn->peer == peer)
+            return 1;
+    return 0;
+}
+
 /* Take in every completion there is (what the peer sent before it ended
  * is all here by now), then fail what still waits for it. */
 static void ofi_peer_ended(void *vtp, int peer)
@@ -577,6 +587,20 @@ static void ofi_peer_ended(void *vtp, int peer)
     if (tp->dead || !tp->ep || tp->gone[peer])
         return;
     hoop_ofi_settle(tp, peer);
+    /* A send it took may not have said so yet (shm completes a send on
+     * delivery, and a receiver can take a message and end before the
+     * sender reads the word): give that a moment, sleeping between looks,
+     * before what is left fails. */
+    uint64_t until = hoop_now_ns() + OFI_SEND_SETTLE_NS;
+    while (ofi_sends_to(tp, peer) && hoop_now_ns() < until) {
+        int n = hoop_ofi_poll(tp);
+        if (n < 0)
+            break;
+        if (n == 0) {
+            struct timespec ts = {0, 50000};
+            nanosleep(&ts, NULL);
+        }
+    }
     tp->ended[peer] = 1;
     if (hoop_ofi_peer_gone(tp, peer))
         HOOP_INFO("rank %d: ofi transport: rank %d's process ended with transfers left", tp->rank,

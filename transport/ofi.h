@@ -211,6 +211,9 @@ void hoop_ofi_drain(struct ofi_tp *tp);
  * a provider several reads to move: shm copies a segment at a time). */
 void hoop_ofi_settle(struct ofi_tp *tp, int peer);
 #define OFI_SETTLE_NS 1000000000ull
+/* How long the sends to a peer whose process ended may take to report
+ * their delivery before they fail (ofi.c). */
+#define OFI_SEND_SETTLE_NS 100000000ull
 /* Stop everything: with `hangup`, tell every connected peer first. */
 void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup);
 /* Add an iovec to op, with its descriptor where the provider wants one
