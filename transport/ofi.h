@@ -194,11 +194,35 @@ struct ofi_tp {
     char err_text[256];         /* the provider's account of the last failed operation */
 };
 
+/* The operations' lists (posted, written messages) are doubly linked
+ * through next and pprev. */
+static inline void hoop_ofi_list_add(struct ofi_op **head, struct ofi_op *op)
+{
+    op->next = *head;
+    op->pprev = NULL;
+    if (*head)
+        (*head)->pprev = op;
+    *head = op;
+}
+
+static inline void hoop_ofi_list_remove(struct ofi_op **head, struct ofi_op *op)
+{
+    if (op->pprev)
+        op->pprev->next = op->next;
+    else
+        *head = op->next;
+    if (op->next)
+        op->next->pprev = op->pprev;
+    op->next = op->pprev = NULL;
+}
+
 /* ofi_msg.c */
 int hoop_ofi_isend(void *conn, struct hoop_tp_req *req);
 int hoop_ofi_irecv(void *conn, struct hoop_tp_req *req);
 struct ofi_op *hoop_ofi_op_get(struct ofi_tp *tp);
 void hoop_ofi_op_put(struct ofi_tp *tp, struct ofi_op *op);
+/* op is in the provider's hands (the posted list), or no longer. */
+void hoop_ofi_posted_add(struct ofi_tp *tp, struct ofi_op *op);
 void hoop_ofi_posted_remove(struct ofi_tp *tp, struct ofi_op *op);
 /* Post the receive of rank peer's hangup, once per peer; 0 or -errno. */
 int hoop_ofi_hangup_expect(struct ofi_tp *tp, int peer);

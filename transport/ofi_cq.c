@@ -342,12 +342,7 @@ static void ofi_hangup_all(struct ofi_tp *tp)
         }
         op->conn = NULL;
         op->kind = OFI_OP_SEND; /* completes as a control send */
-        op->posted = 1;
-        op->next = tp->posted;
-        op->pprev = NULL;
-        if (tp->posted)
-            tp->posted->pprev = op;
-        tp->posted = op;
+        hoop_ofi_posted_add(tp, op);
     }
 }
 

@@ -63,25 +63,15 @@ void hoop_ofi_op_release(struct ofi_tp *tp, struct ofi_op *op)
     hoop_ofi_op_put(tp, op);
 }
 
-static void ofi_posted_add(struct ofi_tp *tp, struct ofi_op *op)
+void hoop_ofi_posted_add(struct ofi_tp *tp, struct ofi_op *op)
 {
     op->posted = 1;
-    op->next = tp->posted;
-    op->pprev = NULL;
-    if (tp->posted)
-        tp->posted->pprev = op;
-    tp->posted = op;
+    hoop_ofi_list_add(&tp->posted, op);
 }
 
 void hoop_ofi_posted_remove(struct ofi_tp *tp, struct ofi_op *op)
 {
-    if (op->pprev)
-        op->pprev->next = op->next;
-    else
-        tp->posted = op->next;
-    if (op->next)
-        op->next->pprev = op->pprev;
-    op->next = op->pprev = NULL;
+    hoop_ofi_list_remove(&tp->posted, op);
     op->posted = 0;
 }
 
@@ -104,7 +94,7 @@ static int ofi_op_post(struct ofi_tp *tp, struct ofi_op *op)
     else
         rc = fi_trecvv(tp->ep, op->iov, op->desc, op->niov, FI_ADDR_UNSPEC, op->tag, 0, &op->ctx);
     if (rc == 0) {
-        ofi_posted_add(tp, op);
+        hoop_ofi_posted_add(tp, op);
         return 0;
     }
     if (rc == -FI_EAGAIN)

@@ -30,26 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void xfer_list_add(struct ofi_tp *tp, struct ofi_op *x)
-{
-    x->next = tp->xfers;
-    x->pprev = NULL;
-    if (tp->xfers)
-        tp->xfers->pprev = x;
-    tp->xfers = x;
-}
-
-static void xfer_list_remove(struct ofi_tp *tp, struct ofi_op *x)
-{
-    if (x->pprev)
-        x->pprev->next = x->next;
-    else
-        tp->xfers = x->next;
-    if (x->next)
-        x->next->pprev = x->pprev;
-    x->next = x->pprev = NULL;
-}
-
 static void slot_free(struct ofi_tp *tp, struct ofi_op *x)
 {
     if (x->slot < 0)
@@ -80,7 +60,7 @@ static int xfer_maybe_done(struct ofi_tp *tp, struct ofi_op *x)
     if (x->parts > 0)
         return 0;
     int ended = xfer_end_request(tp, x, 0);
-    xfer_list_remove(tp, x);
+    hoop_ofi_list_remove(&tp->xfers, x);
     hoop_ofi_op_release(tp, x);
     return ended;
 }
@@ -136,7 +116,7 @@ static struct ofi_op *xfer_new(struct ofi_conn *c, struct hoop_tp_req *req, int 
     req->done = 0;
     req->state = HOOP_REQ_PENDING;
     tp->inflight++;
-    xfer_list_add(tp, x);
+    hoop_ofi_list_add(&tp->xfers, x);
     return x;
 }
 
