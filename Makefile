@@ -98,9 +98,11 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # io_uring is refused, so that auto really falls back; zerocopy, the
 # collectives and failures with every send zero-copy (HOOP_TCP_ZEROCOPY=1);
 # ofi-tcp and ofi-shm, the multi-process suites over the libfabric
-# transport on its tcp and its shm provider; ofi-write, the allreduce,
-# collective and mismatch suites over its tcp provider with payloads
-# written (HOOP_OFI_WRITE_BYTES=64K, off by default).
+# transport on its tcp and its shm provider; ofi-write, with payloads
+# written (HOOP_OFI_WRITE_BYTES=64K, off by default), the allreduce and
+# collective suites over the tcp provider and the mismatch suite over shm
+# (libfabric 1.17's rxm can segfault in fi_close after a mismatch cut a
+# write short: about 1 run in 40 of mismatch::chunk_bytes; hoop warns).
 TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write
 MP_SUITES := @(allreduce|bootstrap|collectives|faults|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
@@ -121,7 +123,9 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	    ofi-shm) $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm $(TEST_RUN) \
 	        --filter='$(OFI_SUITES)' $(TEST_ARGS) ;; \
 	    ofi-write) $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=tcp HOOP_OFI_WRITE_BYTES=64K \
-	        $(TEST_RUN) --filter='@(allreduce|collectives|mismatch)/*' $(TEST_ARGS) ;; \
+	        $(TEST_RUN) --filter='@(allreduce|collectives)/*' $(TEST_ARGS); \
+	        $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm HOOP_OFI_WRITE_BYTES=64K \
+	        $(TEST_RUN) --filter='mismatch/*' $(TEST_ARGS) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
 	done
