@@ -179,9 +179,14 @@ static int frame_check(struct hoop_tp_req *req)
         frame_where(want, ws, sizeof(ws));
         hoop_frame_what(want, ww, sizeof(ww));
         /* The same call, one rank on the ring and the other on the small
-         * path: their thresholds differ. */
-        int other_path = got.step != HOOP_FRAME_ANNOUNCE && want->step != HOOP_FRAME_ANNOUNCE &&
-                         (got.step >= HOOP_FRAME_SMALL) != (want->step >= HOOP_FRAME_SMALL);
+         * path: their thresholds differ. An announcement against a chunk
+         * in the same allreduce says so too: with the same count the ring
+         * sends chunks all round, and only the small path at N not a power
+         * of two announces (which of the two comes first is a race). */
+        int got_ann = got.step == HOOP_FRAME_ANNOUNCE, want_ann = want->step == HOOP_FRAME_ANNOUNCE;
+        int other_path = (!got_ann && !want_ann &&
+                          (got.step >= HOOP_FRAME_SMALL) != (want->step >= HOOP_FRAME_SMALL)) ||
+                         (got_ann != want_ann && want->coll == HOOP_COLL_ALLREDUCE);
         snprintf(r->frame_why, sizeof(r->frame_why), "in %s, rank %u (%s) sent %s where this rank "
                  "expected %s (%s)", ww, want->sender, p->host, gs, ws,
                  other_path ? "one took the small-message path, the other the ring: "
