@@ -6,7 +6,9 @@
  * suites also run over ofi: see the Makefile's test target.) */
 #include <criterion/criterion.h>
 
+#include "garbage.h"
 #include "harness.h"
+#include "remap.h"
 #include "hoop.h"
 #include "collectives/comm.h"
 #include "transport/ofi.h"
@@ -177,111 +179,11 @@ Test(ofi, ranks_on_different_transports_are_a_mismatch, .timeout = 90)
 
 /* ---- bytes that are not a frame ----------------------------------------- */
 
-#define GARBAGE_RANKS 4
-#define GARBAGE_FAKE 3 /* its ring successor is rank 0 */
-#define GARBAGE_COUNT (4u << 20)
-
-struct garbage_board {
-    int done[GARBAGE_RANKS];
-    int status[GARBAGE_RANKS];
-    double took[GARBAGE_RANKS];
-    char why[GARBAGE_RANKS][512];
-};
-
-static struct garbage_board *gboard;
-
-/* Rank 3 joins over ofi like a real rank, then sends, where its first chunk
- * should be, a message of the right length whose header is random bytes,
- * and stays until every real rank has returned. */
-static int garbage_fake(int rank, int size, int port, void *arg)
-{
-    hoop_config_t cfg;
-    char root[64], token[64];
-    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
-    cfg.chunk_bytes = 256 << 10;
-    harness_fake_t f;
-    hoop_status_t st = harness_fake_join(&f, &cfg, &hoop_transport_ofi);
-    if (st)
-        return harness_fail(rank, "fake rank: joining the job", st);
-    static uint8_t hdr[64], body[256 << 10];
-    unsigned seed = 7;
-    for (size_t i = 0; i < sizeof(hdr); i++)
-        hdr[i] = (uint8_t)rand_r(&seed);
-    /* What rank 0 expects from rank 3 first: its step-0 chunk of segment 3. */
-    int rc = harness_fake_send(&f, hdr, sizeof(hdr), body, cfg.chunk_bytes, 20.0);
-    if (rc)
-        fprintf(stderr, "rank %d: fake rank: the garbage did not go: %s\n", rank, strerror(-rc));
-    double t0 = harness_now();
-    for (;;) {
-        int all = 1;
-        for (int r = 0; r < size; r++)
-            all &= r == rank || __atomic_load_n(&gboard->done[r], __ATOMIC_SEQ_CST);
-        if (all || harness_now() - t0 > 40.0)
-            break;
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    harness_fake_fini(&f);
-    return 0;
-}
-
-static int garbage_victim(hoop_comm_t *comm, int rank, int size, void *arg)
-{
-    float *in = malloc(GARBAGE_COUNT * sizeof(float)), *out = malloc(GARBAGE_COUNT * sizeof(float));
-    if (!in || !out)
-        return harness_failf(rank, "out of memory");
-    for (size_t i = 0; i < GARBAGE_COUNT; i++)
-        in[i] = (float)(i % 1024);
-    double t0 = harness_now();
-    hoop_status_t st = hoop_allreduce(comm, in, out, GARBAGE_COUNT, HOOP_F32, HOOP_SUM);
-    gboard->took[rank] = harness_now() - t0;
-    gboard->status[rank] = (int)st;
-    snprintf(gboard->why[rank], sizeof(gboard->why[rank]), "%s", st ? hoop_last_error() : "");
-    __atomic_store_n(&gboard->done[rank], 1, __ATOMIC_SEQ_CST);
-    free(in);
-    free(out);
-    return 0;
-}
-
 static void garbage_over(const char *prov)
 {
-    setenv("HOOP_TRANSPORT", "ofi", 1);
     setenv("HOOP_OFI_PROVIDER", prov, 1);
-    gboard = mmap(NULL, sizeof(*gboard), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
-                  0);
-    cr_assert(gboard != MAP_FAILED, "mmap");
-    memset(gboard, 0, sizeof(*gboard));
-    static harness_job_t job;
-    cr_assert(harness_job_init(&job), "%s", job.report);
-    hoop_config_t base;
-    hoop_config_init(&base);
-    base.timeout_s = 20.0;
-    base.chunk_bytes = 256 << 10;
-    for (int r = 0; r < GARBAGE_RANKS; r++) {
-        pid_t pid = r == GARBAGE_FAKE
-                        ? harness_spawn_raw(&job, r, GARBAGE_RANKS, garbage_fake, NULL)
-                        : harness_spawn_rank(&job, r, GARBAGE_RANKS, &base, garbage_victim, NULL);
-        cr_assert(pid > 0, "could not start rank %d", r);
-    }
-    bool ok = harness_wait(&job, 90, 15.0);
-    unsetenv("HOOP_TRANSPORT");
+    garbage_instead_of_a_frame(&hoop_transport_ofi, "ofi");
     unsetenv("HOOP_OFI_PROVIDER");
-    cr_assert(ok, "a rank crashed or hung:\n%s", job.report);
-    for (int r = 0; r < GARBAGE_RANKS; r++) {
-        if (r == GARBAGE_FAKE)
-            continue;
-        cr_log_info("rank %d: %s after %.3f s: %s", r,
-                    hoop_status_str((hoop_status_t)gboard->status[r]), gboard->took[r],
-                    gboard->why[r]);
-        cr_expect_eq(gboard->status[r], HOOP_ERR_PEER, "rank %d returned %s: %s", r,
-                     hoop_status_str((hoop_status_t)gboard->status[r]), gboard->why[r]);
-        cr_expect(strstr(gboard->why[r], "rank 3") != NULL, "rank %d does not name rank 3: %s",
-                  r, gboard->why[r]);
-        cr_expect_lt(gboard->took[r], 10.0, "rank %d took %.1f s", r, gboard->took[r]);
-    }
-    cr_expect(strstr(gboard->why[0], "not a hoop data frame") != NULL,
-              "rank 0, which read the bytes, does not say what they were: %s", gboard->why[0]);
-    munmap(gboard, sizeof(*gboard));
 }
 
 Test(ofi, garbage_instead_of_a_frame_over_tcp, .timeout = 150)
@@ -319,81 +221,30 @@ Test(ofi, ranks_that_write_and_ranks_that_send_are_a_mismatch, .timeout = 90)
     refused(&s, 3);
 }
 
-#define MR_COUNT (1u << 20) /* f32, 4 MiB: four chunks of 1 MiB, every one written */
-
-static struct ofi_tp *mr_tp(hoop_comm_t *comm)
+static unsigned long ofi_regs(hoop_comm_t *comm)
 {
-    return (struct ofi_tp *)((struct hoop_comm *)comm)->ring.tp;
-}
-
-/* One allreduce of n floats in buf (in place) whose exact sum is checked;
- * seed makes each call's values its own. */
-static int mr_allreduce(hoop_comm_t *comm, int rank, int size, float *buf, size_t n, int seed)
-{
-    for (size_t i = 0; i < n; i++)
-        buf[i] = (float)((i * 7 + (size_t)seed * 13 + (size_t)rank) % 251);
-    hoop_status_t st = hoop_allreduce(comm, buf, buf, n, HOOP_F32, HOOP_SUM);
-    if (st)
-        return harness_fail(rank, "hoop_allreduce", st);
-    for (size_t i = 0; i < n; i++) {
-        float want = 0;
-        for (int r = 0; r < size; r++)
-            want += (float)((i * 7 + (size_t)seed * 13 + (size_t)r) % 251);
-        if (buf[i] != want)
-            return harness_failf(rank, "call %d: element %zu is %g, not %g", seed, i,
-                                 (double)buf[i], (double)want);
-    }
-    return 0;
+    return ((struct ofi_tp *)((struct hoop_comm *)comm)->ring.tp)->mr.regs;
 }
 
 /* A buffer used again is not registered again; memory freed and mapped
- * anew at the same address (smaller, the same, and larger) gives exact
- * results; and a larger mapping there is registered for what it adds. */
+ * anew at the same address gives exact results (remap.c); and a larger
+ * mapping there is registered for what it adds. */
 static int mr_rank(hoop_comm_t *comm, int rank, int size, void *arg)
 {
     (void)arg;
-    struct ofi_tp *tp = mr_tp(comm);
+    struct ofi_tp *tp = (struct ofi_tp *)((struct hoop_comm *)comm)->ring.tp;
     if (!tp->write_min)
         return harness_failf(rank, "the provider cannot write here: nothing to test");
-    size_t bytes = MR_COUNT * sizeof(float);
-    float *buf = mmap(NULL, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED)
-        return harness_failf(rank, "mmap: %s", strerror(errno));
-    munmap(buf + MR_COUNT, bytes); /* the upper half free: room to grow in place */
-    int rc = mr_allreduce(comm, rank, size, buf, MR_COUNT, 0);
-    unsigned long first = tp->mr.regs;
-    for (int k = 1; k <= 10 && !rc; k++)
-        rc = mr_allreduce(comm, rank, size, buf, MR_COUNT, k);
-    if (!rc && tp->mr.regs != first)
+    struct remap_counts n;
+    int rc = remap_run(comm, rank, size, ofi_regs, &n);
+    if (!rc && n.reused != n.first)
         rc = harness_failf(rank, "10 more calls on the same buffer made %lu registrations",
-                           tp->mr.regs - first);
-    /* Freed, and new memory at the same address: new pages, new contents. */
-    munmap(buf, bytes);
-    float *again = rc ? MAP_FAILED : mmap(buf, bytes, PROT_READ | PROT_WRITE,
-                                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
-                                            -1, 0);
-    if (!rc && again != buf)
-        rc = harness_failf(rank, "could not map again at %p", (void *)buf);
-    for (int k = 20; k <= 22 && !rc; k++)
-        rc = mr_allreduce(comm, rank, size, again, MR_COUNT, k);
-    /* Larger, at the same address: what it adds is registered too. */
-    unsigned long before = tp->mr.regs;
-    if (!rc) {
-        munmap(again, bytes);
-        again = mmap(buf, 2 * bytes, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-        if (again != buf)
-            rc = harness_failf(rank, "could not map %zu bytes at %p", 2 * bytes, (void *)buf);
-    }
-    for (int k = 30; k <= 32 && !rc; k++)
-        rc = mr_allreduce(comm, rank, size, again, 2 * MR_COUNT, k);
-    if (!rc && tp->mr.regs == before)
+                           n.reused - n.first);
+    if (!rc && n.grown == n.remapped)
         rc = harness_failf(rank, "a buffer twice as large at the same address made no new "
                                  "registration");
-    if (again != MAP_FAILED)
-        munmap(again, rc ? bytes : 2 * bytes);
     fprintf(stderr, "rank %d: %lu registrations in all, %lu after the first call\n", rank,
-            tp->mr.regs, first);
+            tp->mr.regs, n.first);
     return rc;
 }
 

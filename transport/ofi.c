@@ -553,7 +553,7 @@ static void ofi_destroy(void *vtp)
      * registrations go. */
     if (tp->ep)
         fi_close(&tp->ep->fid);
-    hoop_ofi_mr_fini(tp);
+    hoop_mr_fini(&tp->mr);
     if (tp->cq)
         fi_close(&tp->cq->fid);
     if (tp->av)

@@ -13,6 +13,7 @@
 #define HOOP_TRANSPORT_OFI_H
 
 #include "common/wire.h"
+#include "transport/mr_cache.h"
 #include "transport/transport.h"
 
 #include <rdma/fabric.h>
@@ -104,7 +105,7 @@ struct ofi_op {
     uint64_t tag;
     struct iovec iov[OFI_IOV_MAX];
     void *desc[OFI_IOV_MAX];
-    struct ofi_mr_entry *mr[OFI_IOV_MAX]; /* the registrations behind desc, held until
+    struct hoop_mr *mr[OFI_IOV_MAX]; /* the registrations behind desc, held until
                                              completion */
     size_t niov;
     int is_send;
@@ -124,27 +125,6 @@ struct ofi_conn {
     int is_tx;
     fi_addr_t addr;
     uint32_t seq; /* messages posted on this connection so far */
-};
-
-/* A registration of [base, base + len) (ofi_mr.c). */
-struct ofi_mr_entry {
-    uintptr_t base;
-    size_t len;
-    struct fid_mr *mr;
-    void *desc;
-    uint64_t key;
-    uint64_t last_use;
-    int refs;                 /* operations holding it */
-    struct ofi_mr_entry *next;
-};
-
-struct ofi_mr_cache {
-    struct ofi_mr_entry *head;
-    int n;
-    uint64_t clock;
-    uint64_t next_key;        /* requested keys, where the provider does not pick them */
-    int across_calls;         /* kept once no operation holds them (see ofi_mr.c) */
-    unsigned long regs;       /* registrations made */
 };
 
 struct ofi_tp {
@@ -190,7 +170,8 @@ struct ofi_tp {
     int nwatch;
     uint64_t spin_ns;
     int spin_yield;
-    struct ofi_mr_cache mr;
+    struct hoop_mr_cache mr;    /* registrations (ofi_mr.c) */
+    uint64_t mr_next_key;       /* requested keys, where the provider does not pick them */
     char err_text[256];         /* the provider's account of the last failed operation */
 };
 
@@ -245,8 +226,6 @@ void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup);
 int hoop_ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len);
 int hoop_ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
                        void *region, size_t region_len);
-/* The registration of req's payload: all of its region when it has one. */
-int hoop_ofi_mr_req(struct ofi_tp *tp, const struct hoop_tp_req *req, struct ofi_mr_entry **out);
 /* Hand op to the provider, or queue it until there is room; 0 or -errno. */
 int hoop_ofi_op_start(struct ofi_tp *tp, struct ofi_op *op);
 /* Retry the queued operations in order; how many of them failed (their
@@ -285,13 +264,9 @@ int hoop_ofi_xfer_waits_for(const struct ofi_tp *tp, int peer);
  * reach memory by its virtual address when they do. */
 int hoop_ofi_prov_software(const char *prov);
 
-/* ofi_mr.c */
+/* ofi_mr.c: tp->mr, the registrations (mr_cache.h), set up for tp's
+ * provider. */
 void hoop_ofi_mr_init(struct ofi_tp *tp);
-/* A registration covering [buf, buf + len), held by the caller until
- * hoop_ofi_mr_put; registered on first use. 0 or -errno. */
-int hoop_ofi_mr_get(struct ofi_tp *tp, const void *buf, size_t len, struct ofi_mr_entry **out);
-void hoop_ofi_mr_put(struct ofi_tp *tp, struct ofi_mr_entry *e);
-void hoop_ofi_mr_fini(struct ofi_tp *tp);
 /* Let go of what op holds (its registrations), and of op itself. */
 void hoop_ofi_op_release(struct ofi_tp *tp, struct ofi_op *op);
 

@@ -399,7 +399,7 @@ void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup)
     if (tp->xfers)
         HOOP_WARN("rank %d: ofi transport: written messages left after the shutdown", tp->rank);
     else
-        hoop_ofi_mr_fini(tp);
+        hoop_mr_fini(&tp->mr);
 }
 
 void hoop_ofi_cancel(void *vtp)

@@ -57,7 +57,7 @@ void hoop_ofi_op_put(struct ofi_tp *tp, struct ofi_op *op)
 void hoop_ofi_op_release(struct ofi_tp *tp, struct ofi_op *op)
 {
     for (int i = 0; i < OFI_IOV_MAX; i++) {
-        hoop_ofi_mr_put(tp, op->mr[i]);
+        hoop_mr_put(&tp->mr, op->mr[i]);
         op->mr[i] = NULL;
     }
     hoop_ofi_op_put(tp, op);
@@ -168,8 +168,8 @@ int hoop_ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t l
     if (tp->mr_mode & FI_MR_LOCAL) {
         int in = region && (char *)buf >= (char *)region &&
                  (char *)buf + len <= (char *)region + region_len;
-        int rc = in ? hoop_ofi_mr_get(tp, region, region_len, &op->mr[i])
-                    : hoop_ofi_mr_get(tp, buf, len, &op->mr[i]);
+        int rc = in ? hoop_mr_get(&tp->mr, region, region_len, &op->mr[i])
+                    : hoop_mr_get(&tp->mr, buf, len, &op->mr[i]);
         if (rc)
             return rc;
         op->desc[i] = op->mr[i]->desc;

@@ -139,7 +139,7 @@ int hoop_ofi_write_irecv(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t s
     if (!x)
         return -ENOMEM;
     /* The payload's registration is held until the message ends. */
-    int rc = hoop_ofi_mr_req(tp, req, &x->mr[0]);
+    int rc = hoop_mr_get_req(&tp->mr, req, &x->mr[0]);
     if (rc)
         return xfer_abandon(tp, x, rc);
     int idx = -1;
@@ -156,7 +156,7 @@ int hoop_ofi_write_irecv(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t s
     tp->wslot[idx] = x;
     x->slot = idx;
     x->parts = 1; /* the write itself */
-    const struct ofi_mr_entry *m = x->mr[0];
+    const struct hoop_mr *m = x->mr[0];
     uint64_t addr = tp->mr_mode & FI_MR_VIRT_ADDR ? (uint64_t)(uintptr_t)req->buf
                                                   : (uint64_t)((uintptr_t)req->buf - m->base);
     uint32_t cookie = ((uint32_t)tp->wgen[idx] << 16) | (uint32_t)idx;
@@ -217,7 +217,7 @@ static int xfer_write(struct ofi_tp *tp, struct ofi_op *x, const uint8_t *cts)
     op->iov[0] = (struct iovec){.iov_base = q->buf, .iov_len = q->len};
     int rc = 0;
     if (tp->mr_mode & FI_MR_LOCAL) {
-        if (!(rc = hoop_ofi_mr_req(tp, q, &op->mr[0])))
+        if (!(rc = hoop_mr_get_req(&tp->mr, q, &op->mr[0])))
             op->desc[0] = op->mr[0]->desc;
     }
     /* Posted now, or queued behind others where the provider has no room
