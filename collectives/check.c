@@ -79,6 +79,7 @@ hoop_status_t hoop_coll_check_root(const hoop_comm_t *comm, const char *name, in
 
 hoop_status_t hoop_coll_end(hoop_comm_t *comm, hoop_status_t st)
 {
+    hoop_ring_call_end(&comm->ring);
     if (st && st != HOOP_ERR_INVALID) {
         st = hoop_comm_fail(comm, st);
         comm->broken = st;

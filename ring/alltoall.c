@@ -113,5 +113,5 @@ fail:
                       "rank %d: alltoall #%llu (%zu x %s per rank): %s rank %d (%s) failed: %s", me,
                       (unsigned long long)seq, count, hoop_dtype_str(dtype),
                       dir ? "receive from" : "send to", bad_peer,
-                      bad_peer >= 0 ? r->peers[bad_peer].host : "?", hoop_errno_str(err));
+                      bad_peer >= 0 ? r->peers[bad_peer].host : "?", hoop_ring_errno_str(r, err));
 }

@@ -98,6 +98,13 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
         if (s->recv_buf && s->recv_off + s->recv_len > extent[s->recv_buf])
             extent[s->recv_buf] = s->recv_off + s->recv_len;
     }
+    /* In place, input and output are one buffer: one region, not a short
+     * one for the first sends and a longer one after. */
+    if (x.bufs[HOOP_BUF_INPUT] == x.bufs[HOOP_BUF_OUTPUT]) {
+        size_t m = extent[HOOP_BUF_INPUT] > extent[HOOP_BUF_OUTPUT] ? extent[HOOP_BUF_INPUT]
+                                                                      : extent[HOOP_BUF_OUTPUT];
+        extent[HOOP_BUF_INPUT] = extent[HOOP_BUF_OUTPUT] = m;
+    }
     struct rmeta meta[HOOP_RING_DEPTH_MAX];
     uint64_t slot_free = D >= 64 ? ~0ull : ((1ull << D) - 1);
     unsigned char slot_of[HOOP_RING_DEPTH_MAX];
@@ -281,5 +288,5 @@ fail:;
     else
         snprintf(peer, sizeof(peer), "waiting on %s and %s", r->prev_desc, r->next_desc);
     return hoop_error(hoop_status_from_errno(err), "rank %d: %s failed in %s: %s: %s", r->rank,
-                      what, step, peer, hoop_errno_str(err));
+                      what, step, peer, hoop_ring_errno_str(r, err));
 }

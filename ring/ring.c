@@ -199,6 +199,22 @@ int hoop_ring_progress(struct hoop_ring *r, uint64_t deadline_ns)
     }
 }
 
+void hoop_ring_call_end(struct hoop_ring *r)
+{
+    if (r->ops && r->tp && r->ops->call_end)
+        r->ops->call_end(r->tp);
+}
+
+const char *hoop_ring_errno_str(struct hoop_ring *r, int err)
+{
+    static _Thread_local char text[768];
+    const char *why = r->ops && r->tp && r->ops->last_error ? r->ops->last_error(r->tp) : NULL;
+    if (!why || !*why)
+        return hoop_errno_str(err);
+    snprintf(text, sizeof(text), "%s (%s)", hoop_errno_str(err), why);
+    return text;
+}
+
 hoop_status_t hoop_ring_reserve_work(struct hoop_ring *r, size_t bytes)
 {
     if (bytes <= r->work_bytes)

@@ -95,6 +95,11 @@ hoop_status_t hoop_ring_watch(struct hoop_ring *r, int fd);
  * by a watched descriptor goes to on_wake, and the wait goes on when that
  * says so. Returns what progress returns. */
 int hoop_ring_progress(struct hoop_ring *r, uint64_t deadline_ns);
+/* The collective that ran on r has ended (collectives/check.c). */
+void hoop_ring_call_end(struct hoop_ring *r);
+/* What a request's -errno says, and the transport's own word on it when it
+ * has one (transport.h: last_error); valid until the next call. */
+const char *hoop_ring_errno_str(struct hoop_ring *r, int err);
 
 /* The ring collectives. Each needs size >= 2; counts may be 0. On failure
  * the transport is cancelled: the ring must not be used again. */

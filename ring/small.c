@@ -257,5 +257,5 @@ fail:
     return hoop_error(hoop_status_from_errno(err),
                       "rank %d: allreduce #%llu (%zu x %s %s, small-message path) failed %s: rank "
                       "%d (%s): %s", me, (unsigned long long)seq, count, hoop_dtype_str(dtype),
-                      hoop_op_str(op), phase, bad, host, hoop_errno_str(err));
+                      hoop_op_str(op), phase, bad, host, hoop_ring_errno_str(r, err));
 }

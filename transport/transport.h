@@ -57,6 +57,7 @@ struct hoop_tp_req {
     int state;                 /* HOOP_REQ_PENDING, 0 when complete, or -errno */
     struct hoop_tp_req *next;  /* the transport's queue */
     uint64_t lent;             /* the transport's: zero-copy sends it waits on (tcp_queue.c) */
+    void *held;                /* the transport's: the registration a send holds (verbs) */
 };
 
 static inline size_t hoop_tp_req_total(const struct hoop_tp_req *r)
@@ -120,6 +121,14 @@ struct hoop_transport_ops {
      * with yield set they give up the CPU between looks (for ranks that
      * outnumber the CPUs, where the rank being waited for needs it). */
     void (*set_busy_poll)(void *tp, uint64_t ns, int yield);
+    /* Optional: a sentence on the transport's first failure that its errno
+     * does not tell (a verbs work completion's status and what to check),
+     * or NULL; the ring adds it to the sentence of the request that failed. */
+    const char *(*last_error)(void *tp);
+    /* Optional: a collective call has ended, and no request of it is left;
+     * the caller may now free or reuse the memory it passed (a transport
+     * that registers memory lets go of what it registered of it). */
+    void (*call_end)(void *tp);
 };
 
 /* The transport called `name` (HOOP_TRANSPORT), or NULL. */
@@ -132,5 +141,6 @@ void hoop_transport_list(char *out, size_t n);
 
 extern const struct hoop_transport_ops hoop_transport_tcp;
 extern const struct hoop_transport_ops hoop_transport_ofi;
+extern const struct hoop_transport_ops hoop_transport_verbs;
 
 #endif
