@@ -213,7 +213,7 @@ static void usage(FILE *f)
                "  -S, --sweep VAR=V1,V2,... run everything once per value of the HOOP_* variable\n"
                "                           VAR, a fresh communicator each time, and end with a\n"
                "                           table of the values' bus bandwidths\n"
-               "  -T, --transport NAME     tcp, ofi or auto: HOOP_TRANSPORT for this run (the\n"
+               "  -T, --transport NAME     tcp, ofi, verbs or auto: HOOP_TRANSPORT for this run (the\n"
                "                           header names the transport and provider used)\n"
                "      --params             list the HOOP_* environment variables and exit\n"
                "  -h, --help               show this help and exit\n"

@@ -468,6 +468,12 @@ const char *harness_transport(void)
     return t && *t ? t : "auto";
 }
 
+int harness_emulated(void)
+{
+    const char *v = getenv("HOOP_TEST_VM");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 const char *harness_ofi_provider(void)
 {
     const char *p = getenv("HOOP_OFI_PROVIDER");

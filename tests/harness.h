@@ -106,6 +106,9 @@ int harness_fake_send(harness_fake_t *f, const void *hdr, size_t hdr_len, const 
  * ...; unset means the library's default), and for ofi the provider asked
  * for (HOOP_OFI_PROVIDER, else FI_PROVIDER; "" when neither). */
 const char *harness_transport(void);
+/* 1 when the suite runs in the emulated guest of tests/vm (HOOP_TEST_VM),
+ * where a 64 MiB allreduce of 4 ranks takes seconds, not a fraction of one. */
+int harness_emulated(void);
 const char *harness_ofi_provider(void);
 
 /* Skip the calling test, saying why, where the suite runs over libfabric's

@@ -7,6 +7,7 @@
 static const struct hoop_transport_ops *const hoop_transports[] = {
     &hoop_transport_tcp,
     &hoop_transport_ofi,
+    &hoop_transport_verbs,
 };
 
 void hoop_transport_list(char *out, size_t n)

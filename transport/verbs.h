@@ -1,0 +1,166 @@
+/* verbs.h - the RDMA verbs transport's objects, shared by its set-up
+ * (verbs.c: device, port and GID, RC queue pairs and their states), its
+ * data path (verbs_data.c: slots, credits, completions and waits) and its
+ * memory registrations (verbs_mr.c).
+ *
+ * Each connection is one RC queue pair and, beside it, a connection of the
+ * tcp transport (the side channel): the queue pairs' numbers, GIDs,
+ * addresses and keys are swapped over it, and its end of stream is how a
+ * rank learns at once that its peer's process has gone (an RC queue pair
+ * learns it only after its retries, seconds later).
+ *
+ * The data path: a message (header and payload) goes as 8 bytes of total
+ * length and then its bytes, cut into fragments of at most a slot. The
+ * sender writes a fragment, with RDMA WRITE WITH IMM, into the receiver's
+ * receive slot of the same index as its send slot; the immediate names the
+ * slot and the fragment's length. What the fragment holds of the length
+ * and header is copied into the registered send slot; its payload too for
+ * small messages, while a payload of at least HOOP_IB_ZCOPY_BYTES goes
+ * straight from the caller's memory, registered through the transports'
+ * cache (mr_cache.h), as the write's second scatter-gather element. The
+ * receiver copies the fragment out into the posted receive, in order, and
+ * gives the slot back with a write of no bytes whose immediate carries how
+ * many slots it frees (a credit). A sender never has more fragments under
+ * way than the receiver has slots. */
+#ifndef HOOP_TRANSPORT_VERBS_H
+#define HOOP_TRANSPORT_VERBS_H
+
+#include "transport/mr_cache.h"
+#include "transport/transport.h"
+
+#include <infiniband/verbs.h>
+#include <stdint.h>
+
+#define VERBS_SLOTS 16                 /* receive slots per connection */
+#define VERBS_SLOT_BYTES (128u << 10)  /* bytes per slot */
+#define VERBS_HANDLE_VERSION 1
+#define VERBS_INFO_BYTES 44            /* a queue pair's description, on the side channel */
+
+/* The immediate: kind (2 bits), slot (6 bits), length (24 bits). */
+#define VERBS_IMM_DATA 1u
+#define VERBS_IMM_CREDIT 2u
+#define VERBS_IMM(kind, slot, len) (((uint32_t)(kind) << 30) | ((uint32_t)(slot) << 24) | (uint32_t)(len))
+#define VERBS_IMM_KIND(imm) ((imm) >> 30)
+#define VERBS_IMM_SLOT(imm) (((imm) >> 24) & 0x3f)
+#define VERBS_IMM_LEN(imm) ((imm) & 0xffffff)
+
+/* A send work request's id is its number on the connection; a receive's
+ * is this. */
+#define VERBS_WR_RECV UINT64_MAX
+#define VERBS_SIGNAL_EVERY 8
+
+struct verbs_tp;
+
+/* A connection's set-up, finished by progress (verbs.c: hoop_verbs_conn_advance):
+ * connect and accept only start it, since a rank connects to its next
+ * neighbour before it accepts from its previous one, and a peer answers
+ * only once it is past its own connects. */
+enum verbs_conn_state {
+    VERBS_CONN_INFO,  /* descriptions under way on the side channel */
+    VERBS_CONN_READY, /* queue pair at RTS, receives posted; ready bytes under way */
+    VERBS_CONN_RUN,   /* data moves */
+};
+
+struct verbs_conn {
+    struct verbs_tp *tp;
+    struct verbs_conn *next_conn;
+    int peer;
+    int channel;
+    char peer_host[64];
+    enum verbs_conn_state state;
+    void *side;                  /* the tcp transport's connection */
+    struct hoop_tp_req hs_out, hs_in; /* the set-up's side-channel messages */
+    uint8_t info_out[VERBS_INFO_BYTES], info_in[VERBS_INFO_BYTES];
+    uint8_t ready_out, ready_in;
+    uint32_t psn;
+    struct hoop_tp_req bye;      /* a receive on the side channel that ends only when
+                                    the peer's process goes (or leaves) */
+    uint8_t bye_byte;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+    struct ibv_mr *rx_mr, *tx_mr;
+    uint8_t *rx, *tx;            /* VERBS_SLOTS slots each */
+    uint64_t peer_rx;            /* the peer's receive slots: address, key */
+    uint32_t peer_rkey;
+    int err;                     /* the connection's first failure (-errno), or 0 */
+    /* Sending. */
+    struct hoop_tp_req *sq_head, *sq_tail; /* sends not yet written out */
+    struct hoop_tp_req *sw_head, *sw_tail; /* sends written out, awaiting their completions */
+    size_t tx_off;               /* bytes of sq_head written (8 of length first) */
+    int credits;                 /* the peer's free slots */
+    int tx_oldest;               /* the oldest send slot whose write has not completed */
+    int tx_busy;                 /* slots from there on whose writes have not completed */
+    uint64_t slot_wr[VERBS_SLOTS]; /* per busy slot: the number of its write */
+    /* Work requests on the send queue, numbered as posted; only some are
+     * signalled (the last fragment of a message, and one in
+     * VERBS_SIGNAL_EVERY), and a signalled one's completion completes every
+     * one before it (an RC queue pair completes in order). */
+    uint64_t wr_posted;          /* posted so far */
+    uint64_t wr_done;            /* of those, known complete */
+    int unsignaled;              /* posted since the last signalled one */
+    /* Receiving. */
+    struct hoop_tp_req *rq_head, *rq_tail; /* receives in order */
+    uint32_t rx_len[VERBS_SLOTS];/* per slot: the fragment's length, once arrived */
+    int rx_arrived;              /* fragments arrived, not yet taken */
+    int rx_next;                 /* the next slot to take */
+    size_t rx_off;               /* bytes of the message being taken (8 of length first) */
+    uint64_t rx_total;           /* its length, once the first 8 bytes are in */
+    uint8_t rx_lenbuf[8];
+    int rx_skip;                 /* the message being taken has no receive: its bytes go */
+    int credit_owed;             /* slots taken, not yet given back */
+};
+
+struct verbs_tp {
+    int rank;
+    int size;
+    const struct hoop_transport_ops *side_ops;
+    void *side;                  /* the tcp transport */
+    struct ibv_context *ctx;
+    struct ibv_pd *pd;
+    struct ibv_comp_channel *chan;
+    char dev_name[64];
+    uint8_t port;
+    int gid_index;
+    union ibv_gid gid;
+    uint16_t lid;
+    int link_layer;
+    enum ibv_mtu mtu;
+    unsigned timeout, retry_cnt, rnr_retry;
+    struct verbs_conn *conns;
+    int nconns;
+    int inflight;
+    uint64_t spin_ns;
+    int spin_yield;
+    struct hoop_mr_cache mr;     /* registrations of the callers' send buffers */
+    size_t zcopy_min;            /* HOOP_IB_ZCOPY_BYTES (0: every payload copied) */
+    int odp;                     /* the device pages on demand (kept across calls) */
+    int zcopy_failed;            /* a registration failed: said once, then copies */
+    int *watch;                  /* the caller's descriptors */
+    int nwatch;
+    char desc[160];
+    char why[512];               /* the first failure, in a sentence (last_error) */
+};
+
+/* verbs.c: move c's set-up on as far as what has arrived allows. How many
+ * requests ended: those queued on c when its set-up failed (said in the
+ * log; c->err says how). */
+int hoop_verbs_conn_advance(struct verbs_conn *c);
+
+/* verbs_mr.c: tp->mr, the registrations of send buffers, set up for tp's
+ * device (whether it pages on demand). */
+void hoop_verbs_mr_init(struct verbs_tp *tp);
+
+/* verbs_data.c */
+/* Keep the first failure's sentence (printf-like) for last_error, and log it. */
+void hoop_verbs_note(struct verbs_tp *tp, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int hoop_verbs_isend(void *conn, struct hoop_tp_req *req);
+int hoop_verbs_irecv(void *conn, struct hoop_tp_req *req);
+int hoop_verbs_progress(void *tp, uint64_t deadline_ns);
+/* Post the connection's receives, once it is ready to run: 0 or -errno. */
+int hoop_verbs_conn_start(struct verbs_conn *c);
+/* Fail every request of c with err (c->err keeps the first); how many
+ * there were. */
+int hoop_verbs_conn_fail(struct verbs_conn *c, int err);
+
+#endif
