@@ -540,6 +540,18 @@ static void verbs_close(void *vconn)
         ibv_dereg_mr(c->tx_mr);
     free(c->rx);
     free(c->tx);
+    c->qp = NULL;
+    c->cq = NULL;
+    c->rx_mr = c->tx_mr = NULL;
+    c->rx = c->tx = NULL;
+    /* The side channel's watch (or the set-up's messages) still wait on it:
+     * it is shut with the others at destroy, before its requests go. */
+    if (c->side && (c->bye.state == HOOP_REQ_PENDING || c->hs_in.state == HOOP_REQ_PENDING ||
+                    c->hs_out.state == HOOP_REQ_PENDING)) {
+        c->next_conn = tp->closed;
+        tp->closed = c;
+        return;
+    }
     if (c->side)
         tp->side_ops->close(c->side);
     free(c);
@@ -581,6 +593,14 @@ static void verbs_destroy(void *vtp)
         return;
     while (tp->conns)
         verbs_close(tp->conns);
+    if (tp->closed)
+        tp->side_ops->cancel(tp->side); /* ends the requests still on their side channels */
+    while (tp->closed) {
+        struct verbs_conn *c = tp->closed;
+        tp->closed = c->next_conn;
+        tp->side_ops->close(c->side);
+        free(c);
+    }
     hoop_mr_fini(&tp->mr);
     tp->side_ops->destroy(tp->side);
     if (tp->chan)

@@ -128,6 +128,7 @@ struct verbs_tp {
     unsigned timeout, retry_cnt, rnr_retry;
     struct verbs_conn *conns;
     int nconns;
+    struct verbs_conn *closed;   /* closed, their side channels shut at destroy */
     int inflight;
     uint64_t spin_ns;
     int spin_yield;

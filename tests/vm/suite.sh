@@ -6,8 +6,11 @@
 #
 #   tests/vm/suite.sh BUILD_DIR [CRITERION_ARG...]
 #
-# HOOP_TRANSPORT=verbs is set for the suite; other HOOP_* variables of the
-# caller reach it too (in the guest through run.sh -e). Exit status: the
+# HOOP_TRANSPORT=verbs is set for the suite; the caller's other HOOP_*
+# variables and ASAN_OPTIONS, LSAN_OPTIONS, UBSAN_OPTIONS and TSAN_OPTIONS
+# reach it too (in the guest through run.sh -e). A sanitizer build's
+# runtime goes into the guest when its tests are named in
+# HOOP_TEST_VM_BINS (build/asan/hoop_tests). Exit status: the
 # suite's; 0 with a line saying why when neither a device nor the guest can
 # run here (no qemu, no network for the guest's packages), unless
 # HOOP_TEST_REQUIRE_VERBS=1, which makes that a failure (77).
@@ -35,12 +38,13 @@ if [ -n "$native" ]; then
     exit $?
 fi
 
-# In the guest: the caller's HOOP_* variables, then the suite's own.
+# In the guest: the caller's HOOP_* and sanitizer variables, then the
+# suite's own.
 envs=()
 while IFS= read -r kv; do
     case "$kv" in HOOP_TEST_VM_*) continue ;; esac
     envs+=(-e "$kv")
-done < <(env | grep -E '^HOOP_[A-Za-z0-9_]*=' || true)
+done < <(env | grep -E '^(HOOP_[A-Za-z0-9_]*|[AULT]SAN_OPTIONS)=' || true)
 envs+=(-e HOOP_TRANSPORT=verbs -e "HOOP_BUILD_DIR=$build" -e "HOOP_SOURCE_DIR=$repo")
 cmd=("$build/hoop_tests" "$@")
 echo "tests/vm/suite.sh: no RDMA device here; the verbs suite in a qemu guest with Soft-RoCE (rxe0)"
