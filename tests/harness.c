@@ -468,6 +468,29 @@ const char *harness_transport(void)
     return t && *t ? t : "auto";
 }
 
+static int32_t checked_input(int rank, size_t i)
+{
+    return (int32_t)((i * 2654435761u + (size_t)rank * 40503u) % 1000u);
+}
+
+int harness_allreduce_i32_checked(hoop_comm_t *comm, int rank, int size, int32_t *buf, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] = checked_input(rank, i);
+    hoop_status_t st = hoop_allreduce(comm, buf, buf, n, HOOP_I32, HOOP_SUM);
+    if (st)
+        return harness_fail(rank, "hoop_allreduce", st);
+    for (size_t i = 0; i < n; i++) {
+        int32_t w = 0;
+        for (int r = 0; r < size; r++)
+            w += checked_input(r, i);
+        if (buf[i] != w)
+            return harness_failf(rank, "allreduce of %zu: element %zu is %d, not %d", n, i, buf[i],
+                                 w);
+    }
+    return 0;
+}
+
 int harness_emulated(void)
 {
     const char *v = getenv("HOOP_TEST_VM");

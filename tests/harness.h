@@ -109,6 +109,10 @@ const char *harness_transport(void);
 /* 1 when the suite runs in the emulated guest of tests/vm (HOOP_TEST_VM),
  * where a 64 MiB allreduce of 4 ranks takes seconds, not a fraction of one. */
 int harness_emulated(void);
+
+/* An in-place i32 sum of n elements of buf, whose inputs every rank can
+ * compute (filled here), checked exactly: 0, or a harness_failf. */
+int harness_allreduce_i32_checked(hoop_comm_t *comm, int rank, int size, int32_t *buf, size_t n);
 const char *harness_ofi_provider(void);
 
 /* Skip the calling test, saying why, where the suite runs over libfabric's

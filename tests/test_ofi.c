@@ -23,11 +23,6 @@
 
 #define OFI_COUNT ((1u << 20) + 7) /* i32: crosses chunks */
 
-static int32_t ofi_input(int rank, size_t i)
-{
-    return (int32_t)((i * 2654435761u + (size_t)rank * 40503u) % 1000u);
-}
-
 /* The communicator runs over ofi with the provider asked for; a ring
  * allreduce, a small one (direct connections) and an alltoall come out
  * exact. */
@@ -44,22 +39,8 @@ static int ofi_rank(hoop_comm_t *comm, int rank, int size, void *arg)
         return harness_failf(rank, "out of memory");
     int rc = 0;
     size_t counts[2] = {OFI_COUNT, 13};
-    for (int k = 0; k < 2 && !rc; k++) {
-        size_t n = counts[k];
-        for (size_t i = 0; i < n; i++)
-            buf[i] = ofi_input(rank, i);
-        hoop_status_t st = hoop_allreduce(comm, buf, buf, n, HOOP_I32, HOOP_SUM);
-        if (st)
-            rc = harness_fail(rank, "hoop_allreduce", st);
-        for (size_t i = 0; i < n && !rc; i++) {
-            int32_t w = 0;
-            for (int r = 0; r < size; r++)
-                w += ofi_input(r, i);
-            if (buf[i] != w)
-                rc = harness_failf(rank, "allreduce of %zu: element %zu is %d, not %d", n, i,
-                                   buf[i], w);
-        }
-    }
+    for (int k = 0; k < 2 && !rc; k++)
+        rc = harness_allreduce_i32_checked(comm, rank, size, buf, counts[k]);
     for (int r = 0; r < size && !rc; r++)
         for (int i = 0; i < 1000; i++)
             a2a[r * 1000 + i] = rank * 100000 + r * 1000 + i;

@@ -48,11 +48,6 @@ static void need_device(void)
                      "a guest with a Soft-RoCE device (the verbs-vm pass) where qemu can run");
 }
 
-static int32_t verbs_input(int rank, size_t i)
-{
-    return (int32_t)((i * 2654435761u + (size_t)rank * 40503u) % 1000u);
-}
-
 /* Counts: none, one, odd across a slot's edge, many slots and chunks. */
 static const size_t verbs_counts[] = {0, 1, 32767, (1u << 20) + 7};
 
@@ -66,22 +61,8 @@ static int verbs_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     if (!buf)
         return harness_failf(rank, "out of memory");
     int rc = 0;
-    for (size_t k = 0; k < sizeof(verbs_counts) / sizeof(verbs_counts[0]) && !rc; k++) {
-        size_t n = verbs_counts[k];
-        for (size_t i = 0; i < n; i++)
-            buf[i] = verbs_input(rank, i);
-        hoop_status_t st = hoop_allreduce(comm, buf, buf, n, HOOP_I32, HOOP_SUM);
-        if (st)
-            rc = harness_fail(rank, "hoop_allreduce", st);
-        for (size_t i = 0; i < n && !rc; i++) {
-            int32_t w = 0;
-            for (int r = 0; r < size; r++)
-                w += verbs_input(r, i);
-            if (buf[i] != w)
-                rc = harness_failf(rank, "allreduce of %zu: element %zu is %d, not %d", n, i,
-                                   buf[i], w);
-        }
-    }
+    for (size_t k = 0; k < sizeof(verbs_counts) / sizeof(verbs_counts[0]) && !rc; k++)
+        rc = harness_allreduce_i32_checked(comm, rank, size, buf, verbs_counts[k]);
     free(buf);
     return rc;
 }

@@ -151,6 +151,8 @@ static hoop_status_t verbs_open(struct verbs_tp *tp)
     return HOOP_OK;
 }
 
+static void verbs_destroy(void *vtp);
+
 static hoop_status_t verbs_create(const struct hoop_tp_params *p, void **out)
 {
     struct verbs_tp *tp = calloc(1, sizeof(*tp));
@@ -206,15 +208,7 @@ static hoop_status_t verbs_create(const struct hoop_tp_params *p, void **out)
     *out = tp;
     return HOOP_OK;
 fail:
-    if (tp->side)
-        tp->side_ops->destroy(tp->side);
-    if (tp->chan)
-        ibv_destroy_comp_channel(tp->chan);
-    if (tp->pd)
-        ibv_dealloc_pd(tp->pd);
-    if (tp->ctx)
-        ibv_close_device(tp->ctx);
-    free(tp);
+    verbs_destroy(tp);
     return st;
 }
 
@@ -601,8 +595,10 @@ static void verbs_destroy(void *vtp)
         tp->side_ops->close(c->side);
         free(c);
     }
-    hoop_mr_fini(&tp->mr);
-    tp->side_ops->destroy(tp->side);
+    if (tp->pd)
+        hoop_mr_fini(&tp->mr);
+    if (tp->side)
+        tp->side_ops->destroy(tp->side);
     if (tp->chan)
         ibv_destroy_comp_channel(tp->chan);
     if (tp->pd)
