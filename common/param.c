@@ -45,6 +45,8 @@ static const struct hoop_param hoop_params[] = {
     {"HOOP_TCP_USER_TIMEOUT", "30", "Seconds unacknowledged data may wait before TCP declares the peer dead (TCP_USER_TIMEOUT)."},
     {"HOOP_REDUCE_ISA", "auto", "Reduction kernels: auto (the widest instruction set this CPU runs), avx512, avx2 or generic (x86-64; elsewhere only generic)."},
     {"HOOP_URING_ENTRIES", "64", "Submission queue entries of each io_uring."},
+    {"HOOP_URING_SETUP", "coop", "How the TCP engine's io_uring is made: coop (COOP_TASKRUN: completions run at the next entry into the kernel), plain (no flags), defer (SINGLE_ISSUER|DEFER_TASKRUN: only the thread that made the communicator may drive it), sqpoll (a kernel thread polls submissions; costs a CPU). Refused flags fall back to plain."},
+    {"HOOP_URING_SUBMIT", "batch", "When the TCP engine's io_uring transfers enter the kernel: batch (once per progress call, every one queued since) or each (as soon as it is queued)."},
     {"HOOP_LOG_LEVEL", "warn", "Log on stderr: error, warn, info or debug."},
 };
 

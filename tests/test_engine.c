@@ -423,3 +423,42 @@ Test(engine, bad_nsocks_is_invalid, .timeout = 60)
                               report, sizeof report);
     cr_assert(ok, "%s", report);
 }
+
+/* Every way of making the io_uring (HOOP_URING_SETUP) and of submitting to
+ * it (HOOP_URING_SUBMIT) keeps the order on the wire; a kernel that refuses
+ * a setup's flags gets a plain ring, said in the log. */
+Test(engine, uring_setups_and_submissions_in_order, .timeout = 300)
+{
+    static const char *const setups[][2] = {
+        {"plain", "batch"}, {"defer", "batch"}, {"sqpoll", "batch"}, {"coop", "each"},
+        {"defer", "each"},
+    };
+    for (size_t i = 0; i < sizeof(setups) / sizeof(setups[0]); i++) {
+        setenv("HOOP_URING_SETUP", setups[i][0], 1);
+        setenv("HOOP_URING_SUBMIT", setups[i][1], 1);
+        cr_log_info("HOOP_URING_SETUP=%s HOOP_URING_SUBMIT=%s", setups[i][0], setups[i][1]);
+        run_engine("uring", "tcp/io_uring");
+    }
+}
+
+Test(engine, bad_uring_setup_is_invalid, .timeout = 60)
+{
+    setenv("HOOP_TCP_ENGINE", "uring", 1);
+    setenv("HOOP_URING_SETUP", "iopoll", 1);
+    char report[8192];
+    bool ok = harness_run_raw(2, invalid_setting_rank,
+                              "HOOP_URING_SETUP='iopoll' is not one of coop, plain, defer or "
+                              "sqpoll", 30.0, report, sizeof report);
+    cr_assert(ok, "%s", report);
+}
+
+Test(engine, bad_uring_submit_is_invalid, .timeout = 60)
+{
+    setenv("HOOP_TCP_ENGINE", "uring", 1);
+    setenv("HOOP_URING_SUBMIT", "later", 1);
+    char report[8192];
+    bool ok = harness_run_raw(2, invalid_setting_rank,
+                              "HOOP_URING_SUBMIT='later' is neither batch nor each", 30.0, report,
+                              sizeof report);
+    cr_assert(ok, "%s", report);
+}

@@ -117,6 +117,24 @@ static hoop_status_t tcp_create(const struct hoop_tp_params *p, void **out)
     if ((st = hoop_param_u64("HOOP_URING_ENTRIES", 4, 4096, &v)))
         goto err_free;
     tp->uring_entries = (unsigned)v;
+    static const char *const setups[] = {"coop", "plain", "defer", "sqpoll"};
+    const char *setup = hoop_param_str("HOOP_URING_SETUP");
+    tp->uring_setup = -1;
+    for (int i = 0; i < 4; i++)
+        if (strcmp(setup, setups[i]) == 0)
+            tp->uring_setup = i;
+    if (tp->uring_setup < 0) {
+        st = hoop_error(HOOP_ERR_INVALID, "rank %d: tcp transport: HOOP_URING_SETUP='%s' is not "
+                        "one of coop, plain, defer or sqpoll", p->rank, setup);
+        goto err_free;
+    }
+    const char *submit = hoop_param_str("HOOP_URING_SUBMIT");
+    if (strcmp(submit, "batch") != 0 && strcmp(submit, "each") != 0) {
+        st = hoop_error(HOOP_ERR_INVALID, "rank %d: tcp transport: HOOP_URING_SUBMIT='%s' is "
+                        "neither batch nor each", p->rank, submit);
+        goto err_free;
+    }
+    tp->uring_submit_each = strcmp(submit, "each") == 0;
     if ((st = tcp_engine_open(tp)))
         goto err_free;
     snprintf(tp->desc, sizeof(tp->desc), "tcp/%s", tp->eng->name);

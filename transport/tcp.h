@@ -75,6 +75,14 @@ struct tcp_engine {
     int (*watch)(struct tcp_tp *tp);
 };
 
+/* HOOP_URING_SETUP: how the io_uring of the TCP engine is made. */
+enum tcp_uring_setup {
+    TCP_URING_COOP,   /* COOP_TASKRUN | TASKRUN_FLAG: completions run at the next entry */
+    TCP_URING_PLAIN,  /* no flags: completions run by an interrupting task work */
+    TCP_URING_DEFER,  /* SINGLE_ISSUER | DEFER_TASKRUN: only when the waiter asks */
+    TCP_URING_SQPOLL, /* a kernel thread polls the submission queue */
+};
+
 extern const struct tcp_engine tcp_engine_uring;
 extern const struct tcp_engine tcp_engine_poll;
 
@@ -84,6 +92,8 @@ struct tcp_tp {
     unsigned inflight; /* busy directions, over every socket */
     unsigned lent_out; /* zero-copy transfers whose pages the kernel still holds */
     unsigned uring_entries;
+    int uring_setup;   /* HOOP_URING_SETUP (enum tcp_uring_setup) */
+    int uring_submit_each; /* HOOP_URING_SUBMIT=each: into the kernel at once, not at progress */
     int rank;
     int size;
     uint8_t token[HOOP_TOKEN_BYTES];

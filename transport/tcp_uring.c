@@ -9,6 +9,7 @@
 #include "transport/tcp.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/sock.h"
 
 #include <errno.h>
 #include <liburing.h>
@@ -78,12 +79,21 @@ static int tcp_uring_init(struct tcp_tp *tp)
     if (!e)
         return -ENOMEM;
     struct io_uring *ring = &e->ring;
-    /* COOP_TASKRUN: completions are run when we enter the kernel anyway, with
-     * no interrupting IPI; no SINGLE_ISSUER, because a communicator may be
-     * driven from different threads over its life. */
-    struct io_uring_params p = {.flags = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG};
+    /* coop (the default, bench/RESULTS.md): completions are run when we
+     * enter the kernel anyway, with no interrupting IPI. defer needs
+     * SINGLE_ISSUER: a communicator must then be driven by the thread that
+     * made it. */
+    static const unsigned flags[] = {
+        [TCP_URING_COOP] = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+        [TCP_URING_PLAIN] = 0,
+        [TCP_URING_DEFER] = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+        [TCP_URING_SQPOLL] = IORING_SETUP_SQPOLL,
+    };
+    struct io_uring_params p = {.flags = flags[tp->uring_setup], .sq_thread_idle = 100};
     int rc = io_uring_queue_init_params(tp->uring_entries, ring, &p);
-    if (rc == -EINVAL) {
+    if (rc == -EINVAL || (rc == -EPERM && tp->uring_setup == TCP_URING_SQPOLL)) {
+        HOOP_INFO("rank %d: tcp transport: this kernel refuses HOOP_URING_SETUP's flags (%s): a "
+                  "plain io_uring instead", tp->rank, hoop_errno_str(rc));
         memset(&p, 0, sizeof(p));
         rc = io_uring_queue_init_params(tp->uring_entries, ring, &p);
     }
@@ -160,6 +170,8 @@ static int tcp_uring_start(struct tcp_tp *tp, struct tcp_sock *s, int d)
         io_uring_prep_recvmsg(sqe, s->fd, &q->mh, hdr_left && r->check_first ? 0 : MSG_WAITALL);
     }
     io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)s | (uint64_t)d);
+    if (tp->uring_submit_each)
+        io_uring_submit(ring);
     return 0;
 }
 
