@@ -215,6 +215,7 @@ static void tcp_close(void *vc)
     if (!c)
         return;
     struct tcp_tp *tp = c->tp;
+    tcp_conn_quiesce(tp, c);
     for (struct tcp_conn **pp = &tp->conns; *pp; pp = &(*pp)->next_conn)
         if (*pp == c) {
             *pp = c->next_conn;

@@ -119,6 +119,11 @@ int tcp_irecv(void *conn, struct hoop_tp_req *req);
 int tcp_progress(void *tp, uint64_t deadline_ns);
 int tcp_watch(void *tp, int fd);
 void tcp_cancel(void *tp);
+/* Before connection c is freed: when requests are still queued on it (a
+ * receive left waiting for its peer), shut its sockets, let the engine give
+ * back what the kernel holds of them (5 s at most) and end them with
+ * -ECANCELED, so that nothing refers to c or to their buffers afterwards. */
+void tcp_conn_quiesce(struct tcp_tp *tp, struct tcp_conn *c);
 /* An engine's report on a busy direction: res bytes moved, 0 when the peer
  * closed, or -errno (-EAGAIN and -EINTR: nothing moved, try again).
  * Returns the number of requests it completed. */

@@ -8,6 +8,7 @@
  * complete. The first error of a socket sticks: every request queued on
  * it, and every later one, fails with it. */
 #include "transport/tcp.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -199,6 +200,33 @@ int tcp_watch(void *vtp, int fd)
     tp->watch = w;
     w[tp->nwatch++] = fd;
     return tp->eng->watch(tp);
+}
+
+void tcp_conn_quiesce(struct tcp_tp *tp, struct tcp_conn *c)
+{
+    int queued = 0;
+    for (int i = 0; i < c->nsocks; i++)
+        for (int d = 0; d < 2; d++)
+            queued |= c->socks[i].dir[d].head || c->socks[i].dir[d].lent_head;
+    if (!queued)
+        return;
+    for (int i = 0; i < c->nsocks; i++) {
+        /* Ends the kernel's transfers on it at once. */
+        shutdown(c->socks[i].fd, SHUT_RDWR);
+        if (!c->socks[i].err)
+            c->socks[i].err = -ECANCELED;
+    }
+    uint64_t deadline = hoop_now_ns() + 5000000000ull;
+    for (int busy = 1; busy && hoop_now_ns() < deadline;) {
+        busy = 0;
+        for (int i = 0; i < c->nsocks; i++)
+            busy |= c->socks[i].dir[TCP_TX].busy || c->socks[i].dir[TCP_RX].busy;
+        if (busy && tp->eng->progress(tp, hoop_now_ns() + 100000000ull) == -EDEADLK)
+            break;
+    }
+    for (int i = 0; i < c->nsocks; i++)
+        for (int d = 0; d < 2; d++)
+            tcp_fail_queue(&c->socks[i], d, -ECANCELED);
 }
 
 void tcp_cancel(void *vtp)

@@ -19,11 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *port_state_str(enum ibv_port_state s)
-{
-    return ibv_port_state_str(s);
-}
-
 /* A GID that carries an IPv4 address (::ffff:a.b.c.d). */
 static int gid_is_ipv4(const union ibv_gid *g)
 {
@@ -60,7 +55,7 @@ static uint8_t pick_port(struct ibv_context *ctx, unsigned want, struct ibv_port
         if (used < n)
             used += (size_t)snprintf(seen + used, n - used, "%s%s port %u %s", used ? ", " : "",
                                      ibv_get_device_name(ctx->device), p,
-                                     port_state_str(pa->state));
+                                     ibv_port_state_str(pa->state));
         if (pa->state == IBV_PORT_ACTIVE)
             return (uint8_t)p;
     }
@@ -108,10 +103,11 @@ static hoop_status_t verbs_open(struct verbs_tp *tp)
     ibv_free_device_list(devs);
     if (!tp->ctx)
         return hoop_error(HOOP_ERR_UNSUPPORTED,
-                          "rank %d: verbs transport: no ACTIVE port%s%s%s%s (found: %s; "
+                          "rank %d: verbs transport: no ACTIVE port%s%s%s (found: %s; "
                           "HOOP_IB_DEVICE and HOOP_IB_PORT choose one)", tp->rank,
-                          *want_dev ? " on device " : "", want_dev, want_port ? " at the port asked for" : "",
-                          "", seen[0] ? seen : "no device could be opened");
+                          *want_dev ? " on device " : "", want_dev,
+                          want_port ? " at the port asked for" : "",
+                          seen[0] ? seen : "no device could be opened");
     tp->link_layer = pa.link_layer;
     tp->lid = pa.lid;
     tp->mtu = pa.active_mtu;
@@ -231,7 +227,7 @@ static hoop_status_t verbs_listen(void *vtp, const struct sockaddr *local, sockl
 
 /* A queue pair's description: version, MTU, link layer, QP number, PSN,
  * GID, LID, and where its receive slots are. */
-static void info_put(const struct verbs_conn *c, uint32_t psn, uint8_t *p)
+static void info_put(const struct verbs_conn *c, uint8_t *p)
 {
     const struct verbs_tp *tp = c->tp;
     struct hoop_buf b = {.p = p, .len = VERBS_INFO_BYTES};
@@ -240,7 +236,7 @@ static void info_put(const struct verbs_conn *c, uint32_t psn, uint8_t *p)
     hoop_buf_put_u8(&b, (uint8_t)tp->link_layer);
     hoop_buf_put_u8(&b, 0);
     hoop_buf_put_u32(&b, c->qp->qp_num);
-    hoop_buf_put_u32(&b, psn);
+    hoop_buf_put_u32(&b, c->psn);
     hoop_buf_put_bytes(&b, tp->gid.raw, 16);
     hoop_buf_put_u16(&b, tp->lid);
     hoop_buf_put_u16(&b, 0);
@@ -325,7 +321,7 @@ static hoop_status_t conn_begin(struct verbs_tp *tp, struct verbs_conn *c)
         goto fail;
     }
     c->psn = (uint32_t)(hoop_now_ns() ^ ((uint64_t)tp->rank << 12)) & 0xffffff;
-    info_put(c, c->psn, c->info_out);
+    info_put(c, c->info_out);
     c->hs_out = (struct hoop_tp_req){.buf = c->info_out, .len = sizeof(c->info_out)};
     c->hs_in = (struct hoop_tp_req){.buf = c->info_in, .len = sizeof(c->info_in)};
     if ((err = tp->side_ops->irecv(c->side, &c->hs_in)) ||
@@ -461,7 +457,6 @@ static hoop_status_t conn_open(struct verbs_tp *tp, int peer, int channel, const
     snprintf(c->peer_host, sizeof(c->peer_host), "%s", peer_host);
     c->next_conn = tp->conns;
     tp->conns = c;
-    tp->nconns++;
     hoop_status_t st = conn_begin(tp, c);
     if (st) {
         verbs_close(c);
@@ -500,6 +495,15 @@ static hoop_status_t verbs_accept(void *vtp, int peer, int channel, const char *
     return conn_open(tp, peer, channel, peer_host, side, out);
 }
 
+/* The queue pair to ERR: what is posted is flushed, and the peer's writes
+ * into this rank are refused from now on. */
+static void qp_to_err(struct verbs_conn *c)
+{
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+    if (c->qp)
+        ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+}
+
 /* What the queue has been given back (a closed queue pair's flushes). */
 static void cq_empty(struct ibv_cq *cq)
 {
@@ -515,15 +519,12 @@ static void verbs_close(void *vconn)
     for (struct verbs_conn **pp = &tp->conns; *pp; pp = &(*pp)->next_conn)
         if (*pp == c) {
             *pp = c->next_conn;
-            tp->nconns--;
             break;
         }
     hoop_verbs_conn_fail(c, -ECANCELED);
-    if (c->qp) {
-        struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
-        ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+    qp_to_err(c);
+    if (c->qp)
         ibv_destroy_qp(c->qp);
-    }
     if (c->cq) {
         cq_empty(c->cq);
         ibv_destroy_cq(c->cq);
@@ -534,18 +535,7 @@ static void verbs_close(void *vconn)
         ibv_dereg_mr(c->tx_mr);
     free(c->rx);
     free(c->tx);
-    c->qp = NULL;
-    c->cq = NULL;
-    c->rx_mr = c->tx_mr = NULL;
-    c->rx = c->tx = NULL;
-    /* The side channel's watch (or the set-up's messages) still wait on it:
-     * it is shut with the others at destroy, before its requests go. */
-    if (c->side && (c->bye.state == HOOP_REQ_PENDING || c->hs_in.state == HOOP_REQ_PENDING ||
-                    c->hs_out.state == HOOP_REQ_PENDING)) {
-        c->next_conn = tp->closed;
-        tp->closed = c;
-        return;
-    }
+    /* Ends the side channel's watch (and the set-up's messages) first. */
     if (c->side)
         tp->side_ops->close(c->side);
     free(c);
@@ -571,10 +561,7 @@ static void verbs_cancel(void *vtp)
 {
     struct verbs_tp *tp = vtp;
     for (struct verbs_conn *c = tp->conns; c; c = c->next_conn) {
-        if (c->qp) {
-            struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
-            ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
-        }
+        qp_to_err(c);
         hoop_verbs_conn_fail(c, -ECANCELED);
     }
     tp->side_ops->cancel(tp->side);
@@ -587,14 +574,6 @@ static void verbs_destroy(void *vtp)
         return;
     while (tp->conns)
         verbs_close(tp->conns);
-    if (tp->closed)
-        tp->side_ops->cancel(tp->side); /* ends the requests still on their side channels */
-    while (tp->closed) {
-        struct verbs_conn *c = tp->closed;
-        tp->closed = c->next_conn;
-        tp->side_ops->close(c->side);
-        free(c);
-    }
     if (tp->pd)
         hoop_mr_fini(&tp->mr);
     if (tp->side)

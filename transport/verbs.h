@@ -127,8 +127,6 @@ struct verbs_tp {
     enum ibv_mtu mtu;
     unsigned timeout, retry_cnt, rnr_retry;
     struct verbs_conn *conns;
-    int nconns;
-    struct verbs_conn *closed;   /* closed, their side channels shut at destroy */
     int inflight;
     uint64_t spin_ns;
     int spin_yield;

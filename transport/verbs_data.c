@@ -71,7 +71,7 @@ static int req_end(struct verbs_tp *tp, struct hoop_tp_req *q, int err)
     return 1;
 }
 
-static int conn_fail_count(struct verbs_conn *c, int err)
+int hoop_verbs_conn_fail(struct verbs_conn *c, int err)
 {
     struct verbs_tp *tp = c->tp;
     int ended = 0;
@@ -87,11 +87,6 @@ static int conn_fail_count(struct verbs_conn *c, int err)
         ended += req_end(tp, q, err);
     c->tx_off = 0;
     return ended;
-}
-
-int hoop_verbs_conn_fail(struct verbs_conn *c, int err)
-{
-    return conn_fail_count(c, err);
 }
 
 /* The byte at offset `off` of q's message stream: 8 bytes of total length,
@@ -390,7 +385,7 @@ static int cq_poll(struct verbs_conn *c)
                                     recv ? "receive" : "write", c->peer, tp->dev_name,
                                     ibv_wc_status_str(wc[i].status), wc[i].vendor_err,
                                     wc_advice(wc[i].status));
-                    ended += conn_fail_count(c, wc_errno(wc[i].status));
+                    ended += hoop_verbs_conn_fail(c, wc_errno(wc[i].status));
                 }
                 continue;
             }
@@ -428,17 +423,17 @@ static int cq_poll(struct verbs_conn *c)
                 } else {
                     hoop_verbs_note(tp, "rank %d wrote an immediate this rank did not expect "
                                     "(0x%08x)", c->peer, imm);
-                    ended += conn_fail_count(c, -EPROTO);
+                    ended += hoop_verbs_conn_fail(c, -EPROTO);
                     continue;
                 }
                 if (c->credits > VERBS_SLOTS) {
                     hoop_verbs_note(tp, "rank %d gave back more slots than it had", c->peer);
-                    ended += conn_fail_count(c, -EPROTO);
+                    ended += hoop_verbs_conn_fail(c, -EPROTO);
                     continue;
                 }
                 int rc = post_recv(c);
                 if (rc && !c->err)
-                    ended += conn_fail_count(c, rc);
+                    ended += hoop_verbs_conn_fail(c, rc);
                 took = 1;
             }
         }
@@ -450,7 +445,7 @@ static int cq_poll(struct verbs_conn *c)
         if (r < 0) {
             hoop_verbs_note(tp, "rank %d sent a message this rank cannot read (a length past "
                             "its bounds)", c->peer);
-            return ended + conn_fail_count(c, r);
+            return ended + hoop_verbs_conn_fail(c, r);
         }
         ended += r;
     }
@@ -458,7 +453,7 @@ static int cq_poll(struct verbs_conn *c)
     if (!rc)
         rc = credit_push(c);
     if (rc)
-        ended += conn_fail_count(c, rc);
+        ended += hoop_verbs_conn_fail(c, rc);
     return ended;
 }
 
@@ -491,7 +486,7 @@ int hoop_verbs_isend(void *vconn, struct hoop_tp_req *q)
     c->tp->inflight++;
     int rc = tx_push(c);
     if (rc)
-        conn_fail_count(c, rc);
+        hoop_verbs_conn_fail(c, rc);
     return 0;
 }
 
@@ -523,7 +518,7 @@ static int poll_all(struct verbs_tp *tp)
         if (!c->err && c->bye.state != HOOP_REQ_PENDING) {
             HOOP_DEBUG("rank %d: verbs transport: rank %d closed its side channel (%s)", tp->rank,
                        c->peer, hoop_errno_str(c->bye.state ? c->bye.state : -ECONNRESET));
-            ended += conn_fail_count(c, -ECONNRESET);
+            ended += hoop_verbs_conn_fail(c, -ECONNRESET);
         }
     }
     return ended;
@@ -570,6 +565,11 @@ int hoop_verbs_progress(void *vtp, uint64_t deadline_ns)
         return -EDEADLK;
     uint64_t spin_until = hoop_now_ns() + tp->spin_ns;
     for (;;) {
+        /* The side channel is looked at between every two looks at the
+         * queues, spinning too: entering the kernel lets a software device
+         * (rxe) move its packets; polling the queues alone while spinning
+         * took 2-2.5x the time per 8 B allreduce over rxe (N = 2 in the
+         * test guest: 480-620 us against 175-270). */
         int n = poll_all(tp);
         if (n)
             return n;
