@@ -83,6 +83,7 @@ struct verbs_conn {
     uint64_t peer_rx;            /* the peer's receive slots: address, key */
     uint32_t peer_rkey;
     int err;                     /* the connection's first failure (-errno), or 0 */
+    int peer_gone;               /* its side channel ended: nothing more will come */
     /* Sending. */
     struct hoop_tp_req *sq_head, *sq_tail; /* sends not yet written out */
     struct hoop_tp_req *sw_head, *sw_tail; /* sends written out, awaiting their completions */

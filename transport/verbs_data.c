@@ -71,21 +71,28 @@ static int req_end(struct verbs_tp *tp, struct hoop_tp_req *q, int err)
     return 1;
 }
 
-int hoop_verbs_conn_fail(struct verbs_conn *c, int err)
+/* End every send of c with err: those not yet written out, and those
+ * written and waiting for their completions. How many. */
+static int sends_fail(struct verbs_conn *c, int err)
 {
-    struct verbs_tp *tp = c->tp;
     int ended = 0;
-    if (!c->err)
-        c->err = err;
     struct hoop_tp_req *q;
     while ((q = q_pop(&c->sq_head, &c->sq_tail)))
-        ended += req_end(tp, q, err);
-    while ((q = q_pop(&c->rq_head, &c->rq_tail)))
-        ended += req_end(tp, q, err);
-    /* Sends fully written, waiting for their completions. */
+        ended += req_end(c->tp, q, err);
     while ((q = q_pop(&c->sw_head, &c->sw_tail)))
-        ended += req_end(tp, q, err);
+        ended += req_end(c->tp, q, err);
     c->tx_off = 0;
+    return ended;
+}
+
+int hoop_verbs_conn_fail(struct verbs_conn *c, int err)
+{
+    if (!c->err)
+        c->err = err;
+    int ended = sends_fail(c, err);
+    struct hoop_tp_req *q;
+    while ((q = q_pop(&c->rq_head, &c->rq_tail)))
+        ended += req_end(c->tp, q, err);
     return ended;
 }
 
@@ -463,6 +470,8 @@ int hoop_verbs_isend(void *vconn, struct hoop_tp_req *q)
     struct verbs_tp *tp = c->tp;
     if (c->err)
         return c->err;
+    if (c->peer_gone)
+        return -ECONNRESET;
     q->done = 0;
     q->lent = 0;
     q->held = NULL;
@@ -503,8 +512,9 @@ int hoop_verbs_irecv(void *vconn, struct hoop_tp_req *q)
     return 0; /* what has arrived is taken by the next progress */
 }
 
-/* Read every queue; a peer whose side channel ended fails its connection
- * once what it wrote has been taken. */
+/* Read every queue. A peer whose side channel ended has gone: the sends to
+ * it fail at once, and the connection once every fragment it wrote has been
+ * taken (a receive posted later may still want them). */
 static int poll_all(struct verbs_tp *tp)
 {
     int ended = 0;
@@ -516,9 +526,13 @@ static int poll_all(struct verbs_tp *tp)
         }
         ended += cq_poll(c);
         if (!c->err && c->bye.state != HOOP_REQ_PENDING) {
-            HOOP_DEBUG("rank %d: verbs transport: rank %d closed its side channel (%s)", tp->rank,
-                       c->peer, hoop_errno_str(c->bye.state ? c->bye.state : -ECONNRESET));
-            ended += hoop_verbs_conn_fail(c, -ECONNRESET);
+            if (!c->peer_gone)
+                HOOP_DEBUG("rank %d: verbs transport: rank %d closed its side channel (%s)",
+                           tp->rank, c->peer,
+                           hoop_errno_str(c->bye.state ? c->bye.state : -ECONNRESET));
+            c->peer_gone = 1;
+            ended += c->rx_arrived ? sends_fail(c, -ECONNRESET)
+                                   : hoop_verbs_conn_fail(c, -ECONNRESET);
         }
     }
     return ended;
