@@ -27,9 +27,11 @@ LIB_CFLAGS = $(ALL_CFLAGS) -fPIC -fvisibility=hidden $(ISA_FLAGS)
 VERBS_LIBS   := $(shell $(PKG_CONFIG) --libs libibverbs 2>/dev/null || echo -libverbs)
 LDLIBS   := $(URING_LIBS) $(VERBS_LIBS) -pthread -lm
 
-LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c ring/*.c collectives/*.c))
+LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c transport/*/*.c ring/*.c \
+                               collectives/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-LIB_HDRS := $(wildcard include/*.h common/*.h bootstrap/*.h transport/*.h ring/*.h collectives/*.h)
+LIB_HDRS := $(wildcard include/*.h common/*.h bootstrap/*.h transport/*.h transport/*/*.h ring/*.h \
+                       collectives/*.h)
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 

@@ -1,7 +1,7 @@
 /* harness.c - see harness.h. */
 #include "harness.h"
 #include "common/clock.h"
-#include "transport/ofi.h"
+#include "transport/ofi/ofi.h"
 
 #include <criterion/criterion.h>
 

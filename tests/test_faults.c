@@ -37,7 +37,7 @@
 #include "ring/ring.h"
 #include "harness.h"
 #include "hoop.h"
-#include "transport/tcp.h"
+#include "transport/tcp/tcp.h"
 
 /* ---- the board: what each process's call returned, and when --------------- */
 

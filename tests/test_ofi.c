@@ -11,7 +11,7 @@
 #include "remap.h"
 #include "hoop.h"
 #include "collectives/comm.h"
-#include "transport/ofi.h"
+#include "transport/ofi/ofi.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -14,7 +14,7 @@
 #include "proc.h"
 #include "remap.h"
 #include "collectives/comm.h"
-#include "transport/verbs.h"
+#include "transport/verbs/verbs.h"
 
 #include <errno.h>
 #include <infiniband/verbs.h>

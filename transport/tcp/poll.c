@@ -7,7 +7,7 @@
  * recv() on each ready direction until the kernel would block. Nothing is
  * left with the kernel between calls, so once progress() or cancel() has
  * returned no buffer is touched until the next progress(). */
-#include "transport/tcp.h"
+#include "transport/tcp/tcp.h"
 #include "common/clock.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
  * receive of exactly its tag. Where the provider has no room for an
  * operation (-FI_EAGAIN), it waits in a list, in order, and progress()
  * posts it again. */
-#include "transport/ofi.h"
+#include "transport/ofi/ofi.h"
 #include "common/log.h"
 
 #include <errno.h>

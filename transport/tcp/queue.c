@@ -7,7 +7,7 @@
  * is resumed for the rest. A received header is checked the moment it is
  * complete. The first error of a socket sticks: every request queued on
  * it, and every later one, fails with it. */
-#include "transport/tcp.h"
+#include "transport/tcp/tcp.h"
 #include "common/clock.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
  * as writes of no bytes, completions read by progress, which busy-polls
  * for a while and then sleeps on the completion channel (verbs.h draws the
  * protocol). */
-#include "transport/verbs.h"
+#include "transport/verbs/verbs.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sock.h"

@@ -9,7 +9,7 @@
  * contract asks), else in short, growing naps between looks, since such a
  * provider (shm) moves data only while the queue is read. Watched
  * descriptors end any wait with -EINTR. */
-#include "transport/ofi.h"
+#include "transport/ofi/ofi.h"
 #include "common/clock.h"
 #include "common/log.h"
 

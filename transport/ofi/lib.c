@@ -5,7 +5,7 @@
  * machine without libfabric. Only the handful of functions libfabric
  * exports are looked up; everything else in its API is inline and calls
  * through the objects' operation tables. */
-#include "transport/ofi.h"
+#include "transport/ofi/ofi.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -6,7 +6,7 @@
  * The next request of a queue goes to the kernel as soon as the one ahead
  * completes, inside progress(), before it returns to the caller, so the
  * wire stays busy. */
-#include "transport/tcp.h"
+#include "transport/tcp/tcp.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sock.h"

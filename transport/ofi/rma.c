@@ -23,7 +23,7 @@
  * generation, so that a late write to a slot given up (after a failure)
  * is recognised and ignored; a failed transport closes its registrations,
  * so that no late write can land in a buffer given back to the caller. */
-#include "transport/ofi.h"
+#include "transport/ofi/ofi.h"
 #include "common/log.h"
 
 #include <errno.h>

@@ -3,7 +3,7 @@
  * the port and HOOP_IB_*), and the side channel (a tcp transport) over
  * which queue pairs are described to each other. The data path is in
  * verbs_data.c; verbs.h draws both. */
-#include "transport/verbs.h"
+#include "transport/verbs/verbs.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/status.h"

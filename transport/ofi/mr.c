@@ -10,7 +10,7 @@
  * lives only while operations hold it, and each new operation registers
  * again, which libfabric's own registration cache, with its memory
  * monitors that see memory being unmapped, answers cheaply and correctly. */
-#include "transport/ofi.h"
+#include "transport/ofi/ofi.h"
 #include "common/log.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * and accepting ring neighbours (each connection opened with an
  * authenticated hello), and the ops table. The data path is in
  * tcp_queue.c, over the engine of tcp_uring.c or tcp_poll.c. */
-#include "transport/tcp.h"
+#include "transport/tcp/tcp.h"
 #include "common/clock.h"
 #include "common/listener.h"
 #include "common/log.h"

@@ -8,7 +8,7 @@
  * the cache keeps registrations for the length of a collective call (one
  * registration per buffer per call) and drops them when the call ends. A device with on-demand paging (IBV_ACCESS_ON_DEMAND:
  * it follows the page tables) keeps them across calls. */
-#include "transport/verbs.h"
+#include "transport/verbs/verbs.h"
 #include "common/log.h"
 
 #include <errno.h>

@@ -8,7 +8,7 @@
  * HOOP_OFI_PROVIDER names the provider (FI_PROVIDER, which libfabric reads
  * itself, filters them too); unset, libfabric's first choice for tagged
  * messages on a reliable-datagram endpoint is taken. */
-#include "transport/ofi.h"
+#include "transport/ofi/ofi.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/param.h"
