@@ -56,7 +56,7 @@ struct hoop_tp_req {
     size_t done;               /* bytes moved so far, header included */
     int state;                 /* HOOP_REQ_PENDING, 0 when complete, or -errno */
     struct hoop_tp_req *next;  /* the transport's queue */
-    uint64_t lent;             /* the transport's: zero-copy sends it waits on (tcp_queue.c) */
+    uint64_t lent;             /* the transport's: zero-copy sends it waits on (tcp/queue.c) */
     void *held;                /* the transport's: the registration a send holds (verbs) */
 };
 

@@ -1,4 +1,4 @@
-/* ofi_cq.c - the libfabric transport's completion queue: reading it (which
+/* cq.c - the libfabric transport's completion queue: reading it (which
  * is what makes a provider with manual progress move data), turning its
  * entries and errors into request states, waiting on it, and cancelling
  * everything at once.

@@ -1,4 +1,4 @@
-/* ofi_lib.c - libfabric, found at run time.
+/* lib.c - libfabric, found at run time.
  *
  * The library is opened with dlopen the first time the ofi transport is
  * asked for, so that libhoop loads and runs its other transports on a

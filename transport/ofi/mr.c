@@ -1,4 +1,4 @@
-/* ofi_mr.c - memory registrations of the libfabric transport, in the
+/* mr.c - memory registrations of the libfabric transport, in the
  * transports' cache (mr_cache.h).
  *
  * Freeing memory and getting new memory at the same address must not leave

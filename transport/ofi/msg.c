@@ -1,4 +1,4 @@
-/* ofi_msg.c - the libfabric transport's data path: a message is one tagged
+/* msg.c - the libfabric transport's data path: a message is one tagged
  * send of its header and payload (two iovecs), received by a tagged
  * receive of exactly its tag. Where the provider has no room for an
  * operation (-FI_EAGAIN), it waits in a list, in order, and progress()
@@ -190,7 +190,7 @@ static int ofi_op_fill(struct ofi_tp *tp, struct ofi_op *op, struct hoop_tp_req 
     int rc = 0;
     op->niov = 0;
     if (req->hdr_len && !op->is_send)
-        memset(req->hdr, 0, req->hdr_len); /* what a truncated message leaves (ofi_cq.c) */
+        memset(req->hdr, 0, req->hdr_len); /* what a truncated message leaves (cq.c) */
     if (req->hdr_len)
         rc = hoop_ofi_op_iov(tp, op, req->hdr, req->hdr_len);
     if (!rc && req->len)

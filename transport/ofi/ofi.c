@@ -2,8 +2,8 @@
  * fabric, domain, address vector, completion queue and endpoint, the
  * handle that carries the endpoint's name through the bootstrap, the
  * hello that opens every connection, and the ops table. The data path is
- * in ofi_msg.c, completions and waits in ofi_cq.c, registrations in
- * ofi_mr.c.
+ * in msg.c, completions and waits in cq.c, registrations in
+ * mr.c.
  *
  * HOOP_OFI_PROVIDER names the provider (FI_PROVIDER, which libfabric reads
  * itself, filters them too); unset, libfabric's first choice for tagged
@@ -261,7 +261,7 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
                                 uint8_t *handle, uint16_t *handle_len)
 {
     struct ofi_tp *tp = vtp;
-    /* With remote writes where the provider has them (ofi_rma.c). */
+    /* With remote writes where the provider has them (rma.c). */
     int rc = ofi_getinfo_local(tp, local, len, 1, &tp->info);
     if (rc || !tp->info)
         rc = ofi_getinfo_local(tp, local, len, 0, &tp->info);
@@ -308,7 +308,7 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
     if ((rc = fi_av_open(tp->domain, &av_attr, &tp->av, NULL)))
         return ofi_fail(tp, "fi_av_open", rc);
     /* A queue with a file descriptor to sleep on, where the provider has
-     * one; else waits poll the queue (ofi_cq.c). */
+     * one; else waits poll the queue (cq.c). */
     struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED, .wait_obj = FI_WAIT_FD};
     if (fi_cq_open(tp->domain, &cq_attr, &tp->cq, NULL) == 0 &&
         fi_control(&tp->cq->fid, FI_GETWAIT, &tp->wait_fd) != 0) {

@@ -1,7 +1,7 @@
 /* ofi.h - the libfabric transport's objects, shared by its set-up
- * (ofi.c), its data path (ofi_msg.c), its completion queue and waits
- * (ofi_cq.c), its memory registrations (ofi_mr.c) and the loader of
- * libfabric itself (ofi_lib.c).
+ * (ofi.c), its data path (msg.c), its completion queue and waits
+ * (cq.c), its memory registrations (mr.c) and the loader of
+ * libfabric itself (lib.c).
  *
  * One reliable-datagram (FI_EP_RDM) endpoint per communicator. A
  * "connection" is a peer's address in the address vector plus a message
@@ -50,7 +50,7 @@ const struct hoop_ofi_lib *hoop_ofi_lib(const char **why);
  * A hangup (kind CTRL) is what a failing rank sends every peer it has a
  * connection with, as closing its sockets does over TCP: the peer's
  * transfers with it then end with -ECONNRESET. A CTS is a receiver's word
- * to the sender of a written message (ofi_rma.c): where to write it. */
+ * to the sender of a written message (rma.c): where to write it. */
 enum { OFI_KIND_DATA = 0, OFI_KIND_HELLO = 1, OFI_KIND_CTRL = 2, OFI_KIND_CTS = 3 };
 #define OFI_TAG(kind, channel, rank, seq)                                                   \
     (((uint64_t)(kind) << 62) | ((uint64_t)(channel) << 60) |                              \
@@ -66,7 +66,7 @@ enum ofi_op_kind {
     OFI_OP_PART, /* a provider operation of an XFER */
 };
 
-/* The parts of a written message (ofi_rma.c). */
+/* The parts of a written message (rma.c). */
 enum ofi_part {
     OFI_PART_HDR_RECV, /* receiver: the header, a tagged message of its own */
     OFI_PART_CTS_SEND, /* receiver: where to write */
@@ -153,7 +153,7 @@ struct ofi_tp {
                                    be received */
     struct ofi_conn *conns;
     struct ofi_op *posted;      /* in the provider's hands */
-    struct ofi_op *xfers;       /* written messages under way (ofi_rma.c) */
+    struct ofi_op *xfers;       /* written messages under way (rma.c) */
     size_t write_min;           /* HOOP_OFI_WRITE_BYTES where the provider can write; 0: never */
     struct ofi_op **wslot;      /* per write slot: the XFER receiving, or NULL */
     uint16_t *wgen;             /* per write slot: its generation, in the cookie */
@@ -170,7 +170,7 @@ struct ofi_tp {
     int nwatch;
     uint64_t spin_ns;
     int spin_yield;
-    struct hoop_mr_cache mr;    /* registrations (ofi_mr.c) */
+    struct hoop_mr_cache mr;    /* registrations (mr.c) */
     uint64_t mr_next_key;       /* requested keys, where the provider does not pick them */
     char err_text[256];         /* the provider's account of the last failed operation */
 };
@@ -197,7 +197,7 @@ static inline void hoop_ofi_list_remove(struct ofi_op **head, struct ofi_op *op)
     op->next = op->pprev = NULL;
 }
 
-/* ofi_msg.c */
+/* msg.c */
 int hoop_ofi_isend(void *conn, struct hoop_tp_req *req);
 int hoop_ofi_irecv(void *conn, struct hoop_tp_req *req);
 struct ofi_op *hoop_ofi_op_get(struct ofi_tp *tp);
@@ -232,7 +232,7 @@ int hoop_ofi_op_start(struct ofi_tp *tp, struct ofi_op *op);
  * requests have ended). */
 int hoop_ofi_post_waiting(struct ofi_tp *tp);
 
-/* ofi_cq.c */
+/* cq.c */
 int hoop_ofi_progress(void *vtp, uint64_t deadline_ns);
 /* Read the completion queue once: completions handled, or -errno. */
 int hoop_ofi_poll(struct ofi_tp *tp);
@@ -243,7 +243,7 @@ void hoop_ofi_cancel(void *vtp);
 /* Keep "what: libfabric's sentence" in tp->err_text and log it. */
 void hoop_ofi_note(struct ofi_tp *tp, const char *what, int fi_rc);
 
-/* ofi_rma.c: messages whose payload the sender writes (fi_writedata) into
+/* rma.c: messages whose payload the sender writes (fi_writedata) into
  * the receiver's buffer, which the receiver names in a CTS; the header
  * travels as a tagged message of its own. 0 or -errno. */
 int hoop_ofi_write_isend(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq);
@@ -264,7 +264,7 @@ int hoop_ofi_xfer_waits_for(const struct ofi_tp *tp, int peer);
  * reach memory by its virtual address when they do. */
 int hoop_ofi_prov_software(const char *prov);
 
-/* ofi_mr.c: tp->mr, the registrations (mr_cache.h), set up for tp's
+/* mr.c: tp->mr, the registrations (mr_cache.h), set up for tp's
  * provider. */
 void hoop_ofi_mr_init(struct ofi_tp *tp);
 /* Let go of what op holds (its registrations), and of op itself. */

@@ -1,4 +1,4 @@
-/* ofi_rma.c - the libfabric transport's written messages: where the
+/* rma.c - the libfabric transport's written messages: where the
  * provider can write into remote memory (FI_RMA, with remote CQ data), a
  * payload of at least HOOP_OFI_WRITE_BYTES goes straight into the
  * receiver's buffer with fi_writedata, without the copies a provider's own
@@ -162,7 +162,7 @@ int hoop_ofi_write_irecv(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t s
     uint32_t cookie = ((uint32_t)tp->wgen[idx] << 16) | (uint32_t)idx;
     cts_put(x->cts, addr, m->key, req->len, cookie); /* sent once the header has passed */
     x->tag = OFI_TAG(OFI_KIND_CTS, c->channel, tp->rank, seq);
-    memset(req->hdr, 0, req->hdr_len); /* what a truncated header leaves (ofi_cq.c) */
+    memset(req->hdr, 0, req->hdr_len); /* what a truncated header leaves (cq.c) */
     if ((rc = xfer_part(tp, x, OFI_PART_HDR_RECV, 0,
                         OFI_TAG(OFI_KIND_DATA, c->channel, c->peer, seq), req->hdr,
                         req->hdr_len, NULL)))
@@ -245,7 +245,7 @@ int hoop_ofi_part_ended(struct ofi_tp *tp, struct ofi_op *part, int err, size_t 
     if (which == OFI_PART_HDR_RECV && q && (!err || err == -EMSGSIZE)) {
         /* The header alone is due; anything longer is a sender of another
          * length (or protocol), which the header says when the provider
-         * delivered it (done 0: it may not have, as in ofi_cq.c). */
+         * delivered it (done 0: it may not have, as in cq.c). */
         q->done = err ? 0 : q->hdr_len;
         int c = q->check ? q->check(q) : 0;
         if (c || err || len != q->hdr_len)

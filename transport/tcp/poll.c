@@ -1,4 +1,4 @@
-/* tcp_poll.c - the TCP transport's poll() engine, for where io_uring is
+/* poll.c - the TCP transport's poll() engine, for where io_uring is
  * refused (Docker's default seccomp profile since 25.0, the
  * kernel.io_uring_disabled sysctl, gVisor).
  *

@@ -1,4 +1,4 @@
-/* tcp_queue.c - the TCP transport's requests, whichever engine moves them.
+/* queue.c - the TCP transport's requests, whichever engine moves them.
  *
  * Requests are queued per socket and per direction, and striped round-robin
  * over the connection's sockets; only the head of a queue is on the wire,

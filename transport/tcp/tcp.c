@@ -1,7 +1,7 @@
 /* tcp.c - the TCP transport: choosing its engine, listening, connecting
  * and accepting ring neighbours (each connection opened with an
  * authenticated hello), and the ops table. The data path is in
- * tcp_queue.c, over the engine of tcp_uring.c or tcp_poll.c. */
+ * queue.c, over the engine of uring.c or poll.c. */
 #include "transport/tcp/tcp.h"
 #include "common/clock.h"
 #include "common/listener.h"

@@ -1,6 +1,6 @@
 /* tcp.h - the TCP transport's objects, shared by its connection set-up
- * (tcp.c), its request queues (tcp_queue.c) and its two engines, io_uring
- * (tcp_uring.c) and poll (tcp_poll.c), which differ only in how they move
+ * (tcp.c), its request queues (queue.c) and its two engines, io_uring
+ * (uring.c) and poll (poll.c), which differ only in how they move
  * bytes and wait. */
 #ifndef HOOP_TRANSPORT_TCP_H
 #define HOOP_TRANSPORT_TCP_H
@@ -56,7 +56,7 @@ struct tcp_stashed {
 
 struct tcp_tp;
 
-/* How bytes move. The queues (tcp_queue.c) call start() when a head needs
+/* How bytes move. The queues (queue.c) call start() when a head needs
  * the wire and learn every transfer's result from tcp_queue_moved(), so
  * that ordering, striping, errors and completion are the same whichever
  * engine runs. */

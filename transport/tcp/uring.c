@@ -1,4 +1,4 @@
-/* tcp_uring.c - the TCP transport's io_uring engine.
+/* uring.c - the TCP transport's io_uring engine.
  *
  * The head of each socket's queue is one MSG_WAITALL transfer of the whole
  * rest of the request, in the kernel while the caller reduces; a short

@@ -1,4 +1,4 @@
-/* verbs_data.c - the RDMA verbs transport's data path: messages cut into
+/* data.c - the RDMA verbs transport's data path: messages cut into
  * slot-sized fragments written with RDMA WRITE WITH IMM, credits given back
  * as writes of no bytes, completions read by progress, which busy-polls
  * for a while and then sleeps on the completion channel (verbs.h draws the

@@ -1,4 +1,4 @@
-/* verbs_mr.c - memory registrations of the verbs transport: the callers'
+/* mr.c - memory registrations of the verbs transport: the callers'
  * send buffers, whose payloads are written from where they lie, in the
  * transports' cache (mr_cache.h).
  *

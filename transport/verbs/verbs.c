@@ -2,7 +2,7 @@
  * uses, its RC queue pairs (INIT, RTR, RTS with their attributes set from
  * the port and HOOP_IB_*), and the side channel (a tcp transport) over
  * which queue pairs are described to each other. The data path is in
- * verbs_data.c; verbs.h draws both. */
+ * data.c; verbs.h draws both. */
 #include "transport/verbs/verbs.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -286,7 +286,7 @@ static hoop_status_t conn_begin(struct verbs_tp *tp, struct verbs_conn *c)
         .send_cq = c->cq,
         .recv_cq = c->cq,
         .qp_type = IBV_QPT_RC,
-        .sq_sig_all = 0, /* verbs_data.c signals some writes (post_write) */
+        .sq_sig_all = 0, /* data.c signals some writes (post_write) */
         .cap = {.max_send_wr = depth, .max_recv_wr = depth, .max_send_sge = 2,
                 .max_recv_sge = 1},
     };
@@ -622,7 +622,7 @@ static int verbs_probe(char *why, size_t n)
     return best > 0 ? best : 0;
 }
 
-/* Registrations of pinned pages go with the call (verbs_mr.c). */
+/* Registrations of pinned pages go with the call (mr.c). */
 static void verbs_call_end(void *vtp)
 {
     hoop_mr_idle(&((struct verbs_tp *)vtp)->mr);

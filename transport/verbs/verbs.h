@@ -1,7 +1,7 @@
 /* verbs.h - the RDMA verbs transport's objects, shared by its set-up
  * (verbs.c: device, port and GID, RC queue pairs and their states), its
- * data path (verbs_data.c: slots, credits, completions and waits) and its
- * memory registrations (verbs_mr.c).
+ * data path (data.c: slots, credits, completions and waits) and its
+ * memory registrations (mr.c).
  *
  * Each connection is one RC queue pair and, beside it, a connection of the
  * tcp transport (the side channel): the queue pairs' numbers, GIDs,
@@ -146,11 +146,11 @@ struct verbs_tp {
  * log; c->err says how). */
 int hoop_verbs_conn_advance(struct verbs_conn *c);
 
-/* verbs_mr.c: tp->mr, the registrations of send buffers, set up for tp's
+/* mr.c: tp->mr, the registrations of send buffers, set up for tp's
  * device (whether it pages on demand). */
 void hoop_verbs_mr_init(struct verbs_tp *tp);
 
-/* verbs_data.c */
+/* data.c */
 /* Keep the first failure's sentence (printf-like) for last_error, and log it. */
 void hoop_verbs_note(struct verbs_tp *tp, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
