@@ -27,11 +27,11 @@ LIB_CFLAGS = $(ALL_CFLAGS) -fPIC -fvisibility=hidden $(ISA_FLAGS)
 VERBS_LIBS   := $(shell $(PKG_CONFIG) --libs libibverbs 2>/dev/null || echo -libverbs)
 LDLIBS   := $(URING_LIBS) $(VERBS_LIBS) -pthread -lm
 
-LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c transport/*/*.c ring/*.c \
-                               collectives/*.c))
+LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c transport/*/*.c reduce/*.c \
+                               ring/*.c collectives/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-LIB_HDRS := $(wildcard include/*.h common/*.h bootstrap/*.h transport/*.h transport/*/*.h ring/*.h \
-                       collectives/*.h)
+LIB_HDRS := $(wildcard include/*.h common/*.h bootstrap/*.h transport/*.h transport/*/*.h reduce/*.h \
+                       ring/*.h collectives/*.h)
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
@@ -45,12 +45,12 @@ TESTBIN  := $(BUILD)/hoop_tests
 all: $(LIB_A) $(LIB_SO) $(PROGS) $(TOOLS)
 
 # The reduction kernels are the hot loop: let the compiler vectorise them,
-# once per instruction set; ring/reduce.c picks one at run time, so the
+# once per instruction set; reduce/reduce.c picks one at run time, so the
 # library still runs on any CPU of the target (no -march).
-$(BUILD)/obj/ring/reduce_%.o: OPT := -O3
+$(BUILD)/obj/reduce/generic.o $(BUILD)/obj/reduce/avx2.o $(BUILD)/obj/reduce/avx512.o: OPT := -O3
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
-$(BUILD)/obj/ring/reduce_avx2.o: ISA_FLAGS := -mavx2 -mf16c
-$(BUILD)/obj/ring/reduce_avx512.o: ISA_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq \
+$(BUILD)/obj/reduce/avx2.o: ISA_FLAGS := -mavx2 -mf16c
+$(BUILD)/obj/reduce/avx512.o: ISA_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx512dq \
     -mf16c -mprefer-vector-width=512
 endif
 

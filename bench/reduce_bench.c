@@ -11,7 +11,7 @@
  * figure is the best of several timed batches of about SECONDS/10 (default
  * 0.2 s each). */
 #include "hoop.h"
-#include "ring/reduce.h"
+#include "reduce/reduce.h"
 
 #include <stdio.h>
 #include <stdlib.h>

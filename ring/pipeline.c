@@ -2,7 +2,7 @@
 #include "ring/pipeline.h"
 #include "common/clock.h"
 #include "common/status.h"
-#include "ring/reduce.h"
+#include "reduce/reduce.h"
 
 #include <errno.h>
 #include <stdio.h>

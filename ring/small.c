@@ -21,7 +21,7 @@
 #include "ring/ring.h"
 #include "common/clock.h"
 #include "common/status.h"
-#include "ring/reduce.h"
+#include "reduce/reduce.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * place) and not. */
 #include <criterion/criterion.h>
 
-#include "ring/reduce.h"
+#include "reduce/reduce.h"
 #include "hoop.h"
 
 #include <math.h>

@@ -10,8 +10,8 @@
 #error "define HOOP_REDUCE_ISA before including reduce_kernels.h"
 #endif
 
-#include "ring/half.h"
-#include "ring/reduce.h"
+#include "reduce/half.h"
+#include "reduce/reduce.h"
 
 #include <stdint.h>
 

@@ -4,7 +4,7 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__F16C__)
 #define HOOP_REDUCE_ISA avx2
 #define HOOP_REDUCE_F16C 1
-#include "ring/reduce_kernels.h"
+#include "reduce/kernels.h"
 #else
 typedef int hoop_reduce_avx2_not_built; /* another architecture: nothing here */
 #endif

@@ -1,6 +1,6 @@
 /* half.c - the exported conversions (the library itself uses half.h). */
 #include "hoop.h"
-#include "ring/half.h"
+#include "reduce/half.h"
 
 float hoop_f16_to_f32(unsigned short h)
 {

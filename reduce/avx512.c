@@ -6,7 +6,7 @@
     defined(__AVX512VL__) && defined(__AVX512DQ__) && defined(__F16C__)
 #define HOOP_REDUCE_ISA avx512
 #define HOOP_REDUCE_F16C 1
-#include "ring/reduce_kernels.h"
+#include "reduce/kernels.h"
 #else
 typedef int hoop_reduce_avx512_not_built; /* another architecture: nothing here */
 #endif
