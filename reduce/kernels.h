@@ -1,13 +1,13 @@
-/* reduce_kernels.h - the bodies of the reduction kernels, compiled once per
- * instruction set. Each ring/reduce_<isa>.c defines HOOP_REDUCE_ISA (its
+/* kernels.h - the bodies of the reduction kernels, compiled once per
+ * instruction set. Each reduce/<isa>.c defines HOOP_REDUCE_ISA (its
  * name, a C identifier), and HOOP_REDUCE_F16C where f16 conversions may use
  * the F16C instructions, includes this file, and is built with that set's
  * compiler flags: the same plain loops are then vectorised for it, and
- * ring/reduce.c picks the widest table the CPU runs. Every variant gives
+ * reduce/reduce.c picks the widest table the CPU runs. Every variant gives
  * the same bits: the operations are element-wise, in the same order, with
  * the same rounding. */
 #ifndef HOOP_REDUCE_ISA
-#error "define HOOP_REDUCE_ISA before including reduce_kernels.h"
+#error "define HOOP_REDUCE_ISA before including reduce/kernels.h"
 #endif
 
 #include "reduce/half.h"

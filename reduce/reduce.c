@@ -1,6 +1,6 @@
 /* reduce.c - which reduction kernels run: the widest instruction set that
  * this CPU and its OS support (CPUID and XGETBV), or HOOP_REDUCE_ISA. The
- * kernels themselves are in ring/reduce_kernels.h, built once per set. */
+ * kernels themselves are in reduce/kernels.h, built once per set. */
 #include "reduce/reduce.h"
 #include "common/log.h"
 #include "common/param.h"

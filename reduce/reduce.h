@@ -1,5 +1,5 @@
 /* reduce.h - element-wise reduction kernels, one table per instruction set
- * (ring/reduce_<isa>.c), chosen at run time. */
+ * (reduce/<isa>.c), chosen at run time. */
 #ifndef HOOP_RING_REDUCE_H
 #define HOOP_RING_REDUCE_H
 
