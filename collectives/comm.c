@@ -84,8 +84,7 @@ static hoop_status_t comm_busy_poll(hoop_comm_t *c)
                           "rank %d: HOOP_BUSY_POLL_US='%s' is neither auto nor a whole number "
                           "of microseconds up to 1000000", c->rank, v);
     }
-    if (c->ring.ops->set_busy_poll)
-        c->ring.ops->set_busy_poll(c->ring.tp, us * 1000, shared);
+    hoop_ring_set_busy_poll(&c->ring, us * 1000, shared);
     HOOP_INFO("rank %d: waits busy-poll for %llu us before they sleep%s", c->rank, us,
               shared && us ? ", yielding the CPU between looks (more ranks than CPUs here)" : "");
     return HOOP_OK;
@@ -119,28 +118,13 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
         hoop_error(st, "rank %d: %s", c->rank, hoop_last_error());
         goto err_free;
     }
-    const char *tname = hoop_param_str("HOOP_TRANSPORT");
-    const struct hoop_transport_ops *ops = NULL;
-    if (strcmp(tname, "auto") == 0) {
-        char why[768];
-        ops = hoop_transport_auto(why, sizeof(why));
-        HOOP_INFO("rank %d: HOOP_TRANSPORT=auto chose %s (%s)", c->rank, ops->name, why);
-    } else if (!(ops = hoop_transport_find(tname))) {
-        char names[64];
-        hoop_transport_list(names, sizeof(names));
-        st = hoop_error(HOOP_ERR_INVALID,
-                        "rank %d: HOOP_TRANSPORT=%s is not a transport; this build has %s, and "
-                        "auto", c->rank, tname, names);
+    if ((st = hoop_ring_choose(&c->ring, c->rank)))
         goto err_free;
-    }
     uint64_t deadline = hoop_deadline_after(bcfg.timeout_s);
-    if (c->size > 1) {
-        if ((st = hoop_ring_open(&c->ring, ops, c->rank, c->size, bcfg.token, chunk, depth)))
-            goto err_free;
-        snprintf(c->transport, sizeof(c->transport), "%s", ops->describe(c->ring.tp));
-    } else {
-        snprintf(c->transport, sizeof(c->transport), "none (one rank)");
-    }
+    if (c->size > 1 &&
+        (st = hoop_ring_open(&c->ring, c->rank, c->size, bcfg.token, chunk, depth)))
+        goto err_free;
+    snprintf(c->transport, sizeof(c->transport), "%s", hoop_ring_describe(&c->ring));
     if ((st = hoop_bootstrap_init(&c->bs, &bcfg, hoop_ring_listen, &c->ring)))
         goto err_ring;
     for (int r = 0; r < c->size; r++)

@@ -1,8 +1,9 @@
-/* ring.c - the ring's connections and its reusable memory. */
+/* ring.c - the ring's transport, its connections and its reusable memory. */
 #include "ring/ring.h"
 #include "ring/pipeline.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/param.h"
 #include "common/status.h"
 
 #include <errno.h>
@@ -17,9 +18,28 @@
 _Static_assert(HOOP_TP_HANDLE_MAX + 1 + RING_NAME_MAX == HOOP_HANDLE_MAX,
                "a transport handle and its name must fit the bootstrap's");
 
-hoop_status_t hoop_ring_open(struct hoop_ring *r, const struct hoop_transport_ops *ops, int rank,
-                             int size, const uint8_t *token, size_t chunk_bytes, int depth)
+hoop_status_t hoop_ring_choose(struct hoop_ring *r, int rank)
 {
+    memset(r, 0, sizeof(*r));
+    const char *tname = hoop_param_str("HOOP_TRANSPORT");
+    if (strcmp(tname, "auto") == 0) {
+        char why[768];
+        r->ops = hoop_transport_auto(why, sizeof(why));
+        HOOP_INFO("rank %d: HOOP_TRANSPORT=auto chose %s (%s)", rank, r->ops->name, why);
+    } else if (!(r->ops = hoop_transport_find(tname))) {
+        char names[64];
+        hoop_transport_list(names, sizeof(names));
+        return hoop_error(HOOP_ERR_INVALID,
+                          "rank %d: HOOP_TRANSPORT=%s is not a transport; this build has %s, and "
+                          "auto", rank, tname, names);
+    }
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_ring_open(struct hoop_ring *r, int rank, int size, const uint8_t *token,
+                             size_t chunk_bytes, int depth)
+{
+    const struct hoop_transport_ops *ops = r->ops;
     memset(r, 0, sizeof(*r));
     r->ops = ops;
     r->rank = rank;
@@ -171,6 +191,17 @@ void hoop_ring_close(struct hoop_ring *r)
     free(r->p2p_list);
     free(r->work);
     memset(r, 0, sizeof(*r));
+}
+
+const char *hoop_ring_describe(const struct hoop_ring *r)
+{
+    return r->ops && r->tp ? r->ops->describe(r->tp) : "none (one rank)";
+}
+
+void hoop_ring_set_busy_poll(struct hoop_ring *r, uint64_t spin_ns, int shared)
+{
+    if (r->ops && r->tp && r->ops->set_busy_poll)
+        r->ops->set_busy_poll(r->tp, spin_ns, shared);
 }
 
 hoop_status_t hoop_ring_watch(struct hoop_ring *r, int fd)

@@ -57,9 +57,19 @@ struct hoop_ring {
     void *wake_ctx;
 };
 
-/* Create the transport and the reusable buffers (before the bootstrap). */
-hoop_status_t hoop_ring_open(struct hoop_ring *r, const struct hoop_transport_ops *ops, int rank,
-                             int size, const uint8_t *token, size_t chunk_bytes, int depth);
+/* Choose the transport HOOP_TRANSPORT names (auto: by what this machine
+ * has), for hoop_ring_open; HOOP_ERR_INVALID when it names none. */
+hoop_status_t hoop_ring_choose(struct hoop_ring *r, int rank);
+/* Create the transport hoop_ring_choose chose and the reusable buffers
+ * (before the bootstrap). */
+hoop_status_t hoop_ring_open(struct hoop_ring *r, int rank, int size, const uint8_t *token,
+                             size_t chunk_bytes, int depth);
+/* The transport in words, as it describes itself ("none (one rank)" when
+ * the ring was not opened). */
+const char *hoop_ring_describe(const struct hoop_ring *r);
+/* How long waits spin before they sleep, and whether they yield the CPU
+ * between looks (see the transport's set_busy_poll). */
+void hoop_ring_set_busy_poll(struct hoop_ring *r, uint64_t spin_ns, int shared);
 /* A hoop_boot_handle_fn: listen and publish the handle (ctx = the ring). */
 hoop_status_t hoop_ring_listen(void *ring, const struct sockaddr *local, socklen_t len,
                                uint8_t *handle, uint16_t *handle_len);

@@ -532,8 +532,8 @@ hoop_status_t harness_fake_join(harness_fake_t *f, const hoop_config_t *cfg,
     hoop_status_t st = hoop_boot_cfg_resolve(cfg, &f->bcfg);
     if (st)
         return st;
-    if ((st = hoop_ring_open(&f->ring, ops, f->bcfg.rank, f->bcfg.size, f->bcfg.token, 1 << 20,
-                             4)))
+    f->ring.ops = ops;
+    if ((st = hoop_ring_open(&f->ring, f->bcfg.rank, f->bcfg.size, f->bcfg.token, 1 << 20, 4)))
         return st;
     f->joined = 1;
     uint64_t deadline = hoop_deadline_after(f->bcfg.timeout_s);
