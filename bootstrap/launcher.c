@@ -4,6 +4,7 @@
  * first; OpenMPI and PMI launchers name none, so there a root is derived
  * only when every rank is on this host (or srun started the ranks). */
 #include "bootstrap/launcher.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/status.h"
 
@@ -44,17 +45,6 @@ static int parse_long(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-static uint64_t fnv1a(const char *s, uint64_t h)
-{
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-#define FNV_OFFSET 0xcbf29ce484222325ull
-
 uint16_t hoop_launch_port_next(unsigned port)
 {
     return port >= 65535 ? 1024 : (uint16_t)(port + 1);
@@ -62,7 +52,7 @@ uint16_t hoop_launch_port_next(unsigned port)
 
 uint16_t hoop_launch_port_hash(const char *identity)
 {
-    return (uint16_t)(HOOP_LAUNCH_PORT_BASE + fnv1a(identity, FNV_OFFSET) % HOOP_LAUNCH_PORT_SPAN);
+    return (uint16_t)(HOOP_LAUNCH_PORT_BASE + hoop_fnv1a_str(HOOP_FNV1A_INIT, identity) % HOOP_LAUNCH_PORT_SPAN);
 }
 
 uint16_t hoop_launch_port_slurm(unsigned long long job_id, unsigned long long step_id)
@@ -74,7 +64,8 @@ uint16_t hoop_launch_port_slurm(unsigned long long job_id, unsigned long long st
 void hoop_launch_token(const char *launcher, const char *identity,
                        char out[HOOP_TOKEN_BYTES + 1])
 {
-    uint64_t h = fnv1a(identity, fnv1a("\n", fnv1a(launcher, FNV_OFFSET)));
+    uint64_t h = hoop_fnv1a_str(hoop_fnv1a_str(hoop_fnv1a_str(HOOP_FNV1A_INIT, launcher), "\n"),
+                                identity);
     snprintf(out, HOOP_TOKEN_BYTES + 1, "%.15s-%016" PRIx64, launcher, h);
 }
 

@@ -1,19 +1,10 @@
 /* peer.c - this process's identity and the encoding of one rank's info. */
 #include "bootstrap/bootstrap.h"
+#include "common/hash.h"
 
 #include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
-
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 void hoop_peer_self(struct hoop_peer *p)
 {
@@ -23,19 +14,19 @@ void hoop_peer_self(struct hoop_peer *p)
     /* Host name plus boot id: two machines cloned from one image share a
      * host name but not a boot id. Plus the PID namespace: ranks with one
      * host id can name each other's processes by pid (to watch them). */
-    uint64_t h = fnv1a(0xcbf29ce484222325ull, p->host, strlen(p->host));
+    uint64_t h = hoop_fnv1a_str(HOOP_FNV1A_INIT, p->host);
     char boot[64] = {0};
     int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         ssize_t n = read(fd, boot, sizeof(boot) - 1);
         close(fd);
         if (n > 0)
-            h = fnv1a(h, boot, (size_t)n);
+            h = hoop_fnv1a(h, boot, (size_t)n);
     }
     char ns[64];
     ssize_t nl = readlink("/proc/self/ns/pid", ns, sizeof(ns));
     if (nl > 0)
-        h = fnv1a(h, ns, (size_t)nl);
+        h = hoop_fnv1a(h, ns, (size_t)nl);
     p->host_id = h;
 }
 

@@ -2,6 +2,7 @@
  * frame.h). */
 #include "ring/frame.h"
 #include "common/clock.h"
+#include "common/hash.h"
 #include "common/status.h"
 #include "ring/ring.h"
 
@@ -39,12 +40,13 @@ uint64_t hoop_frame_begin(struct hoop_ring *r, int coll, size_t count, hoop_dtyp
 uint64_t hoop_frame_blocks(const size_t *counts, int n)
 {
     /* FNV-1a over the counts' 8 little-endian bytes each. */
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int k = 0; k < n; k++)
-        for (int b = 0; b < 8; b++) {
-            h ^= (uint8_t)((uint64_t)counts[k] >> (8 * b));
-            h *= 0x100000001b3ull;
-        }
+    uint64_t h = HOOP_FNV1A_INIT;
+    for (int k = 0; k < n; k++) {
+        uint8_t le[8];
+        for (int b = 0; b < 8; b++)
+            le[b] = (uint8_t)((uint64_t)counts[k] >> (8 * b));
+        h = hoop_fnv1a(h, le, sizeof(le));
+    }
     return h ? h : 1;
 }
 

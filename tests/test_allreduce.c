@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "common/hash.h"
 #include "harness.h"
 #include "hoop.h"
 #include "values.h"
@@ -61,15 +62,6 @@ static size_t check_canary(const void *buf, size_t from_byte, size_t nbytes)
     return SIZE_MAX;
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    for (size_t k = 0; k < n; k++) {
-        h ^= p[k];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
 
 typedef struct ar_case {
     hoop_dtype_t dtype;
@@ -195,8 +187,8 @@ static int run_case(ar_state_t *s, const ar_case_t *c)
         }
     }
     uint64_t key[4] = {(uint64_t)c->dtype, (uint64_t)c->op, c->count, c->in_place};
-    uint64_t h = fnv1a(0xcbf29ce484222325ull, key, sizeof key);
-    s->hashes[s->ncases++] = fnv1a(h, out, data);
+    uint64_t h = hoop_fnv1a(HOOP_FNV1A_INIT, key, sizeof key);
+    s->hashes[s->ncases++] = hoop_fnv1a(h, out, data);
     return 0;
 }
 
