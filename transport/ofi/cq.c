@@ -161,18 +161,6 @@ int hoop_ofi_poll(struct ofi_tp *tp)
     }
 }
 
-/* 1 when a watched descriptor is readable. */
-static int ofi_watched(const struct ofi_tp *tp)
-{
-    if (!tp->nwatch)
-        return 0;
-    struct pollfd p[8];
-    int n = tp->nwatch < 8 ? tp->nwatch : 8;
-    for (int i = 0; i < n; i++)
-        p[i] = (struct pollfd){.fd = tp->watch[i], .events = POLLIN};
-    return poll(p, (nfds_t)n, 0) > 0;
-}
-
 /* Sleep until the queue's descriptor or a watched one is readable, or
  * ns have passed. */
 static void ofi_sleep(struct ofi_tp *tp, uint64_t ns, int on_queue)
@@ -181,8 +169,8 @@ static void ofi_sleep(struct ofi_tp *tp, uint64_t ns, int on_queue)
     nfds_t n = 0;
     if (on_queue)
         p[n++] = (struct pollfd){.fd = tp->wait_fd, .events = POLLIN};
-    for (int i = 0; i < tp->nwatch && n < 9; i++)
-        p[n++] = (struct pollfd){.fd = tp->watch[i], .events = POLLIN};
+    for (int i = 0; i < tp->watch.n && n < 9; i++)
+        p[n++] = (struct pollfd){.fd = tp->watch.fd[i], .events = POLLIN};
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
                           .tv_nsec = (long)(ns % 1000000000ull)};
     ppoll(p, n, &ts, NULL);
@@ -207,13 +195,13 @@ static int ofi_wait(struct ofi_tp *tp, uint64_t deadline_ns, int watch)
         if (now >= deadline_ns)
             return 0;
         if (now < spin_until) {
-            if (watch && looks % OFI_WATCH_EVERY == OFI_WATCH_EVERY - 1 && ofi_watched(tp))
+            if (watch && looks % OFI_WATCH_EVERY == OFI_WATCH_EVERY - 1 && hoop_watch_readable(&tp->watch))
                 return -EINTR;
             if (tp->spin_yield && looks)
                 sched_yield();
             continue;
         }
-        if (watch && ofi_watched(tp))
+        if (watch && hoop_watch_readable(&tp->watch))
             return -EINTR;
         uint64_t left = deadline_ns - now;
         if (tp->wait_fd >= 0) {
@@ -285,12 +273,7 @@ int hoop_ofi_wait_op(struct ofi_tp *tp, struct ofi_op *op, uint64_t deadline_ns)
 int hoop_ofi_watch(void *vtp, int fd)
 {
     struct ofi_tp *tp = vtp;
-    int *w = realloc(tp->watch, (size_t)(tp->nwatch + 1) * sizeof(*w));
-    if (!w)
-        return -ENOMEM;
-    tp->watch = w;
-    tp->watch[tp->nwatch++] = fd;
-    return 0;
+    return hoop_watch_add(&tp->watch, fd);
 }
 
 static void ofi_fail_op(struct ofi_tp *tp, struct ofi_op *op)

@@ -573,7 +573,7 @@ static void ofi_destroy(void *vtp)
     free(tp->ended);
     free(tp->wslot);
     free(tp->wgen);
-    free(tp->watch);
+    hoop_watch_fini(&tp->watch);
     free(tp);
 }
 

@@ -15,6 +15,7 @@
 #include "common/wire.h"
 #include "transport/mr_cache.h"
 #include "transport/transport.h"
+#include "transport/watch.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -166,8 +167,7 @@ struct ofi_tp {
     unsigned inflight;          /* posted or waiting */
     uint64_t cq_entries;        /* completions read, errors included */
     int dead;                   /* cancelled: only close and destroy are left */
-    int *watch;
-    int nwatch;
+    struct hoop_watch watch;
     uint64_t spin_ns;
     int spin_yield;
     struct hoop_mr_cache mr;    /* registrations (mr.c) */

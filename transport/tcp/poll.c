@@ -114,8 +114,8 @@ static int tcp_poll_gather(struct tcp_tp *tp, nfds_t *count)
             if (tcp_poll_add(e, n++, s->fd, ev, s))
                 return -ENOMEM;
         }
-    for (int i = 0; i < tp->nwatch; i++)
-        if (tcp_poll_add(e, n++, tp->watch[i], POLLIN, NULL))
+    for (int i = 0; i < tp->watch.n; i++)
+        if (tcp_poll_add(e, n++, tp->watch.fd[i], POLLIN, NULL))
             return -ENOMEM;
     *count = (nfds_t)n;
     return 0;

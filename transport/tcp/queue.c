@@ -8,6 +8,7 @@
  * complete. The first error of a socket sticks: every request queued on
  * it, and every later one, fails with it. */
 #include "transport/tcp/tcp.h"
+#include "transport/req_queue.h"
 #include "common/clock.h"
 
 #include <errno.h>
@@ -42,18 +43,11 @@ static int tcp_advance(struct tcp_tp *tp, struct tcp_sock *s, int d)
             break;
         }
         if (r->done == hoop_tp_req_total(r)) {
-            q->head = r->next;
-            if (!q->head)
-                q->tail = NULL;
+            hoop_req_queue_pop(&q->head, &q->tail);
             if (r->lent > q->zc_done) {
                 /* All on the stream, but the kernel may still read its
                  * pages: done when they come back. */
-                r->next = NULL;
-                if (q->lent_tail)
-                    q->lent_tail->next = r;
-                else
-                    q->lent_head = r;
-                q->lent_tail = r;
+                hoop_req_queue_push(&q->lent_head, &q->lent_tail, r);
                 continue;
             }
             r->state = 0;
@@ -113,12 +107,8 @@ int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res)
     } else {
         completed = tcp_queue_part(s, d, (size_t)res);
     }
-    if (completed && q->head) {
-        /* Failed by its check: already counted. */
-        q->head = q->head->next;
-        if (!q->head)
-            q->tail = NULL;
-    }
+    if (completed) /* the head, failed by its check: already counted */
+        hoop_req_queue_pop(&q->head, &q->tail);
     return completed + tcp_advance(tp, s, d);
 }
 
@@ -143,10 +133,7 @@ int tcp_queue_returned(struct tcp_tp *tp, struct tcp_sock *s)
     q->zc_done++;
     tp->lent_out--;
     while (q->lent_head && q->lent_head->lent <= q->zc_done) {
-        struct hoop_tp_req *r = q->lent_head;
-        q->lent_head = r->next;
-        if (!q->lent_head)
-            q->lent_tail = NULL;
+        struct hoop_tp_req *r = hoop_req_queue_pop(&q->lent_head, &q->lent_tail);
         r->state = 0;
         completed++;
     }
@@ -157,7 +144,6 @@ static int tcp_post(struct tcp_conn *c, int d, struct hoop_tp_req *req)
 {
     struct tcp_sock *s = &c->socks[c->rr[d]++ % (unsigned)c->nsocks];
     req->done = 0;
-    req->next = NULL;
     req->lent = 0;
     if (s->err) {
         req->state = s->err;
@@ -165,11 +151,7 @@ static int tcp_post(struct tcp_conn *c, int d, struct hoop_tp_req *req)
     }
     req->state = HOOP_REQ_PENDING;
     struct tcp_dir *q = &s->dir[d];
-    if (q->tail)
-        q->tail->next = req;
-    else
-        q->head = req;
-    q->tail = req;
+    hoop_req_queue_push(&q->head, &q->tail, req);
     if (!q->busy)
         tcp_advance(c->tp, s, d);
     return 0;
@@ -194,12 +176,8 @@ int tcp_progress(void *vtp, uint64_t deadline_ns)
 int tcp_watch(void *vtp, int fd)
 {
     struct tcp_tp *tp = vtp;
-    int *w = realloc(tp->watch, (size_t)(tp->nwatch + 1) * sizeof(*w));
-    if (!w)
-        return -ENOMEM;
-    tp->watch = w;
-    w[tp->nwatch++] = fd;
-    return tp->eng->watch(tp);
+    int rc = hoop_watch_add(&tp->watch, fd);
+    return rc ? rc : tp->eng->watch(tp);
 }
 
 void tcp_conn_quiesce(struct tcp_tp *tp, struct tcp_conn *c)

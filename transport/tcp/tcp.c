@@ -419,7 +419,7 @@ static void tcp_destroy(void *vtp)
         free(k);
     }
     tp->eng->fini(tp);
-    free(tp->watch);
+    hoop_watch_fini(&tp->watch);
     if (tp->lfd >= 0)
         close(tp->lfd);
     free(tp);

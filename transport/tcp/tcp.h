@@ -7,6 +7,7 @@
 
 #include "common/wire.h"
 #include "transport/transport.h"
+#include "transport/watch.h"
 
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -106,8 +107,7 @@ struct tcp_tp {
     char hostname[256]; /* this host's name, to tell neighbours on it from others */
     unsigned user_timeout_ms;
     char cc[16];       /* HOOP_TCP_CONGESTION; empty: the system's */
-    int *watch;        /* descriptors whose reading wakes progress() */
-    int nwatch;
+    struct hoop_watch watch; /* descriptors whose reading wakes progress() */
     struct tcp_conn *conns;
     struct tcp_stashed *stash;
     int nstash;

@@ -215,7 +215,7 @@ static int tcp_uring_watch(struct tcp_tp *tp)
             e->watch = all;
         return -ENOMEM;
     }
-    w->fd = tp->watch[tp->nwatch - 1];
+    w->fd = tp->watch.fd[tp->watch.n - 1];
     e->watch = all;
     all[e->nwatch++] = w;
     return 0;

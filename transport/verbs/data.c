@@ -4,6 +4,7 @@
  * for a while and then sleeps on the completion channel (verbs.h draws the
  * protocol). */
 #include "transport/verbs/verbs.h"
+#include "transport/req_queue.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sock.h"
@@ -19,28 +20,6 @@
 
 #define SQ_MAX (2 * VERBS_SLOTS + 4)
 #define RQ_DEPTH (2 * VERBS_SLOTS + 2)
-
-static void q_push(struct hoop_tp_req **head, struct hoop_tp_req **tail, struct hoop_tp_req *q)
-{
-    q->next = NULL;
-    if (*tail)
-        (*tail)->next = q;
-    else
-        *head = q;
-    *tail = q;
-}
-
-static struct hoop_tp_req *q_pop(struct hoop_tp_req **head, struct hoop_tp_req **tail)
-{
-    struct hoop_tp_req *q = *head;
-    if (q) {
-        *head = q->next;
-        if (!*head)
-            *tail = NULL;
-        q->next = NULL;
-    }
-    return q;
-}
 
 static int post_recv(struct verbs_conn *c)
 {
@@ -77,9 +56,9 @@ static int sends_fail(struct verbs_conn *c, int err)
 {
     int ended = 0;
     struct hoop_tp_req *q;
-    while ((q = q_pop(&c->sq_head, &c->sq_tail)))
+    while ((q = hoop_req_queue_pop(&c->sq_head, &c->sq_tail)))
         ended += req_end(c->tp, q, err);
-    while ((q = q_pop(&c->sw_head, &c->sw_tail)))
+    while ((q = hoop_req_queue_pop(&c->sw_head, &c->sw_tail)))
         ended += req_end(c->tp, q, err);
     c->tx_off = 0;
     return ended;
@@ -91,7 +70,7 @@ int hoop_verbs_conn_fail(struct verbs_conn *c, int err)
         c->err = err;
     int ended = sends_fail(c, err);
     struct hoop_tp_req *q;
-    while ((q = q_pop(&c->rq_head, &c->rq_tail)))
+    while ((q = hoop_req_queue_pop(&c->rq_head, &c->rq_tail)))
         ended += req_end(c->tp, q, err);
     return ended;
 }
@@ -189,9 +168,9 @@ static int tx_push(struct verbs_conn *c)
         c->tx_off += n;
         q->lent++; /* fragments under way */
         if (c->tx_off == total) {
-            q_pop(&c->sq_head, &c->sq_tail);
+            hoop_req_queue_pop(&c->sq_head, &c->sq_tail);
             q->done = hoop_tp_req_total(q);
-            q_push(&c->sw_head, &c->sw_tail, q);
+            hoop_req_queue_push(&c->sw_head, &c->sw_tail, q);
             c->tx_off = 0;
         }
     }
@@ -285,7 +264,7 @@ static int rx_take(struct verbs_conn *c)
                 if (e) {
                     /* Refused on its header: the rest of the message goes
                      * nowhere. */
-                    q_pop(&c->rq_head, &c->rq_tail);
+                    hoop_req_queue_pop(&c->rq_head, &c->rq_tail);
                     ended += req_end(tp, q, e);
                     c->rx_skip = 1;
                     q = NULL;
@@ -306,7 +285,7 @@ static int rx_take(struct verbs_conn *c)
                     if (!e)
                         e = -EMSGSIZE;
                 }
-                q_pop(&c->rq_head, &c->rq_tail);
+                hoop_req_queue_pop(&c->rq_head, &c->rq_tail);
                 ended += req_end(tp, q, e);
             }
             c->rx_off = 0;
@@ -410,7 +389,7 @@ static int cq_poll(struct verbs_conn *c)
                     if (q && q->lent)
                         q->lent--;
                     if (q && q == c->sw_head && q->lent == 0) {
-                        q_pop(&c->sw_head, &c->sw_tail);
+                        hoop_req_queue_pop(&c->sw_head, &c->sw_tail);
                         ended += req_end(tp, q, 0);
                     }
                 }
@@ -491,7 +470,7 @@ int hoop_verbs_isend(void *vconn, struct hoop_tp_req *q)
         }
     }
     q->state = HOOP_REQ_PENDING;
-    q_push(&c->sq_head, &c->sq_tail, q);
+    hoop_req_queue_push(&c->sq_head, &c->sq_tail, q);
     c->tp->inflight++;
     int rc = tx_push(c);
     if (rc)
@@ -507,7 +486,7 @@ int hoop_verbs_irecv(void *vconn, struct hoop_tp_req *q)
     q->done = 0;
     q->held = NULL;
     q->state = HOOP_REQ_PENDING;
-    q_push(&c->rq_head, &c->rq_tail, q);
+    hoop_req_queue_push(&c->rq_head, &c->rq_tail, q);
     c->tp->inflight++;
     return 0; /* what has arrived is taken by the next progress */
 }
@@ -538,16 +517,6 @@ static int poll_all(struct verbs_tp *tp)
     return ended;
 }
 
-static int watched_readable(struct verbs_tp *tp)
-{
-    for (int i = 0; i < tp->nwatch; i++) {
-        struct pollfd p = {.fd = tp->watch[i], .events = POLLIN};
-        if (poll(&p, 1, 0) > 0)
-            return 1;
-    }
-    return 0;
-}
-
 static void chan_drain(struct verbs_tp *tp)
 {
     struct ibv_cq *cq;
@@ -564,7 +533,7 @@ static int side_look(struct verbs_tp *tp, uint64_t until)
     if (rc == -EDEADLK)
         return 0; /* no side channel is open */
     if (rc == -EINTR) {
-        if (watched_readable(tp))
+        if (hoop_watch_readable(&tp->watch))
             return -EINTR;
         chan_drain(tp);
         return 0;

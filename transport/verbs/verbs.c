@@ -544,12 +544,8 @@ static void verbs_close(void *vconn)
 static int verbs_watch(void *vtp, int fd)
 {
     struct verbs_tp *tp = vtp;
-    int *w = realloc(tp->watch, (size_t)(tp->nwatch + 1) * sizeof(*w));
-    if (!w)
-        return -ENOMEM;
-    tp->watch = w;
-    w[tp->nwatch++] = fd;
-    return tp->side_ops->watch(tp->side, fd);
+    int rc = hoop_watch_add(&tp->watch, fd);
+    return rc ? rc : tp->side_ops->watch(tp->side, fd);
 }
 
 /* Every queue pair to ERR (what is posted is flushed, and no peer writes
@@ -584,7 +580,7 @@ static void verbs_destroy(void *vtp)
         ibv_dealloc_pd(tp->pd);
     if (tp->ctx)
         ibv_close_device(tp->ctx);
-    free(tp->watch);
+    hoop_watch_fini(&tp->watch);
     free(tp);
 }
 

@@ -27,6 +27,7 @@
 
 #include "transport/mr_cache.h"
 #include "transport/transport.h"
+#include "transport/watch.h"
 
 #include <infiniband/verbs.h>
 #include <stdint.h>
@@ -135,8 +136,7 @@ struct verbs_tp {
     size_t zcopy_min;            /* HOOP_IB_ZCOPY_BYTES (0: every payload copied) */
     int odp;                     /* the device pages on demand (kept across calls) */
     int zcopy_failed;            /* a registration failed: said once, then copies */
-    int *watch;                  /* the caller's descriptors */
-    int nwatch;
+    struct hoop_watch watch;     /* the caller's descriptors */
     char desc[160];
     char why[512];               /* the first failure, in a sentence (last_error) */
 };
