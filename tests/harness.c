@@ -510,7 +510,7 @@ void harness_skip_if_shm_stalls(const char *what)
     if (strcmp(harness_transport(), "ofi") != 0 || strcmp(harness_ofi_provider(), "shm") != 0)
         return;
     const char *why = NULL;
-    const struct hoop_ofi_lib *lib = hoop_ofi_lib(&why);
+    const struct ofi_lib *lib = ofi_lib(&why);
     if (!lib)
         return;
     uint32_t v = lib->version();

@@ -30,7 +30,7 @@
 /* Looks between two checks of the watched descriptors while spinning. */
 #define OFI_WATCH_EVERY 256
 
-void hoop_ofi_note(struct ofi_tp *tp, const char *what, int fi_rc)
+void ofi_note(struct ofi_tp *tp, const char *what, int fi_rc)
 {
     int e = fi_rc < 0 ? -fi_rc : fi_rc;
     snprintf(tp->err_text, sizeof(tp->err_text), "%s: %s", what, tp->lib->strerror(e));
@@ -61,21 +61,21 @@ static int ofi_complete(struct ofi_tp *tp, struct ofi_op *op, int err, size_t le
                  tp->rank, tp->prov, err);
         return 0;
     }
-    hoop_ofi_posted_remove(tp, op);
+    ofi_posted_remove(tp, op);
     if (op->kind == OFI_OP_PART)
-        return hoop_ofi_part_ended(tp, op, err, len);
+        return ofi_part_ended(tp, op, err, len);
     if (op->kind == OFI_OP_HANGUP) {
         tp->hangup_rx[op->peer] = NULL;
         int peer = op->peer, ended = 0;
-        hoop_ofi_op_release(tp, op);
+        ofi_op_release(tp, op);
         if (!err && !tp->dead) {
             HOOP_INFO("rank %d: ofi transport: rank %d hung up", tp->rank, peer);
-            ended = 1 + hoop_ofi_peer_gone(tp, peer);
+            ended = 1 + ofi_peer_gone(tp, peer);
         }
         return ended;
     }
     if (op->ctrl || op->orphan) { /* this rank's own hangup, sent; or an orphan */
-        hoop_ofi_op_release(tp, op);
+        ofi_op_release(tp, op);
         return 0;
     }
     tp->inflight--;
@@ -107,11 +107,11 @@ static int ofi_complete(struct ofi_tp *tp, struct ofi_op *op, int err, size_t le
             err = -EMSGSIZE;
     }
     q->state = err;
-    hoop_ofi_op_release(tp, op);
+    ofi_op_release(tp, op);
     return 1;
 }
 
-int hoop_ofi_poll(struct ofi_tp *tp)
+int ofi_poll(struct ofi_tp *tp)
 {
     struct fi_cq_tagged_entry e[OFI_CQ_BATCH];
     int n = 0;
@@ -123,7 +123,7 @@ int hoop_ofi_poll(struct ofi_tp *tp)
                 /* A peer's write: its context is no operation of this rank
                  * (shm 1.17 fills in something there). */
                 if ((e[i].flags & FI_REMOTE_CQ_DATA) && !(e[i].flags & FI_RECV))
-                    n += hoop_ofi_write_arrived(tp, e[i].data);
+                    n += ofi_write_arrived(tp, e[i].data);
                 else if (e[i].op_context)
                     n += ofi_complete(tp, e[i].op_context, 0, e[i].len);
             }
@@ -134,7 +134,7 @@ int hoop_ofi_poll(struct ofi_tp *tp)
         if (rc == -FI_EAGAIN)
             return n;
         if (rc != -FI_EAVAIL) {
-            hoop_ofi_note(tp, "fi_cq_read", (int)rc);
+            ofi_note(tp, "fi_cq_read", (int)rc);
             return n ? n : -EIO;
         }
         struct fi_cq_err_entry ee;
@@ -142,7 +142,7 @@ int hoop_ofi_poll(struct ofi_tp *tp)
         if ((rc = fi_cq_readerr(tp->cq, &ee, 0)) < 0) {
             if (rc == -FI_EAGAIN)
                 continue;
-            hoop_ofi_note(tp, "fi_cq_readerr", (int)rc);
+            ofi_note(tp, "fi_cq_readerr", (int)rc);
             return n ? n : -EIO;
         }
         tp->cq_entries++;
@@ -186,9 +186,9 @@ static int ofi_wait(struct ofi_tp *tp, uint64_t deadline_ns, int watch)
         spin = OFI_NOWAIT_SPIN_NS;
     uint64_t spin_until = now + spin, nap = 10000;
     for (unsigned looks = 0;; looks++) {
-        int n = hoop_ofi_poll(tp);
+        int n = ofi_poll(tp);
         if (n >= 0)
-            n += hoop_ofi_post_waiting(tp);
+            n += ofi_post_waiting(tp);
         if (n)
             return n;
         now = hoop_now_ns();
@@ -216,11 +216,11 @@ static int ofi_wait(struct ofi_tp *tp, uint64_t deadline_ns, int watch)
     }
 }
 
-void hoop_ofi_drain(struct ofi_tp *tp)
+void ofi_drain(struct ofi_tp *tp)
 {
     for (uint64_t seen = ~0ull; seen != tp->cq_entries;) {
         seen = tp->cq_entries;
-        if (hoop_ofi_poll(tp) < 0)
+        if (ofi_poll(tp) < 0)
             break;
     }
 }
@@ -230,27 +230,27 @@ static int ofi_waits_for(const struct ofi_tp *tp, int peer)
     for (const struct ofi_op *op = tp->posted; op; op = op->next)
         if (op->req && !op->is_send && op->conn && op->conn->peer == peer)
             return 1;
-    return hoop_ofi_xfer_waits_for(tp, peer);
+    return ofi_xfer_waits_for(tp, peer);
 }
 
-void hoop_ofi_settle(struct ofi_tp *tp, int peer)
+void ofi_settle(struct ofi_tp *tp, int peer)
 {
-    hoop_ofi_drain(tp);
+    ofi_drain(tp);
     uint64_t until = hoop_now_ns() + OFI_SETTLE_NS;
     while (ofi_waits_for(tp, peer) && hoop_now_ns() < until)
-        if (hoop_ofi_poll(tp) < 0)
+        if (ofi_poll(tp) < 0)
             break;
 }
 
-int hoop_ofi_progress(void *vtp, uint64_t deadline_ns)
+int ofi_progress(void *vtp, uint64_t deadline_ns)
 {
     struct ofi_tp *tp = vtp;
     if (tp->dead)
         return -ECANCELED;
-    int n = hoop_ofi_poll(tp);
+    int n = ofi_poll(tp);
     if (n < 0)
         return n;
-    n += hoop_ofi_post_waiting(tp);
+    n += ofi_post_waiting(tp);
     if (n)
         return n;
     if (tp->inflight == 0)
@@ -258,7 +258,7 @@ int hoop_ofi_progress(void *vtp, uint64_t deadline_ns)
     return ofi_wait(tp, deadline_ns, 1);
 }
 
-int hoop_ofi_wait_op(struct ofi_tp *tp, struct ofi_op *op, uint64_t deadline_ns)
+int ofi_wait_op(struct ofi_tp *tp, struct ofi_op *op, uint64_t deadline_ns)
 {
     while (!op->done) {
         int rc = ofi_wait(tp, deadline_ns, 0);
@@ -270,7 +270,7 @@ int hoop_ofi_wait_op(struct ofi_tp *tp, struct ofi_op *op, uint64_t deadline_ns)
     return op->err;
 }
 
-int hoop_ofi_watch(void *vtp, int fd)
+int ofi_watch(void *vtp, int fd)
 {
     struct ofi_tp *tp = vtp;
     return hoop_watch_add(&tp->watch, fd);
@@ -279,19 +279,19 @@ int hoop_ofi_watch(void *vtp, int fd)
 static void ofi_fail_op(struct ofi_tp *tp, struct ofi_op *op)
 {
     if (op->kind == OFI_OP_PART) {
-        hoop_ofi_part_ended(tp, op, -ECANCELED, 0);
+        ofi_part_ended(tp, op, -ECANCELED, 0);
         return;
     }
     if (op->ctrl || op->orphan) {
         if (op->kind == OFI_OP_HANGUP)
             tp->hangup_rx[op->peer] = NULL;
-        hoop_ofi_op_release(tp, op);
+        ofi_op_release(tp, op);
         return;
     }
     tp->inflight--;
     if (op->req) {
         op->req->state = -ECANCELED;
-        hoop_ofi_op_release(tp, op);
+        ofi_op_release(tp, op);
     } else {
         op->done = 1;
         op->err = -ECANCELED;
@@ -307,7 +307,7 @@ static void ofi_hangup_all(struct ofi_tp *tp)
     for (int peer = 0; peer < tp->size; peer++) {
         if (peer == tp->rank || tp->peer_addr[peer] == FI_ADDR_NOTAVAIL || tp->gone[peer])
             continue;
-        struct ofi_op *op = hoop_ofi_op_get(tp);
+        struct ofi_op *op = ofi_op_get(tp);
         if (!op)
             return;
         op->kind = OFI_OP_HANGUP;
@@ -318,18 +318,18 @@ static void ofi_hangup_all(struct ofi_tp *tp)
         struct ofi_conn to = {.addr = tp->peer_addr[peer]};
         op->conn = &to;
         op->tag = OFI_TAG(OFI_KIND_CTRL, 0, tp->rank, 0);
-        if (hoop_ofi_op_iov(tp, op, &op->small, sizeof(op->small)) ||
+        if (ofi_op_iov(tp, op, &op->small, sizeof(op->small)) ||
             fi_tsendv(tp->ep, op->iov, op->desc, op->niov, to.addr, op->tag, &op->ctx)) {
-            hoop_ofi_op_release(tp, op);
+            ofi_op_release(tp, op);
             continue;
         }
         op->conn = NULL;
         op->kind = OFI_OP_SEND; /* completes as a control send */
-        hoop_ofi_posted_add(tp, op);
+        ofi_posted_add(tp, op);
     }
 }
 
-void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup)
+void ofi_shutdown(struct ofi_tp *tp, int hangup)
 {
     if (tp->dead)
         return;
@@ -339,13 +339,13 @@ void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup)
         uint64_t until = hoop_now_ns() + 100000000ull;
         int sends;
         do {
-            hoop_ofi_poll(tp);
+            ofi_poll(tp);
             sends = 0;
             for (struct ofi_op *op = tp->posted; op; op = op->next)
                 sends += op->ctrl && op->is_send;
         } while (sends && hoop_now_ns() < until);
     }
-    hoop_ofi_xfers_end(tp, -1, -ECANCELED);
+    ofi_xfers_end(tp, -1, -ECANCELED);
     while (tp->wait_head) {
         struct ofi_op *op = tp->wait_head;
         tp->wait_head = op->next;
@@ -355,13 +355,13 @@ void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup)
     if (!tp->ep)
         return;
     /* Take what has completed first: only what is still in flight is
-     * cancelled (see hoop_ofi_peer_gone). */
-    hoop_ofi_drain(tp);
+     * cancelled (see ofi_peer_gone). */
+    ofi_drain(tp);
     for (struct ofi_op *op = tp->posted; op; op = op->next)
         fi_cancel(&tp->ep->fid, &op->ctx);
     uint64_t deadline = hoop_now_ns() + 200000000ull;
     while (tp->posted && hoop_now_ns() < deadline) {
-        if (hoop_ofi_poll(tp) <= 0) {
+        if (ofi_poll(tp) <= 0) {
             struct timespec ts = {0, 100000};
             nanosleep(&ts, NULL);
         }
@@ -373,7 +373,7 @@ void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup)
         tp->ep = NULL;
         while (tp->posted) {
             struct ofi_op *op = tp->posted;
-            hoop_ofi_posted_remove(tp, op);
+            ofi_posted_remove(tp, op);
             ofi_fail_op(tp, op);
         }
     }
@@ -385,7 +385,7 @@ void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup)
         hoop_mr_fini(&tp->mr);
 }
 
-void hoop_ofi_cancel(void *vtp)
+void ofi_cancel(void *vtp)
 {
-    hoop_ofi_shutdown(vtp, 1);
+    ofi_shutdown(vtp, 1);
 }

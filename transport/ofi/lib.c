@@ -13,14 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct hoop_ofi_lib ofi_lib;
+static struct ofi_lib the_lib;
 static char ofi_lib_why[256];
 static pthread_once_t ofi_lib_once = PTHREAD_ONCE_INIT;
 
 #define OFI_SYM(field, name)                                                              \
     do {                                                                                  \
-        *(void **)&ofi_lib.field = dlsym(h, name);                                         \
-        if (!ofi_lib.field) {                                                             \
+        *(void **)&the_lib.field = dlsym(h, name);                                         \
+        if (!the_lib.field) {                                                             \
             snprintf(ofi_lib_why, sizeof(ofi_lib_why), "%s has no %s: %s", so, name,      \
                      dlerror());                                                          \
             return;                                                                       \
@@ -49,15 +49,15 @@ static void ofi_lib_load(void)
     OFI_SYM(fabric, "fi_fabric");
     OFI_SYM(strerror, "fi_strerror");
     OFI_SYM(version, "fi_version");
-    ofi_lib.loaded = 1;
+    the_lib.loaded = 1;
 }
 
-const struct hoop_ofi_lib *hoop_ofi_lib(const char **why)
+const struct ofi_lib *ofi_lib(const char **why)
 {
     pthread_once(&ofi_lib_once, ofi_lib_load);
-    if (!ofi_lib.loaded) {
+    if (!the_lib.loaded) {
         *why = ofi_lib_why;
         return NULL;
     }
-    return &ofi_lib;
+    return &the_lib;
 }

@@ -32,7 +32,7 @@ static int ofi_mr_reg(void *ctx, struct hoop_mr *m)
             fi_close(&mr->fid);
     }
     if (rc) {
-        hoop_ofi_note(tp, "fi_mr_reg", rc);
+        ofi_note(tp, "fi_mr_reg", rc);
         return rc < 0 && rc > -4096 ? rc : -EIO;
     }
     m->handle = mr;
@@ -51,10 +51,10 @@ static void ofi_mr_dereg(void *ctx, struct hoop_mr *m)
 
 static const struct hoop_mr_ops ofi_mr_ops = {.reg = ofi_mr_reg, .dereg = ofi_mr_dereg};
 
-void hoop_ofi_mr_init(struct ofi_tp *tp)
+void ofi_mr_init(struct ofi_tp *tp)
 {
     hoop_mr_init(&tp->mr, &ofi_mr_ops, tp,
-                 hoop_ofi_prov_software(tp->prov) ? HOOP_MR_KEEP_ALWAYS : HOOP_MR_KEEP_WHILE_HELD,
+                 ofi_prov_software(tp->prov) ? HOOP_MR_KEEP_ALWAYS : HOOP_MR_KEEP_WHILE_HELD,
                  OFI_MR_CACHED);
     tp->mr_next_key = 1;
 }

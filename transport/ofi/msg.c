@@ -14,7 +14,7 @@
  * collective in steady state allocates nothing. */
 #define OFI_OPS_BLOCK 64
 
-struct ofi_op *hoop_ofi_op_get(struct ofi_tp *tp)
+struct ofi_op *ofi_op_get(struct ofi_tp *tp)
 {
     if (!tp->free_ops) {
         struct ofi_op **blocks = realloc(tp->op_blocks, (size_t)(tp->nblocks + 1) * sizeof(*blocks));
@@ -27,7 +27,7 @@ struct ofi_op *hoop_ofi_op_get(struct ofi_tp *tp)
         tp->op_blocks[tp->nblocks++] = blk;
         for (int i = 0; i < OFI_OPS_BLOCK; i++) {
             blk[i].free = 0;
-            hoop_ofi_op_put(tp, &blk[i]);
+            ofi_op_put(tp, &blk[i]);
         }
     }
     struct ofi_op *op = tp->free_ops;
@@ -38,7 +38,7 @@ struct ofi_op *hoop_ofi_op_get(struct ofi_tp *tp)
     return op;
 }
 
-void hoop_ofi_op_put(struct ofi_tp *tp, struct ofi_op *op)
+void ofi_op_put(struct ofi_tp *tp, struct ofi_op *op)
 {
     if (op->free || op->posted) {
         HOOP_WARN("rank %d: ofi transport: operation %p let go twice (%s)", tp->rank, (void *)op,
@@ -54,24 +54,24 @@ void hoop_ofi_op_put(struct ofi_tp *tp, struct ofi_op *op)
     tp->free_tail = op;
 }
 
-void hoop_ofi_op_release(struct ofi_tp *tp, struct ofi_op *op)
+void ofi_op_release(struct ofi_tp *tp, struct ofi_op *op)
 {
     for (int i = 0; i < OFI_IOV_MAX; i++) {
         hoop_mr_put(&tp->mr, op->mr[i]);
         op->mr[i] = NULL;
     }
-    hoop_ofi_op_put(tp, op);
+    ofi_op_put(tp, op);
 }
 
-void hoop_ofi_posted_add(struct ofi_tp *tp, struct ofi_op *op)
+void ofi_posted_add(struct ofi_tp *tp, struct ofi_op *op)
 {
     op->posted = 1;
-    hoop_ofi_list_add(&tp->posted, op);
+    ofi_list_add(&tp->posted, op);
 }
 
-void hoop_ofi_posted_remove(struct ofi_tp *tp, struct ofi_op *op)
+void ofi_posted_remove(struct ofi_tp *tp, struct ofi_op *op)
 {
-    hoop_ofi_list_remove(&tp->posted, op);
+    ofi_list_remove(&tp->posted, op);
     op->posted = 0;
 }
 
@@ -94,16 +94,16 @@ static int ofi_op_post(struct ofi_tp *tp, struct ofi_op *op)
     else
         rc = fi_trecvv(tp->ep, op->iov, op->desc, op->niov, FI_ADDR_UNSPEC, op->tag, 0, &op->ctx);
     if (rc == 0) {
-        hoop_ofi_posted_add(tp, op);
+        ofi_posted_add(tp, op);
         return 0;
     }
     if (rc == -FI_EAGAIN)
         return -EAGAIN;
-    hoop_ofi_note(tp, what, (int)rc);
+    ofi_note(tp, what, (int)rc);
     return rc < 0 && rc > -4096 ? (int)rc : -EIO;
 }
 
-int hoop_ofi_op_start(struct ofi_tp *tp, struct ofi_op *op)
+int ofi_op_start(struct ofi_tp *tp, struct ofi_op *op)
 {
     if (!op->ctrl)
         tp->inflight++;
@@ -123,7 +123,7 @@ int hoop_ofi_op_start(struct ofi_tp *tp, struct ofi_op *op)
     return rc;
 }
 
-int hoop_ofi_post_waiting(struct ofi_tp *tp)
+int ofi_post_waiting(struct ofi_tp *tp)
 {
     int ended = 0;
     while (tp->wait_head) {
@@ -136,7 +136,7 @@ int hoop_ofi_post_waiting(struct ofi_tp *tp)
         if (!after)
             tp->wait_tail = NULL;
         if (rc && op->kind == OFI_OP_PART) {
-            ended += hoop_ofi_part_ended(tp, op, rc, 0);
+            ended += ofi_part_ended(tp, op, rc, 0);
         } else if (rc) {
             /* This request fails (an ending the caller must see); the
              * others may still go. */
@@ -145,9 +145,9 @@ int hoop_ofi_post_waiting(struct ofi_tp *tp)
             ended++;
             if (op->req) {
                 op->req->state = rc;
-                hoop_ofi_op_release(tp, op);
+                ofi_op_release(tp, op);
             } else if (op->ctrl) {
-                hoop_ofi_op_release(tp, op);
+                ofi_op_release(tp, op);
             } else {
                 op->done = 1;
                 op->err = rc;
@@ -159,8 +159,8 @@ int hoop_ofi_post_waiting(struct ofi_tp *tp)
 
 /* One iovec of op; its descriptor where the provider wants local memory
  * registered (FI_MR_LOCAL), for all of region (when it holds buf). */
-int hoop_ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
-                       void *region, size_t region_len)
+int ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
+                  void *region, size_t region_len)
 {
     size_t i = op->niov;
     op->iov[i] = (struct iovec){.iov_base = buf, .iov_len = len};
@@ -178,9 +178,9 @@ int hoop_ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t l
     return 0;
 }
 
-int hoop_ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len)
+int ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len)
 {
-    return hoop_ofi_op_iov_in(tp, op, buf, len, NULL, 0);
+    return ofi_op_iov_in(tp, op, buf, len, NULL, 0);
 }
 
 /* The iovecs of a message: the header, then the payload, leaving out what
@@ -192,9 +192,9 @@ static int ofi_op_fill(struct ofi_tp *tp, struct ofi_op *op, struct hoop_tp_req 
     if (req->hdr_len && !op->is_send)
         memset(req->hdr, 0, req->hdr_len); /* what a truncated message leaves (cq.c) */
     if (req->hdr_len)
-        rc = hoop_ofi_op_iov(tp, op, req->hdr, req->hdr_len);
+        rc = ofi_op_iov(tp, op, req->hdr, req->hdr_len);
     if (!rc && req->len)
-        rc = hoop_ofi_op_iov_in(tp, op, req->buf, req->len, req->region, req->region_len);
+        rc = ofi_op_iov_in(tp, op, req->buf, req->len, req->region, req->region_len);
     return rc;
 }
 
@@ -207,19 +207,19 @@ static int ofi_data(void *vconn, struct hoop_tp_req *req, int is_send)
     if (tp->gone[c->peer] && (is_send || !tp->ended[c->peer]))
         return -ECONNRESET;
     if (tp->write_min && req->len >= tp->write_min) {
-        int rc = is_send ? hoop_ofi_write_isend(c, req, c->seq)
-                         : hoop_ofi_write_irecv(c, req, c->seq);
+        int rc = is_send ? ofi_write_isend(c, req, c->seq)
+                         : ofi_write_irecv(c, req, c->seq);
         if (rc)
             return rc;
         c->seq++;
         if (!is_send && tp->ended[c->peer]) {
-            hoop_ofi_settle(tp, c->peer);
+            ofi_settle(tp, c->peer);
             if (req->state == HOOP_REQ_PENDING)
-                hoop_ofi_xfers_end(tp, c->peer, -ECONNRESET);
+                ofi_xfers_end(tp, c->peer, -ECONNRESET);
         }
         return 0;
     }
-    struct ofi_op *op = hoop_ofi_op_get(tp);
+    struct ofi_op *op = ofi_op_get(tp);
     if (!op)
         return -ENOMEM;
     op->kind = is_send ? OFI_OP_SEND : OFI_OP_RECV;
@@ -230,21 +230,21 @@ static int ofi_data(void *vconn, struct hoop_tp_req *req, int is_send)
     op->tag = OFI_TAG(OFI_KIND_DATA, c->channel, is_send ? tp->rank : c->peer, c->seq);
     int rc = ofi_op_fill(tp, op, req);
     if (rc) {
-        hoop_ofi_op_release(tp, op);
+        ofi_op_release(tp, op);
         return rc;
     }
     req->done = 0;
     req->state = HOOP_REQ_PENDING;
-    if ((rc = hoop_ofi_op_start(tp, op))) {
+    if ((rc = ofi_op_start(tp, op))) {
         req->state = 0;
-        hoop_ofi_op_release(tp, op);
+        ofi_op_release(tp, op);
         return rc;
     }
     c->seq++;
     if (!is_send && tp->ended[c->peer]) {
         /* From a process that has ended: only what it sent before can
          * come, and it is here already. */
-        hoop_ofi_settle(tp, c->peer);
+        ofi_settle(tp, c->peer);
         if (req->state == HOOP_REQ_PENDING && op->posted && op->req == req) {
             req->state = -ECONNRESET;
             op->req = NULL;
@@ -255,39 +255,39 @@ static int ofi_data(void *vconn, struct hoop_tp_req *req, int is_send)
     return 0;
 }
 
-int hoop_ofi_isend(void *conn, struct hoop_tp_req *req)
+int ofi_isend(void *conn, struct hoop_tp_req *req)
 {
     return ofi_data(conn, req, 1);
 }
 
-int hoop_ofi_irecv(void *conn, struct hoop_tp_req *req)
+int ofi_irecv(void *conn, struct hoop_tp_req *req)
 {
     return ofi_data(conn, req, 0);
 }
 
-int hoop_ofi_hangup_expect(struct ofi_tp *tp, int peer)
+int ofi_hangup_expect(struct ofi_tp *tp, int peer)
 {
     if (tp->hangup_rx[peer])
         return 0;
-    struct ofi_op *op = hoop_ofi_op_get(tp);
+    struct ofi_op *op = ofi_op_get(tp);
     if (!op)
         return -ENOMEM;
     op->kind = OFI_OP_HANGUP;
     op->ctrl = 1;
     op->peer = peer;
     op->tag = OFI_TAG(OFI_KIND_CTRL, 0, peer, 0);
-    int rc = hoop_ofi_op_iov(tp, op, &op->small, sizeof(op->small));
+    int rc = ofi_op_iov(tp, op, &op->small, sizeof(op->small));
     if (!rc)
-        rc = hoop_ofi_op_start(tp, op);
+        rc = ofi_op_start(tp, op);
     if (rc) {
-        hoop_ofi_op_release(tp, op);
+        ofi_op_release(tp, op);
         return rc;
     }
     tp->hangup_rx[peer] = op;
     return 0;
 }
 
-int hoop_ofi_peer_gone(struct ofi_tp *tp, int peer)
+int ofi_peer_gone(struct ofi_tp *tp, int peer)
 {
     tp->gone[peer] = 1;
     int ended = 0;
@@ -303,7 +303,7 @@ int hoop_ofi_peer_gone(struct ofi_tp *tp, int peer)
             tp->inflight--;
             ended++;
         }
-    ended += hoop_ofi_xfers_end(tp, peer, -ECONNRESET);
+    ended += ofi_xfers_end(tp, peer, -ECONNRESET);
     /* Those still waiting for room end here. */
     struct ofi_op **pp = &tp->wait_head, *last = NULL;
     while (*pp) {
@@ -312,7 +312,7 @@ int hoop_ofi_peer_gone(struct ofi_tp *tp, int peer)
             *pp = op->next;
             tp->inflight--;
             op->req->state = -ECONNRESET;
-            hoop_ofi_op_release(tp, op);
+            ofi_op_release(tp, op);
             ended++;
         } else {
             last = op;

@@ -74,7 +74,7 @@ static int ofi_handle_agrees(const struct ofi_tp *tp, const struct ofi_handle *h
 
 /* What the transport asks of a provider, before any choice: tagged
  * messages, and with `rma` remote writes too. */
-static struct fi_info *ofi_hints_caps(const struct hoop_ofi_lib *lib, const char *prov, int rma)
+static struct fi_info *ofi_hints_caps(const struct ofi_lib *lib, const char *prov, int rma)
 {
     struct fi_info *h = lib->dupinfo(NULL);
     if (!h)
@@ -94,14 +94,14 @@ static struct fi_info *ofi_hints_caps(const struct hoop_ofi_lib *lib, const char
     return h;
 }
 
-static struct fi_info *ofi_hints(const struct hoop_ofi_lib *lib, const char *prov)
+static struct fi_info *ofi_hints(const struct ofi_lib *lib, const char *prov)
 {
     return ofi_hints_caps(lib, prov, 0);
 }
 
 /* "tcp;ofi_rxm, shm, ..." : the providers libfabric offers for what the
  * transport needs, whatever was asked for. */
-static void ofi_list_providers(const struct hoop_ofi_lib *lib, char *out, size_t n)
+static void ofi_list_providers(const struct ofi_lib *lib, char *out, size_t n)
 {
     snprintf(out, n, "none");
     struct fi_info *h = ofi_hints(lib, NULL), *all = NULL;
@@ -121,7 +121,7 @@ static void ofi_list_providers(const struct hoop_ofi_lib *lib, char *out, size_t
     lib->freeinfo(h);
 }
 
-int hoop_ofi_prov_software(const char *prov)
+int ofi_prov_software(const char *prov)
 {
     static const char *const soft[] = {"tcp", "shm", "sockets", "udp", "net", "ofi_rxm", "ofi_rxd"};
     char buf[64];
@@ -143,7 +143,7 @@ int hoop_ofi_prov_software(const char *prov)
 static int ofi_probe(char *why, size_t n)
 {
     const char *err = NULL;
-    const struct hoop_ofi_lib *lib = hoop_ofi_lib(&err);
+    const struct ofi_lib *lib = ofi_lib(&err);
     if (!lib) {
         snprintf(why, n, "%s", err);
         return 0;
@@ -157,7 +157,7 @@ static int ofi_probe(char *why, size_t n)
                  "endpoints");
         return 0;
     }
-    int hw = !hoop_ofi_prov_software(info->fabric_attr->prov_name);
+    int hw = !ofi_prov_software(info->fabric_attr->prov_name);
     if (hw) {
         snprintf(why, n, "provider %s on %s", info->fabric_attr->prov_name,
                  info->domain_attr->name);
@@ -174,7 +174,7 @@ static int ofi_probe(char *why, size_t n)
 static hoop_status_t ofi_create(const struct hoop_tp_params *p, void **out)
 {
     const char *why = NULL;
-    const struct hoop_ofi_lib *lib = hoop_ofi_lib(&why);
+    const struct ofi_lib *lib = ofi_lib(&why);
     if (!lib)
         return hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: HOOP_TRANSPORT=ofi: %s", p->rank, why);
     if (p->size - 1 > OFI_RANK_MAX)
@@ -284,7 +284,7 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
     tp->delivery_complete = strstr(tp->prov, "shm") != NULL;
     tp->mr_mode = fi->domain_attr->mr_mode;
     tp->mr_access = FI_SEND | FI_RECV;
-    hoop_ofi_mr_init(tp);
+    ofi_mr_init(tp);
     if ((fi->caps & FI_RMA) && fi->domain_attr->cq_data_size >= 4) {
         unsigned long long w;
         hoop_status_t st = hoop_param_u64("HOOP_OFI_WRITE_BYTES", 0, 1ull << 30, &w);
@@ -371,7 +371,7 @@ static int ofi_peer_addr(struct ofi_tp *tp, int peer, const void *name, fi_addr_
         fi_addr_t a;
         int rc = fi_av_insert(tp->av, name, 1, &a, 0, NULL);
         if (rc != 1) {
-            hoop_ofi_note(tp, "fi_av_insert", rc < 0 ? rc : -FI_EINVAL);
+            ofi_note(tp, "fi_av_insert", rc < 0 ? rc : -FI_EINVAL);
             return rc < 0 ? rc : -EINVAL;
         }
         tp->peer_addr[peer] = a;
@@ -410,29 +410,29 @@ static void ofi_close(void *vconn)
 static int ofi_hello(struct ofi_tp *tp, struct ofi_conn *c, int is_send, void *buf, size_t len,
                      uint64_t deadline_ns, size_t *got)
 {
-    struct ofi_op *op = hoop_ofi_op_get(tp);
+    struct ofi_op *op = ofi_op_get(tp);
     if (!op)
         return -ENOMEM;
     op->kind = OFI_OP_HELLO;
     op->is_send = is_send;
     op->conn = c;
     op->tag = OFI_TAG(OFI_KIND_HELLO, c->channel, is_send ? tp->rank : c->peer, 0);
-    int rc = hoop_ofi_op_iov(tp, op, buf, len);
+    int rc = ofi_op_iov(tp, op, buf, len);
     if (!rc)
-        rc = hoop_ofi_op_start(tp, op);
+        rc = ofi_op_start(tp, op);
     if (!rc)
-        rc = hoop_ofi_wait_op(tp, op, deadline_ns);
+        rc = ofi_wait_op(tp, op, deadline_ns);
     if (rc == -ETIMEDOUT && op->posted) {
         /* Not taken in time: the provider must let go of the buffer. */
         fi_cancel(&tp->ep->fid, &op->ctx);
         uint64_t until = hoop_now_ns() + 1000000000ull;
         while (!op->done && hoop_now_ns() < until)
-            hoop_ofi_poll(tp);
+            ofi_poll(tp);
         if (!op->done)
             return rc; /* the op stays with the provider; the endpoint goes at destroy */
     }
     *got = op->len;
-    hoop_ofi_op_release(tp, op);
+    ofi_op_release(tp, op);
     return rc;
 }
 
@@ -483,7 +483,7 @@ static hoop_status_t ofi_connect(void *vtp, int peer, int channel, const char *p
     size_t got;
     rc = ofi_hello(tp, c, 1, msg, HOOP_HELLO_BYTES + tp->name_len, deadline_ns, &got);
     if (!rc)
-        rc = hoop_ofi_hangup_expect(tp, peer);
+        rc = ofi_hangup_expect(tp, peer);
     if (rc) {
         ofi_close(c);
         return hoop_error(hoop_status_from_errno(rc), "rank %d: ofi transport (%s): the hello to "
@@ -526,7 +526,7 @@ static hoop_status_t ofi_accept(void *vtp, int peer, int channel, const char *pe
     if (!rc && !why && (rc = ofi_peer_addr(tp, peer, msg + HOOP_HELLO_BYTES, &c->addr)))
         why = tp->err_text;
     if (!rc && !why)
-        rc = hoop_ofi_hangup_expect(tp, peer);
+        rc = ofi_hangup_expect(tp, peer);
     if (rc || why) {
         ofi_close(c);
         if (why)
@@ -545,7 +545,7 @@ static void ofi_destroy(void *vtp)
     struct ofi_tp *tp = vtp;
     HOOP_DEBUG("rank %d: ofi transport: %d blocks of operations, %lu registrations", tp->rank,
                tp->nblocks, tp->mr.regs);
-    hoop_ofi_shutdown(tp, 0);
+    ofi_shutdown(tp, 0);
     while (tp->conns)
         ofi_close(tp->conns);
     /* The endpoint first: what it still has in flight (a peer's write
@@ -593,14 +593,14 @@ static void ofi_peer_ended(void *vtp, int peer)
     struct ofi_tp *tp = vtp;
     if (tp->dead || !tp->ep || tp->gone[peer])
         return;
-    hoop_ofi_settle(tp, peer);
+    ofi_settle(tp, peer);
     /* A send it took may not have said so yet (shm completes a send on
      * delivery, and a receiver can take a message and end before the
      * sender reads the word): give that a moment, sleeping between looks,
      * before what is left fails. */
     uint64_t until = hoop_now_ns() + OFI_SEND_SETTLE_NS;
     while (ofi_sends_to(tp, peer) && hoop_now_ns() < until) {
-        int n = hoop_ofi_poll(tp);
+        int n = ofi_poll(tp);
         if (n < 0)
             break;
         if (n == 0) {
@@ -609,7 +609,7 @@ static void ofi_peer_ended(void *vtp, int peer)
         }
     }
     tp->ended[peer] = 1;
-    if (hoop_ofi_peer_gone(tp, peer))
+    if (ofi_peer_gone(tp, peer))
         HOOP_INFO("rank %d: ofi transport: rank %d's process ended with transfers left", tp->rank,
                   peer);
 }
@@ -633,11 +633,11 @@ const struct hoop_transport_ops hoop_transport_ofi = {
     .listen = ofi_listen,
     .connect = ofi_connect,
     .accept = ofi_accept,
-    .isend = hoop_ofi_isend,
-    .irecv = hoop_ofi_irecv,
-    .progress = hoop_ofi_progress,
-    .watch = hoop_ofi_watch,
-    .cancel = hoop_ofi_cancel,
+    .isend = ofi_isend,
+    .irecv = ofi_irecv,
+    .progress = ofi_progress,
+    .watch = ofi_watch,
+    .cancel = ofi_cancel,
     .close = ofi_close,
     .destroy = ofi_destroy,
     .describe = ofi_describe,

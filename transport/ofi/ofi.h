@@ -30,7 +30,7 @@
 #include <sys/uio.h>
 
 /* The functions libfabric exports (the rest of its API is inline). */
-struct hoop_ofi_lib {
+struct ofi_lib {
     int loaded;
     int (*getinfo)(uint32_t version, const char *node, const char *service, uint64_t flags,
                    const struct fi_info *hints, struct fi_info **info);
@@ -42,7 +42,7 @@ struct hoop_ofi_lib {
 };
 
 /* libfabric, opened on first use; NULL with *why set when it cannot be. */
-const struct hoop_ofi_lib *hoop_ofi_lib(const char **why);
+const struct ofi_lib *ofi_lib(const char **why);
 
 #define OFI_API_VERSION FI_VERSION(1, 10)
 #define OFI_NAME_MAX 96 /* an endpoint name, as it travels in the handle */
@@ -129,7 +129,7 @@ struct ofi_conn {
 };
 
 struct ofi_tp {
-    const struct hoop_ofi_lib *lib;
+    const struct ofi_lib *lib;
     int rank;
     int size;
     uint8_t token[HOOP_TOKEN_BYTES];
@@ -177,7 +177,7 @@ struct ofi_tp {
 
 /* The operations' lists (posted, written messages) are doubly linked
  * through next and pprev. */
-static inline void hoop_ofi_list_add(struct ofi_op **head, struct ofi_op *op)
+static inline void ofi_list_add(struct ofi_op **head, struct ofi_op *op)
 {
     op->next = *head;
     op->pprev = NULL;
@@ -186,7 +186,7 @@ static inline void hoop_ofi_list_add(struct ofi_op **head, struct ofi_op *op)
     *head = op;
 }
 
-static inline void hoop_ofi_list_remove(struct ofi_op **head, struct ofi_op *op)
+static inline void ofi_list_remove(struct ofi_op **head, struct ofi_op *op)
 {
     if (op->pprev)
         op->pprev->next = op->next;
@@ -198,77 +198,77 @@ static inline void hoop_ofi_list_remove(struct ofi_op **head, struct ofi_op *op)
 }
 
 /* msg.c */
-int hoop_ofi_isend(void *conn, struct hoop_tp_req *req);
-int hoop_ofi_irecv(void *conn, struct hoop_tp_req *req);
-struct ofi_op *hoop_ofi_op_get(struct ofi_tp *tp);
-void hoop_ofi_op_put(struct ofi_tp *tp, struct ofi_op *op);
+int ofi_isend(void *conn, struct hoop_tp_req *req);
+int ofi_irecv(void *conn, struct hoop_tp_req *req);
+struct ofi_op *ofi_op_get(struct ofi_tp *tp);
+void ofi_op_put(struct ofi_tp *tp, struct ofi_op *op);
 /* op is in the provider's hands (the posted list), or no longer. */
-void hoop_ofi_posted_add(struct ofi_tp *tp, struct ofi_op *op);
-void hoop_ofi_posted_remove(struct ofi_tp *tp, struct ofi_op *op);
+void ofi_posted_add(struct ofi_tp *tp, struct ofi_op *op);
+void ofi_posted_remove(struct ofi_tp *tp, struct ofi_op *op);
 /* Post the receive of rank peer's hangup, once per peer; 0 or -errno. */
-int hoop_ofi_hangup_expect(struct ofi_tp *tp, int peer);
+int ofi_hangup_expect(struct ofi_tp *tp, int peer);
 /* Rank peer hung up: fail every transfer with it. How many ended. */
-int hoop_ofi_peer_gone(struct ofi_tp *tp, int peer);
+int ofi_peer_gone(struct ofi_tp *tp, int peer);
 /* Read the completion queue until it has nothing more. */
-void hoop_ofi_drain(struct ofi_tp *tp);
+void ofi_drain(struct ofi_tp *tp);
 /* Rank peer's process has ended: read the queue until nothing waits for
  * it, or for at most OFI_SETTLE_NS (what it sent is all here, and may take
  * a provider several reads to move: shm copies a segment at a time). */
-void hoop_ofi_settle(struct ofi_tp *tp, int peer);
+void ofi_settle(struct ofi_tp *tp, int peer);
 #define OFI_SETTLE_NS 1000000000ull
 /* How long the sends to a peer whose process ended may take to report
  * their delivery before they fail (ofi.c). */
 #define OFI_SEND_SETTLE_NS 100000000ull
 /* Stop everything: with `hangup`, tell every connected peer first. */
-void hoop_ofi_shutdown(struct ofi_tp *tp, int hangup);
+void ofi_shutdown(struct ofi_tp *tp, int hangup);
 /* Add an iovec to op, with its descriptor where the provider wants one
  * (registering all of region, when given and holding buf). */
-int hoop_ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len);
-int hoop_ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
-                       void *region, size_t region_len);
+int ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len);
+int ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
+                  void *region, size_t region_len);
 /* Hand op to the provider, or queue it until there is room; 0 or -errno. */
-int hoop_ofi_op_start(struct ofi_tp *tp, struct ofi_op *op);
+int ofi_op_start(struct ofi_tp *tp, struct ofi_op *op);
 /* Retry the queued operations in order; how many of them failed (their
  * requests have ended). */
-int hoop_ofi_post_waiting(struct ofi_tp *tp);
+int ofi_post_waiting(struct ofi_tp *tp);
 
 /* cq.c */
-int hoop_ofi_progress(void *vtp, uint64_t deadline_ns);
+int ofi_progress(void *vtp, uint64_t deadline_ns);
 /* Read the completion queue once: completions handled, or -errno. */
-int hoop_ofi_poll(struct ofi_tp *tp);
+int ofi_poll(struct ofi_tp *tp);
 /* Progress until op (a hello) is done or the deadline; 0 or -errno. */
-int hoop_ofi_wait_op(struct ofi_tp *tp, struct ofi_op *op, uint64_t deadline_ns);
-int hoop_ofi_watch(void *vtp, int fd);
-void hoop_ofi_cancel(void *vtp);
+int ofi_wait_op(struct ofi_tp *tp, struct ofi_op *op, uint64_t deadline_ns);
+int ofi_watch(void *vtp, int fd);
+void ofi_cancel(void *vtp);
 /* Keep "what: libfabric's sentence" in tp->err_text and log it. */
-void hoop_ofi_note(struct ofi_tp *tp, const char *what, int fi_rc);
+void ofi_note(struct ofi_tp *tp, const char *what, int fi_rc);
 
 /* rma.c: messages whose payload the sender writes (fi_writedata) into
  * the receiver's buffer, which the receiver names in a CTS; the header
  * travels as a tagged message of its own. 0 or -errno. */
-int hoop_ofi_write_isend(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq);
-int hoop_ofi_write_irecv(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq);
+int ofi_write_isend(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq);
+int ofi_write_irecv(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq);
 /* A part ended (from the completion queue, or failed): how many requests
  * ended with it. */
-int hoop_ofi_part_ended(struct ofi_tp *tp, struct ofi_op *part, int err, size_t len);
+int ofi_part_ended(struct ofi_tp *tp, struct ofi_op *part, int err, size_t len);
 /* CQ data of a remote write arrived: how many requests ended. */
-int hoop_ofi_write_arrived(struct ofi_tp *tp, uint64_t data);
+int ofi_write_arrived(struct ofi_tp *tp, uint64_t data);
 /* End the written messages with peer (or all, peer < 0) with err, their
  * parts let go as the provider gives them back; how many requests ended. */
-int hoop_ofi_xfers_end(struct ofi_tp *tp, int peer, int err);
+int ofi_xfers_end(struct ofi_tp *tp, int peer, int err);
 /* A written message from peer is being received. */
-int hoop_ofi_xfer_waits_for(const struct ofi_tp *tp, int peer);
+int ofi_xfer_waits_for(const struct ofi_tp *tp, int peer);
 
 /* ofi.c: 1 when every layer of provider prov (such as "tcp;ofi_rxm") is
  * one of libfabric's software providers, which move data with the CPU and
  * reach memory by its virtual address when they do. */
-int hoop_ofi_prov_software(const char *prov);
+int ofi_prov_software(const char *prov);
 
 /* mr.c: tp->mr, the registrations (mr_cache.h), set up for tp's
  * provider. */
-void hoop_ofi_mr_init(struct ofi_tp *tp);
+void ofi_mr_init(struct ofi_tp *tp);
 /* Let go of what op holds (its registrations), and of op itself. */
-void hoop_ofi_op_release(struct ofi_tp *tp, struct ofi_op *op);
+void ofi_op_release(struct ofi_tp *tp, struct ofi_op *op);
 
 
 

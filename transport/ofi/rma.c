@@ -60,8 +60,8 @@ static int xfer_maybe_done(struct ofi_tp *tp, struct ofi_op *x)
     if (x->parts > 0)
         return 0;
     int ended = xfer_end_request(tp, x, 0);
-    hoop_ofi_list_remove(&tp->xfers, x);
-    hoop_ofi_op_release(tp, x);
+    ofi_list_remove(&tp->xfers, x);
+    ofi_op_release(tp, x);
     return ended;
 }
 
@@ -70,7 +70,7 @@ static int xfer_maybe_done(struct ofi_tp *tp, struct ofi_op *x)
 static int xfer_part(struct ofi_tp *tp, struct ofi_op *x, int part, int is_send, uint64_t tag,
                      void *buf, size_t len, const uint8_t *cts)
 {
-    struct ofi_op *op = hoop_ofi_op_get(tp);
+    struct ofi_op *op = ofi_op_get(tp);
     if (!op)
         return -ENOMEM;
     op->kind = OFI_OP_PART;
@@ -82,11 +82,11 @@ static int xfer_part(struct ofi_tp *tp, struct ofi_op *x, int part, int is_send,
     op->tag = tag;
     if (cts)
         memcpy(op->cts, cts, OFI_CTS_BYTES);
-    int rc = hoop_ofi_op_iov(tp, op, buf ? buf : op->cts, buf ? len : OFI_CTS_BYTES);
+    int rc = ofi_op_iov(tp, op, buf ? buf : op->cts, buf ? len : OFI_CTS_BYTES);
     if (!rc)
-        rc = hoop_ofi_op_start(tp, op);
+        rc = ofi_op_start(tp, op);
     if (rc) {
-        hoop_ofi_op_release(tp, op);
+        ofi_op_release(tp, op);
         return rc;
     }
     x->parts++;
@@ -105,7 +105,7 @@ static void cts_put(uint8_t *p, uint64_t addr, uint64_t key, uint64_t len, uint3
 static struct ofi_op *xfer_new(struct ofi_conn *c, struct hoop_tp_req *req, int is_send)
 {
     struct ofi_tp *tp = c->tp;
-    struct ofi_op *x = hoop_ofi_op_get(tp);
+    struct ofi_op *x = ofi_op_get(tp);
     if (!x)
         return NULL;
     x->kind = OFI_OP_XFER;
@@ -116,7 +116,7 @@ static struct ofi_op *xfer_new(struct ofi_conn *c, struct hoop_tp_req *req, int 
     req->done = 0;
     req->state = HOOP_REQ_PENDING;
     tp->inflight++;
-    hoop_ofi_list_add(&tp->xfers, x);
+    ofi_list_add(&tp->xfers, x);
     return x;
 }
 
@@ -132,7 +132,7 @@ static int xfer_abandon(struct ofi_tp *tp, struct ofi_op *x, int rc)
     return rc;
 }
 
-int hoop_ofi_write_irecv(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq)
+int ofi_write_irecv(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq)
 {
     struct ofi_tp *tp = c->tp;
     struct ofi_op *x = xfer_new(c, req, 0);
@@ -170,7 +170,7 @@ int hoop_ofi_write_irecv(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t s
     return 0;
 }
 
-int hoop_ofi_write_isend(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq)
+int ofi_write_isend(struct ofi_conn *c, struct hoop_tp_req *req, uint32_t seq)
 {
     struct ofi_tp *tp = c->tp;
     struct ofi_op *x = xfer_new(c, req, 1);
@@ -198,7 +198,7 @@ static int xfer_write(struct ofi_tp *tp, struct ofi_op *x, const uint8_t *cts)
         return 0; /* ended already: nothing to write */
     if (len != q->len)
         return -EMSGSIZE; /* the receiver's check of the header says why */
-    struct ofi_op *op = hoop_ofi_op_get(tp);
+    struct ofi_op *op = ofi_op_get(tp);
     if (!op)
         return -ENOMEM;
     /* Counted from now: a completion read while the provider has no room
@@ -223,22 +223,22 @@ static int xfer_write(struct ofi_tp *tp, struct ofi_op *x, const uint8_t *cts)
     /* Posted now, or queued behind others where the provider has no room
      * (never a read of the queue from here: this runs inside one). */
     if (!rc)
-        rc = hoop_ofi_op_start(tp, op);
+        rc = ofi_op_start(tp, op);
     if (rc) {
-        hoop_ofi_op_release(tp, op);
+        ofi_op_release(tp, op);
         x->parts--;
     }
     return rc;
 }
 
-int hoop_ofi_part_ended(struct ofi_tp *tp, struct ofi_op *part, int err, size_t len)
+int ofi_part_ended(struct ofi_tp *tp, struct ofi_op *part, int err, size_t len)
 {
     struct ofi_op *x = part->parent;
     int which = part->part;
     uint8_t cts[OFI_CTS_BYTES];
     if (which == OFI_PART_CTS_RECV && !err)
         memcpy(cts, part->cts, sizeof(cts));
-    hoop_ofi_op_release(tp, part);
+    ofi_op_release(tp, part);
     x->parts--;
     int ended = 0;
     struct hoop_tp_req *q = x->req;
@@ -265,7 +265,7 @@ int hoop_ofi_part_ended(struct ofi_tp *tp, struct ofi_op *part, int err, size_t 
     return ended + xfer_maybe_done(tp, x);
 }
 
-int hoop_ofi_write_arrived(struct ofi_tp *tp, uint64_t data)
+int ofi_write_arrived(struct ofi_tp *tp, uint64_t data)
 {
     uint32_t idx = (uint32_t)data & 0xffff, gen = ((uint32_t)data >> 16) & 0xffff;
     if (idx >= OFI_WSLOTS || !tp->wslot[idx] || tp->wgen[idx] != gen) {
@@ -278,7 +278,7 @@ int hoop_ofi_write_arrived(struct ofi_tp *tp, uint64_t data)
     return xfer_maybe_done(tp, x);
 }
 
-int hoop_ofi_xfers_end(struct ofi_tp *tp, int peer, int err)
+int ofi_xfers_end(struct ofi_tp *tp, int peer, int err)
 {
     int ended = 0;
     for (struct ofi_op *x = tp->xfers, *after; x; x = after) {
@@ -294,7 +294,7 @@ int hoop_ofi_xfers_end(struct ofi_tp *tp, int peer, int err)
     return ended;
 }
 
-int hoop_ofi_xfer_waits_for(const struct ofi_tp *tp, int peer)
+int ofi_xfer_waits_for(const struct ofi_tp *tp, int peer)
 {
     for (const struct ofi_op *x = tp->xfers; x; x = x->next)
         if (x->req && !x->is_send && x->conn->peer == peer)

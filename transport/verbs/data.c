@@ -28,7 +28,7 @@ static int post_recv(struct verbs_conn *c)
     return -ibv_post_recv(c->qp, &wr, &bad);
 }
 
-int hoop_verbs_conn_start(struct verbs_conn *c)
+int verbs_conn_start(struct verbs_conn *c)
 {
     for (int i = 0; i < RQ_DEPTH; i++) {
         int rc = post_recv(c);
@@ -64,7 +64,7 @@ static int sends_fail(struct verbs_conn *c, int err)
     return ended;
 }
 
-int hoop_verbs_conn_fail(struct verbs_conn *c, int err)
+int verbs_conn_fail(struct verbs_conn *c, int err)
 {
     if (!c->err)
         c->err = err;
@@ -296,7 +296,7 @@ static int rx_take(struct verbs_conn *c)
     return ended;
 }
 
-void hoop_verbs_note(struct verbs_tp *tp, const char *fmt, ...)
+void verbs_note(struct verbs_tp *tp, const char *fmt, ...)
 {
     char text[sizeof(tp->why)];
     va_list ap;
@@ -367,11 +367,11 @@ static int cq_poll(struct verbs_conn *c)
             int recv = wc[i].wr_id == VERBS_WR_RECV;
             if (wc[i].status != IBV_WC_SUCCESS) {
                 if (!c->err) {
-                    hoop_verbs_note(tp, "a %s with rank %d over %s failed: %s (vendor error %u): %s",
-                                    recv ? "receive" : "write", c->peer, tp->dev_name,
-                                    ibv_wc_status_str(wc[i].status), wc[i].vendor_err,
-                                    wc_advice(wc[i].status));
-                    ended += hoop_verbs_conn_fail(c, wc_errno(wc[i].status));
+                    verbs_note(tp, "a %s with rank %d over %s failed: %s (vendor error %u): %s",
+                               recv ? "receive" : "write", c->peer, tp->dev_name,
+                               ibv_wc_status_str(wc[i].status), wc[i].vendor_err,
+                               wc_advice(wc[i].status));
+                    ended += verbs_conn_fail(c, wc_errno(wc[i].status));
                 }
                 continue;
             }
@@ -407,19 +407,19 @@ static int cq_poll(struct verbs_conn *c)
                     c->rx_len[VERBS_IMM_SLOT(imm)] = VERBS_IMM_LEN(imm);
                     c->rx_arrived++;
                 } else {
-                    hoop_verbs_note(tp, "rank %d wrote an immediate this rank did not expect "
-                                    "(0x%08x)", c->peer, imm);
-                    ended += hoop_verbs_conn_fail(c, -EPROTO);
+                    verbs_note(tp, "rank %d wrote an immediate this rank did not expect "
+                               "(0x%08x)", c->peer, imm);
+                    ended += verbs_conn_fail(c, -EPROTO);
                     continue;
                 }
                 if (c->credits > VERBS_SLOTS) {
-                    hoop_verbs_note(tp, "rank %d gave back more slots than it had", c->peer);
-                    ended += hoop_verbs_conn_fail(c, -EPROTO);
+                    verbs_note(tp, "rank %d gave back more slots than it had", c->peer);
+                    ended += verbs_conn_fail(c, -EPROTO);
                     continue;
                 }
                 int rc = post_recv(c);
                 if (rc && !c->err)
-                    ended += hoop_verbs_conn_fail(c, rc);
+                    ended += verbs_conn_fail(c, rc);
                 took = 1;
             }
         }
@@ -429,9 +429,9 @@ static int cq_poll(struct verbs_conn *c)
     if (took || c->rx_arrived) {
         int r = rx_take(c);
         if (r < 0) {
-            hoop_verbs_note(tp, "rank %d sent a message this rank cannot read (a length past "
+            verbs_note(tp, "rank %d sent a message this rank cannot read (a length past "
                             "its bounds)", c->peer);
-            return ended + hoop_verbs_conn_fail(c, r);
+            return ended + verbs_conn_fail(c, r);
         }
         ended += r;
     }
@@ -439,11 +439,11 @@ static int cq_poll(struct verbs_conn *c)
     if (!rc)
         rc = credit_push(c);
     if (rc)
-        ended += hoop_verbs_conn_fail(c, rc);
+        ended += verbs_conn_fail(c, rc);
     return ended;
 }
 
-int hoop_verbs_isend(void *vconn, struct hoop_tp_req *q)
+int verbs_isend(void *vconn, struct hoop_tp_req *q)
 {
     struct verbs_conn *c = vconn;
     struct verbs_tp *tp = c->tp;
@@ -474,11 +474,11 @@ int hoop_verbs_isend(void *vconn, struct hoop_tp_req *q)
     c->tp->inflight++;
     int rc = tx_push(c);
     if (rc)
-        hoop_verbs_conn_fail(c, rc);
+        verbs_conn_fail(c, rc);
     return 0;
 }
 
-int hoop_verbs_irecv(void *vconn, struct hoop_tp_req *q)
+int verbs_irecv(void *vconn, struct hoop_tp_req *q)
 {
     struct verbs_conn *c = vconn;
     if (c->err)
@@ -499,7 +499,7 @@ static int poll_all(struct verbs_tp *tp)
     int ended = 0;
     for (struct verbs_conn *c = tp->conns; c; c = c->next_conn) {
         if (c->state != VERBS_CONN_RUN && !c->err) {
-            ended += hoop_verbs_conn_advance(c);
+            ended += verbs_conn_advance(c);
             if (c->state != VERBS_CONN_RUN)
                 continue;
         }
@@ -511,7 +511,7 @@ static int poll_all(struct verbs_tp *tp)
                            hoop_errno_str(c->bye.state ? c->bye.state : -ECONNRESET));
             c->peer_gone = 1;
             ended += c->rx_arrived ? sends_fail(c, -ECONNRESET)
-                                   : hoop_verbs_conn_fail(c, -ECONNRESET);
+                                   : verbs_conn_fail(c, -ECONNRESET);
         }
     }
     return ended;
@@ -541,7 +541,7 @@ static int side_look(struct verbs_tp *tp, uint64_t until)
     return rc;
 }
 
-int hoop_verbs_progress(void *vtp, uint64_t deadline_ns)
+int verbs_progress(void *vtp, uint64_t deadline_ns)
 {
     struct verbs_tp *tp = vtp;
     if (tp->inflight == 0)

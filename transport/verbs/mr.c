@@ -50,7 +50,7 @@ static int verbs_has_odp(struct ibv_context *ctx)
            (a.odp_caps.per_transport_caps.rc_odp_caps & want) == want;
 }
 
-void hoop_verbs_mr_init(struct verbs_tp *tp)
+void verbs_mr_init(struct verbs_tp *tp)
 {
     tp->odp = verbs_has_odp(tp->ctx);
     hoop_mr_init(&tp->mr, &verbs_mr_ops, tp,

@@ -175,7 +175,7 @@ static hoop_status_t verbs_create(const struct hoop_tp_params *p, void **out)
                         tp->rank, tp->dev_name, hoop_errno_str(-errno));
         goto fail;
     }
-    hoop_verbs_mr_init(tp);
+    verbs_mr_init(tp);
     if (!(tp->chan = ibv_create_comp_channel(tp->ctx)) ||
         fcntl(tp->chan->fd, F_SETFL, fcntl(tp->chan->fd, F_GETFL) | O_NONBLOCK)) {
         st = hoop_error(HOOP_ERR_SYSTEM, "rank %d: verbs transport: completion channel on %s: "
@@ -271,7 +271,7 @@ static void info_get(const uint8_t *p, struct verbs_peer_info *o)
 static void verbs_close(void *vconn);
 
 /* The connection's queue pair and slots, and its description sent to the
- * peer over the side channel; the rest is hoop_verbs_conn_advance's. */
+ * peer over the side channel; the rest is verbs_conn_advance's. */
 static hoop_status_t conn_begin(struct verbs_tp *tp, struct verbs_conn *c)
 {
     const int depth = 2 * VERBS_SLOTS + 4;
@@ -347,9 +347,9 @@ static int conn_setup_failed(struct verbs_conn *c, const char *what, int err)
     struct verbs_tp *tp = c->tp;
     if (err > 0)
         err = -err;
-    hoop_verbs_note(tp, "setting up the queue pair with rank %d (%s) over %s: %s: %s", c->peer,
-                    c->peer_host, tp->dev_name, what, hoop_errno_str(err));
-    return hoop_verbs_conn_fail(c, err);
+    verbs_note(tp, "setting up the queue pair with rank %d (%s) over %s: %s: %s", c->peer,
+               c->peer_host, tp->dev_name, what, hoop_errno_str(err));
+    return verbs_conn_fail(c, err);
 }
 
 /* The peer's description in: the queue pair to RTR (receives posted) and
@@ -388,7 +388,7 @@ static int conn_to_rts(struct verbs_conn *c)
     if (err)
         return conn_setup_failed(c, "queue pair to RTR (check HOOP_IB_GID_INDEX and that both "
                                  "ports share a subnet and MTU)", err);
-    if ((err = hoop_verbs_conn_start(c)))
+    if ((err = verbs_conn_start(c)))
         return conn_setup_failed(c, "posting receives", err);
     a = (struct ibv_qp_attr){
         .qp_state = IBV_QPS_RTS,
@@ -413,7 +413,7 @@ static int conn_to_rts(struct verbs_conn *c)
     return 0;
 }
 
-int hoop_verbs_conn_advance(struct verbs_conn *c)
+int verbs_conn_advance(struct verbs_conn *c)
 {
     struct verbs_tp *tp = c->tp;
     if (c->err || c->state == VERBS_CONN_RUN)
@@ -521,7 +521,7 @@ static void verbs_close(void *vconn)
             *pp = c->next_conn;
             break;
         }
-    hoop_verbs_conn_fail(c, -ECANCELED);
+    verbs_conn_fail(c, -ECANCELED);
     qp_to_err(c);
     if (c->qp)
         ibv_destroy_qp(c->qp);
@@ -558,7 +558,7 @@ static void verbs_cancel(void *vtp)
     struct verbs_tp *tp = vtp;
     for (struct verbs_conn *c = tp->conns; c; c = c->next_conn) {
         qp_to_err(c);
-        hoop_verbs_conn_fail(c, -ECANCELED);
+        verbs_conn_fail(c, -ECANCELED);
     }
     tp->side_ops->cancel(tp->side);
 }
@@ -644,9 +644,9 @@ const struct hoop_transport_ops hoop_transport_verbs = {
     .listen = verbs_listen,
     .connect = verbs_connect,
     .accept = verbs_accept,
-    .isend = hoop_verbs_isend,
-    .irecv = hoop_verbs_irecv,
-    .progress = hoop_verbs_progress,
+    .isend = verbs_isend,
+    .irecv = verbs_irecv,
+    .progress = verbs_progress,
     .watch = verbs_watch,
     .cancel = verbs_cancel,
     .close = verbs_close,

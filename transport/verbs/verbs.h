@@ -52,7 +52,7 @@
 
 struct verbs_tp;
 
-/* A connection's set-up, finished by progress (verbs.c: hoop_verbs_conn_advance):
+/* A connection's set-up, finished by progress (verbs.c: verbs_conn_advance):
  * connect and accept only start it, since a rank connects to its next
  * neighbour before it accepts from its previous one, and a peer answers
  * only once it is past its own connects. */
@@ -144,23 +144,23 @@ struct verbs_tp {
 /* verbs.c: move c's set-up on as far as what has arrived allows. How many
  * requests ended: those queued on c when its set-up failed (said in the
  * log; c->err says how). */
-int hoop_verbs_conn_advance(struct verbs_conn *c);
+int verbs_conn_advance(struct verbs_conn *c);
 
 /* mr.c: tp->mr, the registrations of send buffers, set up for tp's
  * device (whether it pages on demand). */
-void hoop_verbs_mr_init(struct verbs_tp *tp);
+void verbs_mr_init(struct verbs_tp *tp);
 
 /* data.c */
 /* Keep the first failure's sentence (printf-like) for last_error, and log it. */
-void hoop_verbs_note(struct verbs_tp *tp, const char *fmt, ...)
+void verbs_note(struct verbs_tp *tp, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-int hoop_verbs_isend(void *conn, struct hoop_tp_req *req);
-int hoop_verbs_irecv(void *conn, struct hoop_tp_req *req);
-int hoop_verbs_progress(void *tp, uint64_t deadline_ns);
+int verbs_isend(void *conn, struct hoop_tp_req *req);
+int verbs_irecv(void *conn, struct hoop_tp_req *req);
+int verbs_progress(void *tp, uint64_t deadline_ns);
 /* Post the connection's receives, once it is ready to run: 0 or -errno. */
-int hoop_verbs_conn_start(struct verbs_conn *c);
+int verbs_conn_start(struct verbs_conn *c);
 /* Fail every request of c with err (c->err keeps the first); how many
  * there were. */
-int hoop_verbs_conn_fail(struct verbs_conn *c, int err);
+int verbs_conn_fail(struct verbs_conn *c, int err);
 
 #endif
