@@ -68,9 +68,10 @@ $(LIB_SO): $(LIB_OBJS)
 	ln -sf $(SONAME) $(BUILD)/libhoop.so
 
 # Programs link the static library so that they run from the build tree.
-$(BUILD)/hooprun: tools/hooprun.c Makefile
+HOOPRUN_SRCS := $(sort $(wildcard tools/hooprun/*.c))
+$(BUILD)/hooprun: $(HOOPRUN_SRCS) tools/hooprun/hooprun.h Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $(HOOPRUN_SRCS) $(LDFLAGS)
 
 $(BUILD)/ring_bench: bench/ring_bench.c $(LIB_A) include/hoop.h
 	@mkdir -p $(dir $@)
