@@ -73,9 +73,10 @@ $(BUILD)/hooprun: $(HOOPRUN_SRCS) tools/hooprun/hooprun.h Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $(HOOPRUN_SRCS) $(LDFLAGS)
 
-$(BUILD)/ring_bench: bench/ring_bench.c $(LIB_A) include/hoop.h
+RING_BENCH_SRCS := $(sort $(wildcard bench/ring_bench/*.c))
+$(BUILD)/ring_bench: $(RING_BENCH_SRCS) bench/ring_bench/ring_bench.h $(LIB_A) include/hoop.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $(RING_BENCH_SRCS) $(LIB_A) $(LDLIBS) $(LDFLAGS)
 
 # Not installed: the reduction kernels beside memcpy (bench/RESULTS.md).
 $(BUILD)/reduce_bench: bench/reduce_bench.c $(LIB_A) $(LIB_HDRS)
