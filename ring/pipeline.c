@@ -5,6 +5,7 @@
 #include "reduce/reduce.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,13 +14,33 @@ struct cursor {
     size_t c; /* chunk within the step's span */
 };
 
+/* What a posted receive carries: its chunk, and that chunk's length. */
+struct rmeta {
+    struct cursor k;
+    size_t len;
+};
+
+/* One hoop_ring_run: the table, the buffers, and how far sends and
+ * receives have gone. Requests live in the ring's depth slots, request n
+ * of a direction in slot n % depth; head..tail are the ones posted. */
 struct run {
+    struct hoop_ring *r;
     const struct hoop_pipe *p;
     const struct hoop_step *st;
     int nsteps;
+    unsigned depth;
     size_t ce; /* elements per chunk */
     size_t es;
     char *bufs[4];
+    size_t extent[4]; /* elements of each buffer the schedule reaches */
+    uint64_t slot_free; /* scratch slots free for a reducing receive */
+    size_t rbytes_left, sbytes_left;
+    struct cursor spost, rpost, rdone; /* next send, next receive to post, next not in */
+    unsigned long long shead, stail, rhead, rtail;
+    int failed_dir; /* 0 send, 1 receive, -1 neither */
+    /* Per receive slot (not cleared: written when a receive is posted). */
+    struct rmeta meta[HOOP_RING_DEPTH_MAX];
+    unsigned char slot_of[HOOP_RING_DEPTH_MAX];
 };
 
 static size_t span_chunks(const struct run *x, size_t len)
@@ -53,11 +74,6 @@ static size_t chunk_len(const struct run *x, size_t span_len, size_t c)
     return left < x->ce ? left : x->ce;
 }
 
-struct rmeta {
-    struct cursor k;
-    size_t len;
-};
-
 static void phase_name(const struct run *x, int t, char *out, size_t n)
 {
     if (t >= x->nsteps)
@@ -73,191 +89,217 @@ static void phase_name(const struct run *x, int t, char *out, size_t n)
         snprintf(out, n, "%s", s->phase);
 }
 
-hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, double timeout_s)
+/* Fill x for running p on r: the buffers, how far the schedule reaches
+ * into each, each step's send and receive number, the bytes to move. */
+static void run_init(struct run *x, struct hoop_ring *r, const struct hoop_pipe *p)
 {
-    const struct hoop_transport_ops *ops = r->ops;
-    const unsigned D = (unsigned)r->depth;
-    uint64_t seq = p->keep_frame ? r->seq
-                                 : hoop_frame_begin(r, p->coll, p->count, p->dtype, p->op, p->root);
-    if (!p->keep_frame)
-        r->cur.blocks = p->blocks;
-    uint64_t deadline = hoop_deadline_after(timeout_s);
-    struct run x = {.p = p, .st = p->steps, .nsteps = p->nsteps, .es = hoop_dtype_size(p->dtype)};
-    x.ce = r->chunk_bytes / x.es ? r->chunk_bytes / x.es : 1;
-    x.bufs[HOOP_BUF_INPUT] = (char *)p->input;
-    x.bufs[HOOP_BUF_OUTPUT] = p->output;
-    x.bufs[HOOP_BUF_WORK] = (char *)r->work;
-    const size_t es = x.es;
+    memset(x, 0, offsetof(struct run, meta));
+    x->r = r;
+    x->p = p;
+    x->st = p->steps;
+    x->nsteps = p->nsteps;
+    x->depth = (unsigned)r->depth;
+    x->es = hoop_dtype_size(p->dtype);
+    x->ce = r->chunk_bytes / x->es ? r->chunk_bytes / x->es : 1;
+    x->bufs[HOOP_BUF_INPUT] = (char *)p->input;
+    x->bufs[HOOP_BUF_OUTPUT] = p->output;
+    x->bufs[HOOP_BUF_WORK] = (char *)r->work;
     /* How far the schedule reaches into each buffer: the region a
      * registering transport covers with one registration. */
-    size_t extent[4] = {0, 0, 0, 0};
-    for (int t = 0; t < x.nsteps; t++) {
-        const struct hoop_step *s = &x.st[t];
-        if (s->send_buf && s->send_off + s->send_len > extent[s->send_buf])
-            extent[s->send_buf] = s->send_off + s->send_len;
-        if (s->recv_buf && s->recv_off + s->recv_len > extent[s->recv_buf])
-            extent[s->recv_buf] = s->recv_off + s->recv_len;
+    for (int t = 0; t < x->nsteps; t++) {
+        const struct hoop_step *s = &x->st[t];
+        if (s->send_buf && s->send_off + s->send_len > x->extent[s->send_buf])
+            x->extent[s->send_buf] = s->send_off + s->send_len;
+        if (s->recv_buf && s->recv_off + s->recv_len > x->extent[s->recv_buf])
+            x->extent[s->recv_buf] = s->recv_off + s->recv_len;
     }
     /* In place, input and output are one buffer: one region, not a short
      * one for the first sends and a longer one after. */
-    if (x.bufs[HOOP_BUF_INPUT] == x.bufs[HOOP_BUF_OUTPUT]) {
-        size_t m = extent[HOOP_BUF_INPUT] > extent[HOOP_BUF_OUTPUT] ? extent[HOOP_BUF_INPUT]
-                                                                      : extent[HOOP_BUF_OUTPUT];
-        extent[HOOP_BUF_INPUT] = extent[HOOP_BUF_OUTPUT] = m;
+    if (x->bufs[HOOP_BUF_INPUT] == x->bufs[HOOP_BUF_OUTPUT]) {
+        size_t m = x->extent[HOOP_BUF_INPUT] > x->extent[HOOP_BUF_OUTPUT]
+                       ? x->extent[HOOP_BUF_INPUT]
+                       : x->extent[HOOP_BUF_OUTPUT];
+        x->extent[HOOP_BUF_INPUT] = x->extent[HOOP_BUF_OUTPUT] = m;
     }
-    struct rmeta meta[HOOP_RING_DEPTH_MAX];
-    uint64_t slot_free = D >= 64 ? ~0ull : ((1ull << D) - 1);
-    unsigned char slot_of[HOOP_RING_DEPTH_MAX];
-
-    size_t rbytes_left = 0, sbytes_left = 0;
-    for (int t = 0, ns = 0, nr = 0; t < x.nsteps; t++) {
+    x->slot_free = x->depth >= 64 ? ~0ull : ((1ull << x->depth) - 1);
+    for (int t = 0, ns = 0, nr = 0; t < x->nsteps; t++) {
         p->steps[t].send_ord = ns;
         p->steps[t].recv_ord = nr;
-        if (x.st[t].recv_mode != HOOP_RECV_NONE) {
-            rbytes_left += x.st[t].recv_len * es;
+        if (x->st[t].recv_mode != HOOP_RECV_NONE) {
+            x->rbytes_left += x->st[t].recv_len * x->es;
             nr++;
         }
-        if (x.st[t].send_buf != HOOP_BUF_NONE) {
-            sbytes_left += x.st[t].send_len * es;
+        if (x->st[t].send_buf != HOOP_BUF_NONE) {
+            x->sbytes_left += x->st[t].send_len * x->es;
             ns++;
         }
     }
+    normalize(x, &x->spost, 1);
+    normalize(x, &x->rpost, 0);
+    x->rdone = x->rpost;
+    x->failed_dir = -1;
+}
 
-    struct cursor spost = {0, 0}, rpost = {0, 0}, rdone;
-    normalize(&x, &spost, 1);
-    normalize(&x, &rpost, 0);
-    rdone = rpost;
-    unsigned long long shead = 0, stail = 0, rhead = 0, rtail = 0;
-    int failed_dir = -1; /* 0 send, 1 receive */
-    /* A rank that sends its successor no chunk announces itself instead,
-     * so that every rank compares its collective with its predecessor's. */
-    int err = hoop_frame_announce(r, sbytes_left == 0, rbytes_left == 0);
-    if (err)
-        goto fail;
-
-    for (;;) {
-        int moved = 0;
-        /* Received chunks, in order: reduce into place, free the slot. */
-        while (rhead < rtail && r->rreq[rhead % D].tp.state != HOOP_REQ_PENDING) {
-            unsigned i = (unsigned)(rhead % D);
-            struct hoop_tp_req *q = &r->rreq[i].tp;
-            if (q->state < 0) {
-                err = q->state;
-                failed_dir = 1;
-                goto fail;
-            }
-            const struct hoop_step *s = &x.st[meta[i].k.t];
-            if (s->recv_mode == HOOP_RECV_REDUCE) {
-                size_t at = meta[i].k.c * x.ce;
-                hoop_reduce_kernel(x.bufs[s->recv_buf] + (s->recv_off + at) * es,
-                                   x.bufs[HOOP_BUF_INPUT] + (s->local_off + at) * es, q->buf,
-                                   meta[i].len, p->dtype, (hoop_op_t)p->op, s->avg_n);
-                slot_free |= 1ull << slot_of[i];
-            }
-            rbytes_left -= meta[i].len * es;
-            rdone = meta[i].k;
-            rdone.c++;
-            normalize(&x, &rdone, 0);
-            rhead++;
-            moved = 1;
+/* Received chunks, in order: reduce into place, free the slot. Returns 1
+ * when one was taken in, 0 when none, -errno when one failed. */
+static int take_recvs(struct run *x)
+{
+    struct hoop_ring *r = x->r;
+    const unsigned D = x->depth;
+    int moved = 0;
+    while (x->rhead < x->rtail && r->rreq[x->rhead % D].tp.state != HOOP_REQ_PENDING) {
+        unsigned i = (unsigned)(x->rhead % D);
+        struct hoop_tp_req *q = &r->rreq[i].tp;
+        if (q->state < 0) {
+            x->failed_dir = 1;
+            return q->state;
         }
-        while (shead < stail && r->sreq[shead % D].tp.state != HOOP_REQ_PENDING) {
-            struct hoop_tp_req *q = &r->sreq[shead % D].tp;
-            if (q->state < 0) {
-                err = q->state;
-                failed_dir = 0;
-                goto fail;
-            }
-            sbytes_left -= q->len;
-            shead++;
-            moved = 1;
+        const struct hoop_step *s = &x->st[x->meta[i].k.t];
+        if (s->recv_mode == HOOP_RECV_REDUCE) {
+            size_t at = x->meta[i].k.c * x->ce;
+            hoop_reduce_kernel(x->bufs[s->recv_buf] + (s->recv_off + at) * x->es,
+                               x->bufs[HOOP_BUF_INPUT] + (s->local_off + at) * x->es, q->buf,
+                               x->meta[i].len, x->p->dtype, (hoop_op_t)x->p->op, s->avg_n);
+            x->slot_free |= 1ull << x->slot_of[i];
         }
-        while (rtail - rhead < D && rpost.t < x.nsteps) {
-            const struct hoop_step *s = &x.st[rpost.t];
-            unsigned i = (unsigned)(rtail % D);
-            struct hoop_tp_req *q = &r->rreq[i].tp;
-            size_t at = rpost.c * x.ce;
-            meta[i].k = rpost;
-            meta[i].len = chunk_len(&x, s->recv_len, rpost.c);
-            if (s->recv_mode == HOOP_RECV_REDUCE) {
-                if (!slot_free)
-                    break;
-                int slot = __builtin_ctzll(slot_free);
-                slot_free &= ~(1ull << slot);
-                slot_of[i] = (unsigned char)slot;
-                q->buf = r->scratch + (size_t)slot * r->chunk_bytes;
-            } else {
-                q->buf = x.bufs[s->recv_buf] + (s->recv_off + at) * es;
-            }
-            q->len = meta[i].len * es;
-            hoop_frame_expect(r, &r->rreq[i], r->prev, (uint32_t)s->recv_ord, (uint32_t)rpost.c);
-            if (s->recv_mode == HOOP_RECV_REDUCE) {
-                q->region = r->scratch;
-                q->region_len = (size_t)D * r->chunk_bytes;
-            } else {
-                q->region = x.bufs[s->recv_buf];
-                q->region_len = extent[s->recv_buf] * es;
-            }
-            /* Only the first is checked before its payload is waited for:
-             * received in order, it settles the length of every later one,
-             * which then comes in one transfer with its header. */
-            q->check_first = rtail == 0;
-            int rc = ops->irecv(r->rx, q);
-            if (rc) {
-                err = rc;
-                failed_dir = 1;
-                goto fail;
-            }
-            rtail++;
-            rpost.c++;
-            normalize(&x, &rpost, 0);
-            moved = 1;
-        }
-        while (stail - shead < D && spost.t < x.nsteps &&
-               (!x.st[spost.t].send_dep || rdone.t > spost.t - 1 ||
-                (rdone.t == spost.t - 1 && rdone.c > spost.c))) {
-            const struct hoop_step *s = &x.st[spost.t];
-            struct hoop_tp_req *q = &r->sreq[stail % D].tp;
-            q->buf = x.bufs[s->send_buf] + (s->send_off + spost.c * x.ce) * es;
-            q->len = chunk_len(&x, s->send_len, spost.c) * es;
-            hoop_frame_send(r, &r->sreq[stail % D], (uint32_t)s->send_ord, (uint32_t)spost.c);
-            q->region = x.bufs[s->send_buf];
-            q->region_len = extent[s->send_buf] * es;
-            int rc = ops->isend(r->tx, q);
-            if (rc) {
-                err = rc;
-                failed_dir = 0;
-                goto fail;
-            }
-            stail++;
-            spost.c++;
-            normalize(&x, &spost, 1);
-            moved = 1;
-        }
-        int ann = hoop_frame_announced(r);
-        if (ann < 0) {
-            err = ann;
-            goto fail;
-        }
-        if (rdone.t >= x.nsteps && spost.t >= x.nsteps && shead == stail && ann)
-            return HOOP_OK;
-        if (moved)
-            continue;
-        int rc = hoop_ring_progress(r, deadline);
-        if (rc < 0) {
-            err = rc;
-            goto fail;
-        }
-        if (rc == 0 && hoop_now_ns() >= deadline) {
-            err = -ETIMEDOUT;
-            goto fail;
-        }
+        x->rbytes_left -= x->meta[i].len * x->es;
+        x->rdone = x->meta[i].k;
+        x->rdone.c++;
+        normalize(x, &x->rdone, 0);
+        x->rhead++;
+        moved = 1;
     }
+    return moved;
+}
 
-fail:;
+/* Sent chunks, in order. Returns 1 when one ended, 0 when none, -errno
+ * when one failed. */
+static int take_sends(struct run *x)
+{
+    struct hoop_ring *r = x->r;
+    int moved = 0;
+    while (x->shead < x->stail && r->sreq[x->shead % x->depth].tp.state != HOOP_REQ_PENDING) {
+        struct hoop_tp_req *q = &r->sreq[x->shead % x->depth].tp;
+        if (q->state < 0) {
+            x->failed_dir = 0;
+            return q->state;
+        }
+        x->sbytes_left -= q->len;
+        x->shead++;
+        moved = 1;
+    }
+    return moved;
+}
+
+/* Post receives while a request (and, to reduce, a scratch slot) is free.
+ * Returns 1 when one was posted, 0 when none, -errno when posting failed. */
+static int post_recvs(struct run *x)
+{
+    struct hoop_ring *r = x->r;
+    const unsigned D = x->depth;
+    int moved = 0;
+    while (x->rtail - x->rhead < D && x->rpost.t < x->nsteps) {
+        const struct hoop_step *s = &x->st[x->rpost.t];
+        unsigned i = (unsigned)(x->rtail % D);
+        struct hoop_tp_req *q = &r->rreq[i].tp;
+        size_t at = x->rpost.c * x->ce;
+        x->meta[i].k = x->rpost;
+        x->meta[i].len = chunk_len(x, s->recv_len, x->rpost.c);
+        if (s->recv_mode == HOOP_RECV_REDUCE) {
+            if (!x->slot_free)
+                break;
+            int slot = __builtin_ctzll(x->slot_free);
+            x->slot_free &= ~(1ull << slot);
+            x->slot_of[i] = (unsigned char)slot;
+            q->buf = r->scratch + (size_t)slot * r->chunk_bytes;
+        } else {
+            q->buf = x->bufs[s->recv_buf] + (s->recv_off + at) * x->es;
+        }
+        q->len = x->meta[i].len * x->es;
+        hoop_frame_expect(r, &r->rreq[i], r->prev, (uint32_t)s->recv_ord, (uint32_t)x->rpost.c);
+        if (s->recv_mode == HOOP_RECV_REDUCE) {
+            q->region = r->scratch;
+            q->region_len = (size_t)D * r->chunk_bytes;
+        } else {
+            q->region = x->bufs[s->recv_buf];
+            q->region_len = x->extent[s->recv_buf] * x->es;
+        }
+        /* Only the first is checked before its payload is waited for:
+         * received in order, it settles the length of every later one,
+         * which then comes in one transfer with its header. */
+        q->check_first = x->rtail == 0;
+        int rc = r->ops->irecv(r->rx, q);
+        if (rc) {
+            x->failed_dir = 1;
+            return rc;
+        }
+        x->rtail++;
+        x->rpost.c++;
+        normalize(x, &x->rpost, 0);
+        moved = 1;
+    }
+    return moved;
+}
+
+/* Post sends while a request is free and, for a step that forwards what
+ * the step before received, its chunk is in. Returns 1 when one was
+ * posted, 0 when none, -errno when posting failed. */
+static int post_sends(struct run *x)
+{
+    struct hoop_ring *r = x->r;
+    const unsigned D = x->depth;
+    int moved = 0;
+    while (x->stail - x->shead < D && x->spost.t < x->nsteps &&
+           (!x->st[x->spost.t].send_dep || x->rdone.t > x->spost.t - 1 ||
+            (x->rdone.t == x->spost.t - 1 && x->rdone.c > x->spost.c))) {
+        const struct hoop_step *s = &x->st[x->spost.t];
+        struct hoop_tp_req *q = &r->sreq[x->stail % D].tp;
+        q->buf = x->bufs[s->send_buf] + (s->send_off + x->spost.c * x->ce) * x->es;
+        q->len = chunk_len(x, s->send_len, x->spost.c) * x->es;
+        hoop_frame_send(r, &r->sreq[x->stail % D], (uint32_t)s->send_ord, (uint32_t)x->spost.c);
+        q->region = x->bufs[s->send_buf];
+        q->region_len = x->extent[s->send_buf] * x->es;
+        int rc = r->ops->isend(r->tx, q);
+        if (rc) {
+            x->failed_dir = 0;
+            return rc;
+        }
+        x->stail++;
+        x->spost.c++;
+        normalize(x, &x->spost, 1);
+        moved = 1;
+    }
+    return moved;
+}
+
+/* One turn of the engine: take in what ended, post what may go. Returns 1
+ * when anything moved, 0 when nothing did, -errno on a failure. */
+static int run_turn(struct run *x)
+{
+    int moved = 0, rc;
+    if ((rc = take_recvs(x)) < 0)
+        return rc;
+    moved |= rc;
+    if ((rc = take_sends(x)) < 0)
+        return rc;
+    moved |= rc;
+    if ((rc = post_recvs(x)) < 0)
+        return rc;
+    moved |= rc;
+    if ((rc = post_sends(x)) < 0)
+        return rc;
+    return moved | rc;
+}
+
+/* After err: cancel the transport and say what failed, in which step,
+ * with which peer. */
+static hoop_status_t run_failed(struct run *x, int err, uint64_t seq, double timeout_s)
+{
+    struct hoop_ring *r = x->r;
+    const struct hoop_pipe *p = x->p;
     char step[96], what[128];
-    int at_t = failed_dir == 0 ? spost.t : rdone.t;
-    phase_name(&x, at_t, step, sizeof(step));
+    int at_t = x->failed_dir == 0 ? x->spost.t : x->rdone.t;
+    phase_name(x, at_t, step, sizeof(step));
     if (p->op >= 0)
         snprintf(what, sizeof(what), "%s #%llu (%zu x %s %s)", p->what, (unsigned long long)seq,
                  p->count, hoop_dtype_str(p->dtype), hoop_op_str((hoop_op_t)p->op));
@@ -266,27 +308,60 @@ fail:;
                  p->count, hoop_dtype_str(p->dtype));
     hoop_ring_cancel(r);
     r->fail_err = err;
-    r->fail_peer = failed_dir == 0 ? r->next : r->prev;
+    r->fail_peer = x->failed_dir == 0 ? r->next : r->prev;
     hoop_status_t fst = hoop_frame_status(r, err, what);
     if (fst)
         return fst;
     if (err == -ETIMEDOUT) {
-        int on_recv = rhead < rtail || rdone.t < x.nsteps;
+        int on_recv = x->rhead < x->rtail || x->rdone.t < x->nsteps;
         return hoop_error(HOOP_ERR_TIMEOUT,
                           "rank %d: %s timed out after %.1f s in %s: waiting for %s %s; %zu bytes "
                           "still to receive from %s, %zu to send to %s (is that rank stopped, or "
                           "slower than HOOP_TIMEOUT allows?)",
                           r->rank, what, timeout_s, step, on_recv ? "data from" : "room at",
-                          on_recv ? r->prev_desc : r->next_desc, rbytes_left, r->prev_desc,
-                          sbytes_left, r->next_desc);
+                          on_recv ? r->prev_desc : r->next_desc, x->rbytes_left, r->prev_desc,
+                          x->sbytes_left, r->next_desc);
     }
     char peer[2 * sizeof(r->next_desc) + 32];
-    if (failed_dir == 0)
+    if (x->failed_dir == 0)
         snprintf(peer, sizeof(peer), "send to %s", r->next_desc);
-    else if (failed_dir == 1)
+    else if (x->failed_dir == 1)
         snprintf(peer, sizeof(peer), "receive from %s", r->prev_desc);
     else
         snprintf(peer, sizeof(peer), "waiting on %s and %s", r->prev_desc, r->next_desc);
     return hoop_error(hoop_status_from_errno(err), "rank %d: %s failed in %s: %s: %s", r->rank,
                       what, step, peer, hoop_ring_errno_str(r, err));
+}
+
+hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, double timeout_s)
+{
+    uint64_t seq = p->keep_frame ? r->seq
+                                 : hoop_frame_begin(r, p->coll, p->count, p->dtype, p->op, p->root);
+    if (!p->keep_frame)
+        r->cur.blocks = p->blocks;
+    uint64_t deadline = hoop_deadline_after(timeout_s);
+    struct run x;
+    run_init(&x, r, p);
+    /* A rank that sends its successor no chunk announces itself instead,
+     * so that every rank compares its collective with its predecessor's. */
+    int err = hoop_frame_announce(r, x.sbytes_left == 0, x.rbytes_left == 0);
+    if (err)
+        return run_failed(&x, err, seq, timeout_s);
+    for (;;) {
+        int moved = run_turn(&x);
+        if (moved < 0)
+            return run_failed(&x, moved, seq, timeout_s);
+        int ann = hoop_frame_announced(r);
+        if (ann < 0)
+            return run_failed(&x, ann, seq, timeout_s);
+        if (x.rdone.t >= x.nsteps && x.spost.t >= x.nsteps && x.shead == x.stail && ann)
+            return HOOP_OK;
+        if (moved)
+            continue;
+        int rc = hoop_ring_progress(r, deadline);
+        if (rc < 0)
+            return run_failed(&x, rc, seq, timeout_s);
+        if (rc == 0 && hoop_now_ns() >= deadline)
+            return run_failed(&x, -ETIMEDOUT, seq, timeout_s);
+    }
 }
