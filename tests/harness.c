@@ -55,6 +55,24 @@ double harness_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double harness_since(double t0)
+{
+    return harness_now() - t0;
+}
+
+void harness_sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+void harness_put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int k = 0; k < n; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
 int harness_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -249,12 +267,6 @@ pid_t harness_spawn_raw(harness_job_t *job, int rank, int size, harness_raw_fn f
     return spawn(job, rank, size, NULL, fn, arg);
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 static void record(harness_proc_t *p, int status, double now, double start)
 {
@@ -335,7 +347,7 @@ bool harness_wait(harness_job_t *job, double deadline_s, double grace_s)
         }
         if (running == 0 || harness_now() >= deadline)
             break;
-        sleep_ms(5);
+        harness_sleep_ms(5);
     }
     for (int i = 0; i < job->nprocs; i++) {
         harness_proc_t *p = &job->procs[i];

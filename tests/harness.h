@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "bootstrap/bootstrap.h"
@@ -126,6 +127,12 @@ int harness_free_port(void);
 
 /* Monotonic clock in seconds. */
 double harness_now(void);
+/* Seconds since t0, a harness_now() value. */
+double harness_since(double t0);
+/* Sleep ms milliseconds, through signals. */
+void harness_sleep_ms(long ms);
+/* v as n little-endian bytes at p (the wire's byte order). */
+void harness_put_le(uint8_t *p, uint64_t v, int n);
 
 /* Pick a port and a token. Returns false if no port could be found. */
 bool harness_job_init(harness_job_t *job);

@@ -82,11 +82,6 @@ static int check_sum_fn(hoop_comm_t *comm, int rank, int size, void *arg)
     return check_sum(comm, rank, size);
 }
 
-static double since(double t0)
-{
-    return harness_now() - t0;
-}
-
 /* ---- environment only ---------------------------------------------------- */
 
 static int env_only_rank(int rank, int size, int port, void *arg)
@@ -191,7 +186,7 @@ static hoop_status_t timed_init(const hoop_config_t *cfg, double *took)
     hoop_comm_t *comm = NULL;
     double t0 = harness_now();
     hoop_status_t st = hoop_comm_init(&comm, cfg);
-    *took = since(t0);
+    *took = harness_since(t0);
     if (st == HOOP_OK)
         hoop_comm_destroy(comm);
     return st;
@@ -248,12 +243,6 @@ static void send_best_effort(int fd, const void *buf, size_t len)
     }
 }
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int k = 0; k < n; k++)
-        p[k] = (uint8_t)(v >> (8 * k));
-}
-
 enum { NPROBES = 4 };
 
 /* What a hostile or confused client sends before the real rank 1 arrives;
@@ -286,14 +275,14 @@ static size_t make_probe(int k, int port, uint8_t *buf, size_t cap, const char *
         harness_token(port, token, sizeof token);
         memset(buf, 0, 64);
         memcpy(buf, "HOOP", 4);
-        put_le(buf + 4, 1, 2);
-        put_le(buf + 6, 1, 2);
+        harness_put_le(buf + 4, 1, 2);
+        harness_put_le(buf + 6, 1, 2);
         memcpy(buf + 8, token, strlen(token) < 32 ? strlen(token) : 32);
-        put_le(buf + 40, 1, 4);
-        put_le(buf + 44, 2, 4);
-        put_le(buf + 48, 0, 8);
-        put_le(buf + 56, 0, 4);
-        put_le(buf + 60, 0xffffffffu, 4);
+        harness_put_le(buf + 40, 1, 4);
+        harness_put_le(buf + 44, 2, 4);
+        harness_put_le(buf + 48, 0, 8);
+        harness_put_le(buf + 56, 0, 4);
+        harness_put_le(buf + 60, 0xffffffffu, 4);
         *what = "a join hello for rank 1 with the job's token and a 0xffffffff-byte body";
         return 64;
     }
@@ -519,7 +508,7 @@ static bool proc_exited(pid_t pid)
 static bool wait_root_read_claims(const harness_job_t *job, pid_t a, pid_t b, double bound_s)
 {
     double t0 = harness_now();
-    while (since(t0) < bound_s) {
+    while (harness_since(t0) < bound_s) {
         if (proc_exited(a) || proc_exited(b))
             return true;
         root_sockets_t rs = {0, 0, 0};
@@ -596,7 +585,7 @@ static void expect_invalid(const char *what, int rank, int size, const char *roo
     hoop_comm_t *comm = sentinel;
     double t0 = harness_now();
     hoop_status_t st = hoop_comm_init(&comm, &cfg);
-    double took = since(t0);
+    double took = harness_since(t0);
     if (st == HOOP_OK && comm != sentinel)
         hoop_comm_destroy(comm);
     cr_assert_eq(st, HOOP_ERR_INVALID, "%s (rank %d, size %d, root \"%s\"): got %s (%s), expected %s",

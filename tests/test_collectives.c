@@ -551,13 +551,6 @@ static int64_t realtime_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 #define BARRIER_STAGGER_MS 50
 
 /* All ranks share this machine's clock: after the barrier every rank's
@@ -568,7 +561,7 @@ static int barrier_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     (void)arg;
     for (int round = 0; round < 2; round++) {
         int delay = round == 0 ? rank : size - 1 - rank;
-        sleep_ms((long)delay * BARRIER_STAGGER_MS);
+        harness_sleep_ms((long)delay * BARRIER_STAGGER_MS);
         int64_t entry = realtime_ns();
         hoop_status_t st = hoop_barrier(comm);
         int64_t left = realtime_ns();

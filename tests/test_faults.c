@@ -144,11 +144,6 @@ static const char *board_summary(const board_t *b, const harness_job_t *job, int
 
 /* ---- small socket helpers for raw children --------------------------------- */
 
-static double since(double t0)
-{
-    return harness_now() - t0;
-}
-
 static void sleep_s(double s)
 {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -171,7 +166,7 @@ static size_t send_best_effort(int fd, const void *buf, size_t len, double timeo
     const char *p = buf;
     size_t sent = 0;
     double t0 = harness_now();
-    while (sent < len && since(t0) < timeout_s) {
+    while (sent < len && harness_since(t0) < timeout_s) {
         ssize_t n = send(fd, p + sent, len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             sent += (size_t)n;
@@ -214,7 +209,7 @@ static int dying_root(int rank, int size, int port, void *arg)
     int n = 0;
     double t0 = harness_now();
     while (n < size - 1) {
-        if (since(t0) > 30.0)
+        if (harness_since(t0) > 30.0)
             return harness_failf(rank, "fake root: only %d of %d ranks connected within 30 s", n,
                                  size - 1);
         struct pollfd pfd = {.fd = lfd, .events = POLLIN};
@@ -414,7 +409,7 @@ static bool wait_root_settled(int port, int clients, double bound_s)
 {
     double t0 = harness_now();
     int calm = 0;
-    while (since(t0) < bound_s) {
+    while (harness_since(t0) < bound_s) {
         root_sockets_t rs = {0, 0};
         scan_tcp_table("/proc/net/tcp", port, &rs);
         scan_tcp_table("/proc/net/tcp6", port, &rs);
@@ -424,12 +419,6 @@ static bool wait_root_settled(int port, int clients, double bound_s)
         sleep_s(0.02);
     }
     return false;
-}
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int k = 0; k < n; k++)
-        p[k] = (uint8_t)(v >> (8 * k));
 }
 
 Test(faults, stranger_holds_root_port_during_rendezvous, .timeout = 120)
@@ -467,8 +456,8 @@ Test(faults, stranger_holds_root_port_during_rendezvous, .timeout = 120)
         noisy_sent = send_best_effort(noisy, junk, sizeof junk, 5.0);
     uint8_t hello[HOOP_HELLO_BYTES] = {0};
     memcpy(hello, "HOOP", 4);
-    put_le(hello + 4, HOOP_WIRE_VERSION, 2);
-    put_le(hello + 6, HOOP_HELLO_JOIN, 2);
+    harness_put_le(hello + 4, HOOP_WIRE_VERSION, 2);
+    harness_put_le(hello + 6, HOOP_HELLO_JOIN, 2);
     memcpy(hello + 8, job.token, strlen(job.token) < 32 ? strlen(job.token) : 32);
     if (partial >= 0)
         partial_sent = send_best_effort(partial, hello, 40, 5.0);
@@ -638,7 +627,7 @@ static int garbage_rank(int rank, int size, int port, void *arg)
     fprintf(stderr, "rank %d: fake rank %s\n", rank, note);
     double hold = harness_now();
     bool open = true;
-    while (since(hold) < STREAM_HOLD_S) {
+    while (harness_since(hold) < STREAM_HOLD_S) {
         bool all = true;
         for (int r = 0; r < size; r++)
             all = all && (r == rank || board_done(b, r));
@@ -896,11 +885,11 @@ static void signal_mid_allreduce(int victim, int sig, const sig_plan_t *plan_in,
      * then sending and receiving. */
     double t0 = harness_now(), into = 0;
     int call = 0;
-    while (since(t0) < 60.0 && __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE) < 3 &&
+    while (harness_since(t0) < 60.0 && __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE) < 3 &&
            !vp->done)
         sleep_s(0.005);
     int before = __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE);
-    while (since(t0) < 60.0 &&
+    while (harness_since(t0) < 60.0 &&
            (call = __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE)) == before)
         sleep_s(0.0005);
     bool armed = call > before && before >= 3;
@@ -915,7 +904,7 @@ static void signal_mid_allreduce(int victim, int sig, const sig_plan_t *plan_in,
     if (armed && sig == SIGSTOP) {
         double bound = timeout_s + plan.max_after_fault + 10.0;
         bool all = false;
-        while (!all && since(b->t_fault) < bound) {
+        while (!all && harness_since(b->t_fault) < bound) {
             all = true;
             for (int r = 0; r < N; r++)
                 all = all && (r == victim || board_done(b, r) || proc_of(&job, r)->done);
@@ -1009,7 +998,7 @@ static void *abort_thread(void *varg)
     board_t *b = a->b;
     double t0 = harness_now();
     while (__atomic_load_n(&b->slot[ABORT_RANK].calls, __ATOMIC_ACQUIRE) < 3 &&
-           since(t0) < 60.0)
+           harness_since(t0) < 60.0)
         sleep_s(0.0005);
     sleep_s(ABORT_AFTER_S);
     board_set_time(&b->t_fault);
