@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (hoop_hello_decode(data, max_body, &h) != 0)
         return 0;
     if (h.magic != HOOP_WIRE_MAGIC || h.version != HOOP_WIRE_VERSION || h.body_len > max_body ||
-        h.kind < HOOP_HELLO_JOIN || h.kind > HOOP_HELLO_DATA)
+        h.kind < HOOP_HELLO_JOIN || h.kind > HOOP_HELLO_GOODBYE)
         __builtin_trap();
     uint8_t again[HOOP_HELLO_BYTES];
     hoop_hello_encode(&h, again);
