@@ -196,8 +196,10 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	    mkdir -p $(BUILD)/fuzz/corpus-$$t; \
 	    echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
 	    $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -malloc_limit_mb=64 \
-	        -rss_limit_mb=1024 -print_final_stats=1 $(BUILD)/fuzz/corpus-$$t \
-	        tests/fuzz/corpus/$$t 2>&1 | tail -n 12 || exit 1; \
+	        -rss_limit_mb=1024 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/ \
+	        $(BUILD)/fuzz/corpus-$$t tests/fuzz/corpus/$$t > $(BUILD)/fuzz/$$t.log 2>&1; \
+	    rc=$$?; tail -n 12 $(BUILD)/fuzz/$$t.log; \
+	    [ $$rc = 0 ] || { echo "fuzz $$t failed (exit $$rc): $(BUILD)/fuzz/$$t.log"; exit 1; }; \
 	done
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_HDRS) Makefile
 	@mkdir -p $(dir $@)
