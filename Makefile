@@ -117,14 +117,21 @@ OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
 VERBS_SUITES := @(verbs/*|allreduce/ranks_[1-4]|collectives/*ranks_[1-4]|faults/*|mismatch/*|paths/*_n[34]|paths/same_bits_on_every_rank_ring)
 HOOP_TEST_VM_TIMEOUT ?= 1800
 TEST_ENV = HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR)
-TEST_RUN = $(TESTBIN) --jobs 2
+TEST_RUN = $(abspath $(TESTBIN)) --jobs 2
+# The tests run in a scratch directory, so that what a crash leaves in the
+# current directory (a library's backtrace file, such as libfabric's psm
+# provider writes when a rank segfaults) never lands in the source tree; the
+# run ends by naming anything left there.
+TEST_CWD = $(abspath $(BUILD))/test-cwd
+TEST_IN_CWD = rm -rf $(TEST_CWD); mkdir -p $(TEST_CWD); cd $(TEST_CWD); \
+	trap 'left=$$(ls -A); [ -z "$$left" ] || echo "tests left in $(TEST_CWD):" $$left' EXIT
 test: all $(TESTBIN) $(BUILD)/no_uring
-	@set -e; for pass in $(TEST_PASSES); do \
+	@set -e; $(TEST_IN_CWD); for pass in $(TEST_PASSES); do \
 	    echo "== tests: $$pass"; \
 	    case $$pass in \
 	    uring) $(TEST_ENV) HOOP_TCP_ENGINE=uring $(TEST_RUN) $(TEST_ARGS) ;; \
 	    poll) $(TEST_ENV) HOOP_TCP_ENGINE=poll $(TEST_RUN) --filter='$(MP_SUITES)' $(TEST_ARGS) ;; \
-	    nouring) $(TEST_ENV) HOOP_TCP_ENGINE=auto $(BUILD)/no_uring $(TEST_RUN) \
+	    nouring) $(TEST_ENV) HOOP_TCP_ENGINE=auto $(abspath $(BUILD))/no_uring $(TEST_RUN) \
 	        --filter='allreduce/*' $(TEST_ARGS) ;; \
 	    zerocopy) $(TEST_ENV) HOOP_TCP_ENGINE=uring HOOP_TCP_ZEROCOPY=1 $(TEST_RUN) \
 	        --filter='@(allreduce|collectives|faults)/*' $(TEST_ARGS) ;; \
@@ -136,7 +143,8 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	        $(TEST_RUN) --filter='@(allreduce|collectives)/*' $(TEST_ARGS); \
 	        $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm HOOP_OFI_WRITE_BYTES=64K \
 	        $(TEST_RUN) --filter='mismatch/*' $(TEST_ARGS) ;; \
-	    verbs) $(TEST_ENV) HOOP_TEST_VM_TIMEOUT=$(HOOP_TEST_VM_TIMEOUT) tests/vm/suite.sh $(BUILD) \
+	    verbs) $(TEST_ENV) HOOP_TEST_VM_TIMEOUT=$(HOOP_TEST_VM_TIMEOUT) $(CURDIR)/tests/vm/suite.sh \
+	        $(abspath $(BUILD)) \
 	        --jobs 2 --filter='$(VERBS_SUITES)' $(TEST_ARGS) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
@@ -178,9 +186,9 @@ test-valgrind: all
 	$(BUILD)/hooprun -np 4 $(VALGRIND) $(BUILD)/ring_bench -C alltoall -b 8 -e 1M -f 8 -n 2 -w 1
 
 # libFuzzer on the parsers of what arrives from the network, FUZZ_SECONDS
-# each (clang only). New inputs go to build/fuzz/corpus-*, the saved seeds
-# stay as they are; malloc_limit_mb turns any unbounded allocation into a
-# failure.
+# each (clang only). New inputs go to build/fuzz/corpus-*, an input that
+# fails to build/fuzz/crash-*, the saved seeds stay as they are;
+# malloc_limit_mb turns any unbounded allocation into a failure.
 FUZZ_SECONDS ?= 20
 FUZZ_CC ?= clang
 FUZZ_FLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -g -O1
@@ -192,7 +200,8 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	    mkdir -p $(BUILD)/fuzz/corpus-$$t; \
 	    echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
 	    $(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -malloc_limit_mb=64 \
-	        -rss_limit_mb=1024 -print_final_stats=1 $(BUILD)/fuzz/corpus-$$t \
+	        -rss_limit_mb=1024 -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/ \
+	        $(BUILD)/fuzz/corpus-$$t \
 	        tests/fuzz/corpus/$$t 2>&1 | tail -n 12 || exit 1; \
 	done
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_HDRS) Makefile
