@@ -1,6 +1,7 @@
 # hoop - build, test, install.
 #   make                 libhoop.so / libhoop.a, hooprun, ring_bench (in build/)
-#   make test            build and run the whole test suite
+#   make check           the quick tier of the tests (about a minute), for every edit
+#   make test            build and run the whole test suite, before a push
 #   make bench           4-rank ring_bench on this machine (BENCH_ARGS=...)
 #   make install PREFIX=/usr/local
 #   make CC=clang        any C11 compiler; warnings are errors
@@ -39,7 +40,7 @@ PROGS    := $(BUILD)/hooprun $(BUILD)/ring_bench
 TOOLS    := $(BUILD)/reduce_bench
 TESTBIN  := $(BUILD)/hoop_tests
 
-.PHONY: all clean install test bench test-asan test-tsan test-valgrind fuzz
+.PHONY: all clean install check test bench test-asan test-tsan test-valgrind fuzz
 all: $(LIB_A) $(LIB_SO) $(PROGS) $(TOOLS)
 
 # The reduction kernels are the hot loop: let the compiler vectorise them,
@@ -158,6 +159,20 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
 	done
+
+# The quick tier, for every edit: the unit suites and the multi-process
+# suites at N <= 4 (no soak, no 2 GiB buffer, the faults that need no
+# deadline to pass), on one engine: HOOP_TCP_ENGINE=auto, io_uring, or
+# poll where io_uring is refused. About a minute on 2 idle cores; make
+# test stays the whole suite, for before a push.
+CHECK_UNIT := api|wire|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch
+CHECK_FAULTS := sigkill_a_rank_mid_allreduce|garbage_in_the_middle_of_a_stream|root_dies_during_*
+CHECK_MP := allreduce/ranks_[1-4]|allreduce/default_chunks_4_ranks_f32|collectives/*ranks_[1-4]
+CHECK_PATHS := paths/*_n[34]|paths/same_bits_on_every_rank_ring|faults/@($(CHECK_FAULTS))
+CHECK_TESTS := @(@($(CHECK_UNIT))/*|$(CHECK_MP)|$(CHECK_PATHS))
+check: all $(TESTBIN) $(BUILD)/no_uring
+	@set -e; $(TEST_IN_CWD); echo "== check: unit suites and N <= 4 on one engine"; \
+	$(TEST_ENV) HOOP_TCP_ENGINE=auto $(TEST_RUN) --filter='$(CHECK_TESTS)' $(TEST_ARGS)
 
 # The suite under ASan and UBSan, in its own build tree: every engine's
 # code (io_uring, poll, libfabric) once, ASAN_PASSES. The suite's ranks are
