@@ -40,7 +40,7 @@ PROGS    := $(BUILD)/hooprun $(BUILD)/ring_bench
 TOOLS    := $(BUILD)/reduce_bench
 TESTBIN  := $(BUILD)/hoop_tests
 
-.PHONY: all clean install check test bench test-asan test-tsan test-valgrind fuzz
+.PHONY: all clean install check test bench build-asan build-tsan test-asan test-tsan test-valgrind fuzz
 all: $(LIB_A) $(LIB_SO) $(PROGS) $(TOOLS)
 
 # The reduction kernels are the hot loop: let the compiler vectorise them,
@@ -123,7 +123,7 @@ TEST_RUN = $(abspath $(TESTBIN)) --jobs 2
 # current directory (a library's backtrace file, such as libfabric's psm
 # provider writes when a rank segfaults) never lands in the source tree; the
 # run ends by naming anything left there.
-TEST_CWD = $(abspath $(BUILD))/test-cwd
+TEST_CWD ?= $(abspath $(BUILD))/test-cwd
 TEST_IN_CWD = rm -rf $(TEST_CWD); mkdir -p $(TEST_CWD); cd $(TEST_CWD); \
 	trap 'left=$$(ls -A); [ -z "$$left" ] || echo "tests left in $(TEST_CWD):" $$left' EXIT
 # Where io_uring is refused (a container's seccomp profile), the uring pass
@@ -175,28 +175,35 @@ check: all $(TESTBIN) $(BUILD)/no_uring
 	$(TEST_ENV) HOOP_TCP_ENGINE=auto $(TEST_RUN) --filter='$(CHECK_TESTS)' $(TEST_ARGS)
 
 # The suite under ASan and UBSan, in its own build tree: every engine's
-# code (io_uring, poll, libfabric) once, ASAN_PASSES. The suite's ranks are
-# forked processes, so every rank runs instrumented too.
+# code once, ASAN_PASSES: the io_uring pass (whose engine suite runs the
+# poll engine too: striped, busy-polling, a peer leaving) and libfabric's
+# shm. poll's whole pass is not run again here: test-valgrind checks poll
+# on 4-rank jobs as well. The suite's ranks are forked processes, so every
+# rank runs instrumented too.
+# build-asan builds that tree without running anything.
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-ASAN_PASSES ?= uring poll ofi-shm
+ASAN_PASSES ?= uring ofi-shm
+ASAN_MAKE = $(MAKE) BUILD=$(BUILD)/asan OPT=-O1 EXTRA_CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)"
+build-asan:
+	+$(ASAN_MAKE) all $(BUILD)/asan/hoop_tests $(BUILD)/asan/no_uring
 test-asan:
-	ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
-	    UBSAN_OPTIONS=print_stacktrace=1 \
-	    $(MAKE) BUILD=$(BUILD)/asan OPT=-O1 EXTRA_CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" \
-	    TEST_PASSES="$(ASAN_PASSES)" test
+	+ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	    UBSAN_OPTIONS=print_stacktrace=1 $(ASAN_MAKE) TEST_PASSES="$(ASAN_PASSES)" test
 
 # The suite under TSan on the io_uring engine (TSAN_PASSES; libfabric's own
-# threads are not instrumented, and ASan covers poll), in its own build tree (gcc: clang puts its TSan
-# runtime in programs only, and libhoop.so is linked with --no-undefined).
+# threads are not instrumented, and the engine suite runs poll there too),
+# in its own build tree (gcc: clang puts its TSan runtime in programs only,
+# and libhoop.so is linked with --no-undefined).
 # tests/tsan_arena.c lets Criterion start beside TSan's memory layout, the
 # harness forks ranks so that TSan keeps checking them, and halt_on_error
 # makes a race fail the test it happens in.
 TSAN_FLAGS := -fsanitize=thread
 TSAN_PASSES ?= uring
+TSAN_MAKE = $(MAKE) BUILD=$(BUILD)/tsan OPT=-O1 EXTRA_CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)"
+build-tsan:
+	+$(TSAN_MAKE) all $(BUILD)/tsan/hoop_tests $(BUILD)/tsan/no_uring
 test-tsan:
-	TSAN_OPTIONS=halt_on_error=1 \
-	    $(MAKE) BUILD=$(BUILD)/tsan OPT=-O1 EXTRA_CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" \
-	    TEST_PASSES="$(TSAN_PASSES)" test
+	+TSAN_OPTIONS=halt_on_error=1 $(TSAN_MAKE) TEST_PASSES="$(TSAN_PASSES)" test
 
 # valgrind's memcheck on 4-rank jobs of ring_bench, each rank under
 # valgrind: an allreduce on each TCP engine (io_uring and poll) and an
