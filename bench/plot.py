@@ -6,7 +6,8 @@ them: medians over repeats, bars from min to max).
     bench/plot.py OUT.png TITLE=DIR [TITLE=DIR ...]   (split at the last "=")
 
 Each DIR is one configuration as bench/netns.sh or bench/compare_loopback.sh
-writes it; on a shaped link the iperf3 goodput of one link is drawn as a
+writes it, on disk or in its campaign's archive (bench/summarize.py says
+how); on a shaped link the iperf3 goodput of one link is drawn as a
 dashed line. Needs python3-matplotlib (Debian's package).
 """
 import math

@@ -19,16 +19,76 @@ ways), and against Gloo and OpenMPI.
 With --us the tables give the time per call (us) instead, and hoop's time
 over each other system's.
 
+A DIR may also be inside an archive: the campaigns are kept as
+bench/results/<campaign>.tar.xz, each unpacking into its folder
+(tar -C bench/results -xf bench/results/netns.tar.xz), and a DIR such as
+bench/results/netns/2gbit_N4 that is not on disk is read from
+bench/results/netns.tar.xz; bench/results/netns.tar.xz:2gbit_N4 names it
+explicitly.
+
 bench/plot.py reads the same files through load().
 """
+import fnmatch
 import glob
 import os
 import re
 import statistics
 import sys
+import tarfile
 
 SYSTEMS = ("hoop", "gloo", "ompi")
 LABELS = {"hoop": "hoop", "gloo": "Gloo ring_chunked", "ompi": "OpenMPI tcp"}
+
+
+_ARCHIVES = {}
+
+
+def _archive(path):
+    """{member name: text} of a .tar.xz, read once."""
+    if path not in _ARCHIVES:
+        with tarfile.open(path, "r:xz") as t:
+            _ARCHIVES[path] = {m.name.removeprefix("./"): t.extractfile(m).read().decode()
+                               for m in t.getmembers() if m.isfile()}
+    return _ARCHIVES[path]
+
+
+def _in_archive(d):
+    """(archive, member folder) holding DIR d, or None when d is on disk
+    (or in no archive). The archive of bench/results/<x> is
+    bench/results/<x>.tar.xz, whose members are named <x>/..."""
+    if ".tar.xz:" in d:
+        arch, sub = d.split(".tar.xz:", 1)
+        camp = os.path.basename(arch)
+        return arch + ".tar.xz", "/".join(p for p in (camp, sub.strip("/")) if p)
+    if os.path.isdir(d):
+        return None
+    parts = os.path.normpath(d).split(os.sep)
+    for i in range(len(parts), 0, -1):
+        arch = os.sep.join(parts[:i]) + ".tar.xz"
+        if os.path.isfile(arch):
+            return arch, "/".join(parts[i - 1:])
+    return None
+
+
+def files(d, pattern):
+    """Sorted names of the files of DIR d that match pattern (a glob of a
+    file name), on disk or in its archive."""
+    where = _in_archive(d)
+    if where is None:
+        return sorted(glob.glob(os.path.join(d, pattern)))
+    arch, sub = where
+    return sorted(f"{arch}:{name}" for name in _archive(arch)
+                  if os.path.dirname(name) == sub
+                  and fnmatch.fnmatch(os.path.basename(name), pattern))
+
+
+def lines(path):
+    """The lines of a file that files() named."""
+    if ".tar.xz:" in path and not os.path.isfile(path):
+        arch, name = path.split(".tar.xz:", 1)
+        return _archive(arch + ".tar.xz")[name].splitlines(keepends=True)
+    with open(path) as f:
+        return f.readlines()
 
 
 def parse_hoop(path):
@@ -46,7 +106,7 @@ def parse_hoop_sweep(path):
     out = {}
     rows = out.setdefault(None, {})
     nranks = None
-    for line in open(path):
+    for line in lines(path):
         m = re.match(r"# nranks (\d+)", line)
         if m:
             nranks = int(m.group(1))
@@ -71,7 +131,7 @@ def sweep_table(d):
     """Medians per swept value and size over the hoop_r*.txt of d, or None
     when they hold no sweep."""
     per = {}
-    for f in sorted(glob.glob(os.path.join(d, "hoop_r*.txt"))):
+    for f in files(d, "hoop_r*.txt"):
         for val, rows in parse_hoop_sweep(f).items():
             if val is None:
                 return None
@@ -96,7 +156,7 @@ def sweep_table(d):
 def parse_anchor(path):
     """{size: (busbw, busbw, us, us)} from the baseline harness's table."""
     rows = {}
-    for line in open(path):
+    for line in lines(path):
         p = line.split()
         if not p or not p[0].isdigit() or len(p) < 8:
             continue
@@ -108,7 +168,7 @@ def parse_anchor(path):
 
 def parse_iperf(path):
     """One link's iperf3 goodput in GB/s (1e9 bytes/s)."""
-    for line in open(path):
+    for line in lines(path):
         m = re.match(r"iperf3_one_link_Gbps\s+([0-9.]+)", line)
         if m:
             return float(m.group(1)) / 8
@@ -117,7 +177,7 @@ def parse_iperf(path):
 
 def parse_iperf_ring(path):
     """Each ring link's iperf3 goodput in GB/s, all links loaded at once."""
-    for line in open(path):
+    for line in lines(path):
         if line.startswith("iperf3_ring_links_Gbps"):
             return [float(x) / 8 for x in line.split()[1:]]
     return []
@@ -129,11 +189,11 @@ def load(d):
     for sysname in SYSTEMS:
         parse = parse_hoop if sysname == "hoop" else parse_anchor
         per = {}
-        for f in sorted(glob.glob(os.path.join(d, f"{sysname}_r*.txt"))):
+        for f in files(d, f"{sysname}_r*.txt"):
             for size, v in parse(f).items():
                 per.setdefault(size, []).append(v)
         out[sysname] = per
-    for f in sorted(glob.glob(os.path.join(d, "iperf_r*.txt"))):
+    for f in files(d, "iperf_r*.txt"):
         g = parse_iperf(f)
         if g is not None:
             out["iperf"].append(g)

@@ -4,6 +4,7 @@
 #include "transport/ofi/ofi.h"
 
 #include <criterion/criterion.h>
+#include <liburing.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -534,6 +535,20 @@ void harness_skip_if_shm_stalls(const char *what)
                  "fi_cq_read and fi_tsendv), beyond any deadline hoop can keep; the same test "
                  "runs over ofi with the tcp provider and over the tcp transport",
                  what, FI_MAJOR(v), FI_MINOR(v));
+}
+
+void harness_skip_without_io_uring(const char *what)
+{
+    struct io_uring ring;
+    int rc = io_uring_queue_init(2, &ring, 0);
+    if (rc == 0) {
+        io_uring_queue_exit(&ring);
+        return;
+    }
+    cr_skip_test("%s: io_uring cannot be set up here (%s: refused by a seccomp profile, the "
+                 "kernel.io_uring_disabled sysctl or a sandbox); the poll engine's tests run "
+                 "instead",
+                 what, strerror(-rc));
 }
 
 hoop_status_t harness_fake_join(harness_fake_t *f, const hoop_config_t *cfg,

@@ -122,6 +122,11 @@ const char *harness_ofi_provider(void);
  * beyond any deadline hoop can keep. `what` names what the test does. */
 void harness_skip_if_shm_stalls(const char *what);
 
+/* Skip the calling test, saying why, where this process cannot set up an
+ * io_uring (a container's seccomp profile, the kernel.io_uring_disabled
+ * sysctl, gVisor): `what` names what the test does on the io_uring engine. */
+void harness_skip_without_io_uring(const char *what);
+
 /* A port that was free on 127.0.0.1 a moment ago, or -1. */
 int harness_free_port(void);
 

@@ -427,9 +427,9 @@ Test(api, parameters_are_documented)
 
     const char *dir = getenv("HOOP_SOURCE_DIR");
     char path[4096];
-    snprintf(path, sizeof path, "%s%sREADME.md", dir ? dir : "", dir ? "/" : "");
-    char *readme = read_file(path);
-    cr_assert_not_null(readme,
+    snprintf(path, sizeof path, "%s%sdocs/configuration.md", dir ? dir : "", dir ? "/" : "");
+    char *doc_text = read_file(path);
+    cr_assert_not_null(doc_text,
                        "cannot read %s (set HOOP_SOURCE_DIR to the source tree, or run from "
                        "it): every HOOP_* variable must be documented there",
                        path);
@@ -445,9 +445,9 @@ Test(api, parameters_are_documented)
         for (int j = 0; j < i; j++)
             cr_assert(strcmp(name, hoop_param_info(j, &ignored_def, &ignored_doc)) != 0,
                       "%s is listed twice", name);
-        cr_assert(mentions(readme, name), "%s is not mentioned in %s", name, path);
+        cr_assert(mentions(doc_text, name), "%s is not mentioned in %s", name, path);
     }
-    free(readme);
+    free(doc_text);
 }
 
 /* The log names each HOOP_* variable the library does not know, the whole

@@ -194,6 +194,7 @@ Test(engine, poll_is_reported_and_striped_in_order, .timeout = 120)
 
 Test(engine, uring_is_reported_and_striped_in_order, .timeout = 120)
 {
+    harness_skip_without_io_uring("an allreduce striped over sockets");
     run_engine("uring", "tcp/io_uring");
 }
 
@@ -206,6 +207,7 @@ Test(engine, poll_busy_polls_in_order, .timeout = 120)
 
 Test(engine, uring_busy_polls_in_order, .timeout = 120)
 {
+    harness_skip_without_io_uring("an allreduce with busy-polling waits");
     setenv("HOOP_BUSY_POLL_US", "200", 1);
     run_engine("uring", "tcp/io_uring");
 }
@@ -253,6 +255,7 @@ Test(engine, poll_sees_a_peer_leave, .timeout = 90)
 
 Test(engine, uring_sees_a_peer_leave, .timeout = 90)
 {
+    harness_skip_without_io_uring("a peer that leaves");
     run_leaver("uring");
 }
 
@@ -429,6 +432,7 @@ Test(engine, bad_nsocks_is_invalid, .timeout = 60)
  * a setup's flags gets a plain ring, said in the log. */
 Test(engine, uring_setups_and_submissions_in_order, .timeout = 300)
 {
+    harness_skip_without_io_uring("every io_uring setup and submission");
     static const char *const setups[][2] = {
         {"plain", "batch"}, {"defer", "batch"}, {"sqpoll", "batch"}, {"coop", "each"},
         {"defer", "each"},

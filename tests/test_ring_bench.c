@@ -33,6 +33,7 @@ static int count_of(const char *hay, const char *needle)
 
 Test(ring_bench, sweep_makes_a_job_per_value, .timeout = 120)
 {
+    harness_skip_without_io_uring("a sweep of HOOP_TCP_ENGINE over poll and uring");
     struct proc_capture r;
     run_bench(&r, ARGS(harness_built("hooprun"), "-np", "2", "--no-tag",
                        harness_built("ring_bench"), "-b", "4K", "-e", "1M", "-f", "16", "-n", "2",

@@ -46,7 +46,9 @@ while IFS= read -r kv; do
     envs+=(-e "$kv")
 done < <(env | grep -E '^(HOOP_[A-Za-z0-9_]*|[AULT]SAN_OPTIONS)=' || true)
 envs+=(-e HOOP_TRANSPORT=verbs -e "HOOP_BUILD_DIR=$build" -e "HOOP_SOURCE_DIR=$repo")
-cmd=("$build/hoop_tests" "$@")
+# In the guest too the suite runs in the caller's directory (make test's
+# scratch one, inside the shared tree), not at the top of the tree.
+cmd=(sh -c 'cd "$1" 2>/dev/null; shift; exec "$@"' sh "$PWD" "$build/hoop_tests" "$@")
 echo "tests/vm/suite.sh: no RDMA device here; the verbs suite in a qemu guest with Soft-RoCE (rxe0)"
 "$here/run.sh" "${envs[@]}" "$repo" "${cmd[@]}"
 rc=$?
