@@ -41,8 +41,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* In a notice's status: the sender saw the cause itself. */
+/* In a notice's status: the sender saw the cause itself; the sender is
+ * the cause, leaving (exit) in the middle of the collective. */
 #define FAIL_PRIMARY 0x100
+#define FAIL_EXITED 0x200
 #define FAIL_WRITE_S 1.0
 
 hoop_status_t hoop_comm_abort(hoop_comm_t *c, const char *reason)
@@ -142,14 +144,46 @@ static void comm_goodbye(hoop_comm_t *c)
                               hoop_deadline_after(FAIL_WRITE_S));
 }
 
+/* This process is ending (exit() on another thread, or main returned)
+ * while c's collective runs: that is no leaving in order, and the others,
+ * who cannot finish it, must name this rank. The root hears a notice that
+ * is the cause (the root itself tells every rank its verdict). */
+static void comm_exit_notice(hoop_comm_t *c, uint64_t seq)
+{
+    const struct hoop_peer *p = &c->bs.peers[c->rank];
+    struct hoop_notice m = {.status = HOOP_ERR_PEER, .culprit = c->rank};
+    snprintf(m.why, sizeof(m.why),
+             "rank %d (%s, pid %u) exited during %s #%llu: the process called exit() (or main "
+             "returned) while the collective was running, so the others cannot finish it",
+             c->rank, p->host, p->pid,
+             hoop_coll_str(atomic_load_explicit(&c->ring.running_coll, memory_order_relaxed)),
+             (unsigned long long)seq);
+    if (c->rank != 0) {
+        m.status |= FAIL_PRIMARY | FAIL_EXITED;
+        hoop_notice_write(&c->bs, c->bs.root_fd, HOOP_HELLO_NOTICE, &m,
+                          hoop_deadline_after(FAIL_WRITE_S));
+        return;
+    }
+    for (int k = 1; k < c->size; k++)
+        if (c->bs.fds[k] >= 0)
+            hoop_notice_write(&c->bs, c->bs.fds[k], HOOP_HELLO_VERDICT, &m,
+                              hoop_deadline_after(FAIL_WRITE_S));
+}
+
 /* A process that ends without hoop_comm_destroy (returning from main,
- * exit()) still leaves in order; one that is killed or crashes does not,
- * and the others hear of it. */
+ * exit()) between collectives still leaves in order; one that ends in the
+ * middle of a collective (another thread called exit()) does not, nor one
+ * that is killed or crashes, and the others hear of it. */
 static void comm_goodbye_all(void)
 {
     pthread_mutex_lock(&live_lock);
-    for (int i = 0; i < nlive; i++)
-        comm_goodbye(live[i]);
+    for (int i = 0; i < nlive; i++) {
+        uint64_t seq = atomic_load_explicit(&live[i]->ring.running_seq, memory_order_acquire);
+        if (seq)
+            comm_exit_notice(live[i], seq);
+        else
+            comm_goodbye(live[i]);
+    }
     nlive = 0;
     pthread_mutex_unlock(&live_lock);
 }
@@ -311,9 +345,13 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
     }
     /* A rank gone without a word died; one that saw the cause names it;
      * when all that is known is timeouts, the silent ranks are stuck. */
-    int dead = -1, cause = -1, silent = -1, nsilent = 0, timeouts = 0;
+    int dead = -1, exited = -1, cause = -1, silent = -1, nsilent = 0, timeouts = 0, left = -1;
     for (int k = 0; k < n; k++) {
-        if (heard[k] == HEARD_GONE && dead < 0)
+        if (heard[k] == HEARD_NOTICE && (got[k].status & FAIL_EXITED) && exited < 0)
+            exited = k;
+        else if (heard[k] == HEARD_LEFT && left < 0)
+            left = k;
+        else if (heard[k] == HEARD_GONE && dead < 0)
             dead = k;
         else if (heard[k] == HEARD_NOTICE && (got[k].status & FAIL_PRIMARY) &&
                  (cause < 0 || (got[k].status & 0xff) == HOOP_ERR_MISMATCH))
@@ -326,7 +364,10 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
         if (heard[k] == HEARD_NOTICE && (got[k].status & 0xff) == HOOP_ERR_TIMEOUT)
             timeouts++;
     }
-    if (dead >= 0) {
+    if (exited >= 0) {
+        *v = got[exited];
+        v->status &= 0xff;
+    } else if (dead >= 0) {
         const struct hoop_peer *p = &c->bs.peers[dead];
         *v = (struct hoop_notice){.status = HOOP_ERR_PEER, .culprit = dead};
         snprintf(v->why, sizeof(v->why),
@@ -342,6 +383,15 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
                  "rank %d (%s, pid %u)%s did not answer within HOOP_FAIL_GRACE (%.1f s) after the "
                  "others timed out: it is stopped, stuck, or not calling this collective",
                  silent, p->host, p->pid, nsilent > 1 ? " and others" : "", c->fail_grace_s);
+    } else if (left >= 0) {
+        /* It said goodbye (hoop_comm_destroy, or exit between two calls)
+         * and then the others' collective failed: it left before them. */
+        const struct hoop_peer *p = &c->bs.peers[left];
+        *v = (struct hoop_notice){.status = HOOP_ERR_PEER, .culprit = left};
+        snprintf(v->why, sizeof(v->why),
+                 "rank %d (%s, pid %u) left the communicator (hoop_comm_destroy, or the process "
+                 "ended) while the others were still calling collectives on it: every rank must "
+                 "make the same calls before it leaves", left, p->host, p->pid);
     }
 out:
     for (int k = 1; k < n; k++)

@@ -1136,3 +1136,126 @@ Test(faults, abort_between_calls, .timeout = 150)
 {
     abort_job(true, "abort_between_calls");
 }
+
+/* ---- 7. exit() on another thread in the middle of a collective ----------- */
+
+#define EXIT_CODE 7
+#define EXIT_BOUND_S 5.0 /* every survivor fails, naming the victim, this soon */
+
+/* The rank a sentence blames: the first "rank N" after the rank's own
+ * "rank R: " at its start (-1 when it names none). */
+static int blamed_rank(const char *msg, int self)
+{
+    char own[24];
+    int n = snprintf(own, sizeof own, "rank %d: ", self);
+    const char *p = strncmp(msg, own, (size_t)n) == 0 ? msg + n : msg;
+    while ((p = strstr(p, "rank ")) != NULL) {
+        p += 5;
+        if (*p >= '0' && *p <= '9')
+            return atoi(p);
+    }
+    return -1;
+}
+
+typedef struct exit_plan {
+    board_t *b;
+    int victim;
+} exit_plan_t;
+
+/* Another thread of the victim: ABORT_AFTER_S into its third call (which
+ * waits on rank ABORT_HELD), ends the process with exit(). */
+static void *exit_thread(void *varg)
+{
+    const exit_plan_t *plan = varg;
+    board_t *b = plan->b;
+    double t0 = harness_now();
+    while (__atomic_load_n(&b->slot[plan->victim].calls, __ATOMIC_ACQUIRE) < 3 &&
+           since(t0) < 60.0)
+        sleep_s(0.0005);
+    sleep_s(ABORT_AFTER_S);
+    board_set_time(&b->t_fault);
+    fflush(NULL);
+    exit(EXIT_CODE);
+    return NULL;
+}
+
+static int exiting_job_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    const exit_plan_t *plan = arg;
+    board_t *b = plan->b;
+    pthread_t th;
+    if (rank == plan->victim && pthread_create(&th, NULL, exit_thread, (void *)plan))
+        return harness_failf(rank, "pthread_create failed");
+    loop_out_t o;
+    double hold = rank == ABORT_HELD && plan->victim != ABORT_HELD ? ABORT_HOLD_S : 0;
+    hoop_status_t st = allreduce_loop(comm, rank, size, b, SIG_CALLS_MAX, hold, 0, &o);
+    if (rank == plan->victim) {
+        /* Its collective goes on until the exit ends the process. */
+        pthread_join(th, NULL);
+        return harness_failf(rank, "still running after exit() (allreduce returned %s)",
+                             hoop_status_str(st));
+    }
+    char msg[BOARD_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", st ? hoop_last_error() : "every call succeeded");
+    board_record(b, rank, st, o.t0, o.t1, msg);
+    double fault = board_time(&b->t_fault);
+    if (o.oom || o.bad >= 0)
+        return harness_failf(rank, "call %d: %s", o.call,
+                             o.oom ? "out of memory" : "an element of the result is wrong");
+    if (st != HOOP_ERR_PEER)
+        return harness_failf(rank, "status %s, expected %s", hoop_status_str(st),
+                             hoop_status_str(HOOP_ERR_PEER));
+    if (blamed_rank(msg, rank) != plan->victim || !strstr(msg, "exited during allreduce"))
+        return harness_failf(rank, "the error must name rank %d, which exited during the "
+                                   "allreduce, first: %s", plan->victim, msg);
+    if (fault <= 0 || o.t1 - fault > EXIT_BOUND_S)
+        return harness_failf(rank, "returned %.2f s after the exit, expected within %.1f s",
+                             o.t1 - fault, EXIT_BOUND_S);
+    return 0;
+}
+
+static void exit_mid_allreduce(int victim, const char *name)
+{
+    enum { N = 4 };
+    harness_skip_if_shm_stalls("a rank that exits mid-allreduce");
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    exit_plan_t plan = {.b = b, .victim = victim};
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = 60.0;
+    for (int r = 0; r < N; r++)
+        cr_assert(harness_spawn_rank(&job, r, N, &base, exiting_job_rank, &plan) > 0,
+                  "fork failed");
+    harness_wait(&job, 120.0, 20.0);
+    char sum[4096];
+    snprintf(sum, sizeof sum, "%s", board_summary(b, &job, 0, N, "allreduce"));
+    fprintf(stderr, "faults/%s (rank %d calls exit(%d) on another thread mid-call):\n%s", name,
+            victim, EXIT_CODE, sum);
+    const harness_proc_t *vp = proc_of(&job, victim);
+    cr_assert(vp && vp->signal == 0 && vp->exit_code == EXIT_CODE,
+              "rank %d must end with exit(%d) (exit %d, signal %d):\n%s%s", victim, EXIT_CODE,
+              vp ? vp->exit_code : -1, vp ? vp->signal : -1, sum, job.report);
+    for (int r = 0; r < N; r++) {
+        if (r == victim)
+            continue;
+        const harness_proc_t *p = proc_of(&job, r);
+        cr_assert(p && !p->hung && p->signal == 0 && p->exit_code == 0,
+                  "every survivor must return %s naming rank %d (exited during allreduce) "
+                  "first, within %.0f s of the exit:\n%s%s",
+                  hoop_status_str(HOOP_ERR_PEER), victim, EXIT_BOUND_S, sum, job.report);
+    }
+    board_free(b);
+}
+
+Test(faults, exit_on_another_thread_mid_allreduce, .timeout = 150)
+{
+    exit_mid_allreduce(2, "exit_on_another_thread_mid_allreduce");
+}
+
+Test(faults, root_exits_on_another_thread_mid_allreduce, .timeout = 150)
+{
+    exit_mid_allreduce(0, "root_exits_on_another_thread_mid_allreduce");
+}
