@@ -24,6 +24,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -40,7 +41,17 @@ struct hoop_ofi_lib {
     uint32_t (*version)(void);
 };
 
-/* libfabric, opened on first use; NULL with *why set when it cannot be. */
+/* The signal handlers of the process, saved before a libfabric call that
+ * may load or start a provider and put back after it (ofi_lib.c). */
+struct hoop_ofi_sigs {
+    struct sigaction sa[NSIG];
+    unsigned char ok[NSIG];
+};
+void hoop_ofi_sigs_save(struct hoop_ofi_sigs *s);
+void hoop_ofi_sigs_restore(const struct hoop_ofi_sigs *s);
+
+/* libfabric, opened on first use (its functions here keep the signal
+ * handlers as they were); NULL with *why set when it cannot be. */
 const struct hoop_ofi_lib *hoop_ofi_lib(const char **why);
 
 #define OFI_API_VERSION FI_VERSION(1, 10)
