@@ -343,6 +343,12 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
                 decided = 1;
         }
     }
+    for (int k = 0; k < n; k++)
+        HOOP_DEBUG("rank 0: the failure as rank %d saw it: %s", k,
+                   heard[k] == HEARD_NOTHING ? "nothing heard"
+                   : heard[k] == HEARD_GONE  ? "its connection closed"
+                   : heard[k] == HEARD_LEFT  ? "it left in order"
+                                             : got[k].why);
     /* A rank gone without a word died; one that saw the cause names it;
      * when all that is known is timeouts, the silent ranks are stuck. */
     int dead = -1, exited = -1, cause = -1, silent = -1, nsilent = 0, timeouts = 0, left = -1;
@@ -364,6 +370,19 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
         if (heard[k] == HEARD_NOTICE && (got[k].status & 0xff) == HOOP_ERR_TIMEOUT)
             timeouts++;
     }
+    /* Of the silent ranks, the one a report blames (the peer whose
+     * connection it lost or waited on) is the one stopped or cut off; the
+     * others are only waiting on it. */
+    int blamed = -1, blamer = -1;
+    for (int k = 0; k < n && blamed < 0; k++) {
+        int q = got[k].culprit;
+        if (heard[k] == HEARD_NOTICE && q > 0 && q < n && heard[q] == HEARD_NOTHING) {
+            blamed = q;
+            blamer = k;
+        }
+    }
+    if (blamed >= 0)
+        silent = blamed;
     if (exited >= 0) {
         *v = got[exited];
         v->status &= 0xff;
@@ -383,6 +402,16 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
                  "rank %d (%s, pid %u)%s did not answer within HOOP_FAIL_GRACE (%.1f s) after the "
                  "others timed out: it is stopped, stuck, or not calling this collective",
                  silent, p->host, p->pid, nsilent > 1 ? " and others" : "", c->fail_grace_s);
+    } else if (blamed >= 0) {
+        /* Its neighbour lost its connection with it, and it told the root
+         * nothing: its host or link died (TCP_USER_TIMEOUT, keepalive), or
+         * it is stopped. */
+        const struct hoop_peer *p = &c->bs.peers[blamed];
+        *v = (struct hoop_notice){.status = HOOP_ERR_PEER, .culprit = blamed};
+        snprintf(v->why, sizeof(v->why),
+                 "rank %d (%s, pid %u) did not answer within HOOP_FAIL_GRACE (%.1f s) after rank "
+                 "%d lost its connection with it: its host or its network link is down, or it is "
+                 "stopped", blamed, p->host, p->pid, c->fail_grace_s, blamer);
     } else if (left >= 0) {
         /* It said goodbye (hoop_comm_destroy, or exit between two calls)
          * and then the others' collective failed: it left before them. */
@@ -469,11 +498,15 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
             if (err == -EINTR)
                 return hoop_error(HOOP_ERR_PEER, "rank %d: %s: woken by the root, whose word "
                                   "could not be read: %s", c->rank, what, hoop_errno_str(rc));
-            hoop_error(st, "%s", mine.why);
-            hoop_error_append("; the root (rank 0, %s) named no culprit within %.1f s "
-                              "(HOOP_FAIL_GRACE): it may be the rank that is stuck",
-                              c->bs.peers[0].host, waited);
-            return st;
+            /* Every rank that waits on the root names it, whatever its
+             * own neighbours did when the ring stopped. */
+            const struct hoop_peer *p = &c->bs.peers[0];
+            return hoop_error(HOOP_ERR_TIMEOUT,
+                              "rank %d: %s failed: rank 0 (%s, pid %u), the root, named no culprit "
+                              "within %.1f s (twice HOOP_FAIL_GRACE, and 1 s) of this rank's "
+                              "report: it is stopped or stuck, or the network between it and "
+                              "this rank is cut; this rank saw: %s", c->rank, what, p->host,
+                              p->pid, waited, mine.why);
         }
     }
     if (aborted || strcmp(v.why, mine.why) == 0)

@@ -15,10 +15,13 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,6 +39,7 @@
 #include "common/wire.h"
 #include "ring/ring.h"
 #include "harness.h"
+#include "proc.h"
 #include "hoop.h"
 #include "transport/tcp.h"
 
@@ -1258,4 +1262,234 @@ Test(faults, exit_on_another_thread_mid_allreduce, .timeout = 150)
 Test(faults, root_exits_on_another_thread_mid_allreduce, .timeout = 150)
 {
     exit_mid_allreduce(0, "root_exits_on_another_thread_mid_allreduce");
+}
+
+/* ---- 8. a rank's link cut in the middle of an allreduce ------------------- */
+
+/* One network namespace per rank, each joined by a veth pair to a bridge in
+ * a namespace of its own (as bench/netns.sh builds them); addresses
+ * 198.18.20.<rank+1> of the benchmarking range, only inside them. The cut
+ * sets the victim's bridge port down: from then on its packets are dropped
+ * both ways, without a reset, as when a cable or a switch port dies, and
+ * only TCP's user timeout (HOOP_TCP_USER_TIMEOUT) ends the connections
+ * that carried data. */
+#define CUT_N 4
+#define CUT_NS_PREFIX "hoopcut-"
+#define CUT_USER_TIMEOUT "3"
+#define CUT_HOOP_TIMEOUT_S 60.0 /* far beyond the user timeout: it must not be what ends them */
+#define CUT_BOUND_S 30.0        /* every rank returns this soon after the cut */
+
+static struct {
+    char ip[256];
+    char ns[CUT_N + 1][48]; /* the ranks', then the bridge's */
+    bool made[CUT_N + 1];
+    char port[CUT_N][16];   /* the bridge's port of each rank */
+} cut_net;
+
+/* ip with args (NULL-terminated); its status, its output in out. */
+static int cut_ip(char *out, size_t len, const char *const *args)
+{
+    const char *argv[24] = {cut_net.ip};
+    size_t n = 1;
+    for (; args[n - 1] && n < 23; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    struct proc_capture r;
+    const struct proc_capture_opts o = {.limit_s = 20.0};
+    if (!proc_capture(&r, &o, 127, argv)) {
+        snprintf(out, len, "cannot run %s: %s", cut_net.ip, strerror(errno));
+        return -1;
+    }
+    snprintf(out, len, "%s%s", r.out.p ? r.out.p : "", r.err.p ? r.err.p : "");
+    int st = r.status;
+    proc_capture_free(&r);
+    return st;
+}
+
+#define CUT_IP(...) cut_ip(why, sizeof why, (const char *const[]){__VA_ARGS__, NULL})
+
+static void cut_net_down(void)
+{
+    char why[512];
+    for (int i = 0; i <= CUT_N; i++)
+        if (cut_net.made[i]) {
+            CUT_IP("netns", "delete", cut_net.ns[i]);
+            cut_net.made[i] = false;
+        }
+}
+
+/* Namespaces of earlier runs that were killed before their .fini. */
+static void cut_net_sweep(void)
+{
+    DIR *d = opendir("/run/netns");
+    if (!d)
+        return;
+    char why[512];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, CUT_NS_PREFIX, strlen(CUT_NS_PREFIX)) != 0)
+            continue;
+        int pid = atoi(e->d_name + strlen(CUT_NS_PREFIX));
+        if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH)
+            CUT_IP("netns", "delete", e->d_name);
+    }
+    closedir(d);
+}
+
+static void cut_net_up(void)
+{
+    char why[512];
+    if (geteuid() != 0)
+        cr_skip_test("network namespaces need root");
+    if (!proc_which("ip", cut_net.ip, sizeof cut_net.ip) &&
+        access(strcpy(cut_net.ip, "/usr/sbin/ip"), X_OK) != 0 &&
+        access(strcpy(cut_net.ip, "/sbin/ip"), X_OK) != 0)
+        cr_skip_test("the ip command (iproute2) is not installed");
+    cut_net_sweep();
+    int pid = (int)getpid();
+    for (int i = 0; i <= CUT_N; i++) {
+        snprintf(cut_net.ns[i], sizeof cut_net.ns[i], CUT_NS_PREFIX "%d-%s%d", pid,
+                 i < CUT_N ? "r" : "br", i < CUT_N ? i : 0);
+        if (CUT_IP("netns", "add", cut_net.ns[i]) != 0) {
+            cut_net_down();
+            why[strcspn(why, "\n")] = '\0';
+            cr_skip_test("'ip netns add' was refused: %s", why);
+        }
+        cut_net.made[i] = true;
+    }
+    const char *br = cut_net.ns[CUT_N];
+#define CUT_MUST(...)                                                                     \
+    cr_assert(CUT_IP(__VA_ARGS__) == 0, "ip %s %s %s ... failed: %s",                     \
+              ((const char *const[]){__VA_ARGS__})[0], ((const char *const[]){__VA_ARGS__})[1], \
+              ((const char *const[]){__VA_ARGS__})[2], why)
+    CUT_MUST("-n", br, "link", "add", "br0", "type", "bridge");
+    CUT_MUST("-n", br, "link", "set", "br0", "up");
+    for (int i = 0; i < CUT_N; i++) {
+        char mine[16], cidr[32];
+        snprintf(mine, sizeof mine, "hc%d", i);
+        snprintf(cut_net.port[i], sizeof cut_net.port[i], "hb%d", i);
+        snprintf(cidr, sizeof cidr, "198.18.20.%d/24", i + 1);
+        CUT_MUST("link", "add", mine, "netns", cut_net.ns[i], "type", "veth", "peer", "name",
+                 cut_net.port[i], "netns", br);
+        CUT_MUST("-n", br, "link", "set", cut_net.port[i], "master", "br0");
+        CUT_MUST("-n", br, "link", "set", cut_net.port[i], "up");
+        CUT_MUST("-n", cut_net.ns[i], "addr", "add", cidr, "dev", mine);
+        CUT_MUST("-n", cut_net.ns[i], "link", "set", mine, "up");
+        CUT_MUST("-n", cut_net.ns[i], "link", "set", "lo", "up");
+    }
+#undef CUT_MUST
+}
+
+/* Drop everything through rank's bridge port, both ways: the port's veth
+ * is set down (the rank's side loses its carrier; TCP is told nothing, and
+ * packets are dropped without a reset). */
+static int cut_link(int rank, char *why, size_t len)
+{
+    return cut_ip(why, len, (const char *const[]){"-n", cut_net.ns[CUT_N], "link", "set", "dev",
+                                                  cut_net.port[rank], "down", NULL});
+}
+
+typedef struct cut_plan {
+    board_t *b;
+    int victim;
+} cut_plan_t;
+
+static int cut_rank(int rank, int size, int port, void *arg)
+{
+    const cut_plan_t *plan = arg;
+    board_t *b = plan->b;
+    char path[128];
+    snprintf(path, sizeof path, "/run/netns/%s", cut_net.ns[rank]);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
+        return harness_failf(rank, "cannot enter %s: %s", path, strerror(errno));
+    close(fd);
+    setenv("HOOP_TCP_USER_TIMEOUT", CUT_USER_TIMEOUT, 1);
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    snprintf(root, sizeof root, "198.18.20.1:%d", port);
+    cfg.timeout_s = CUT_HOOP_TIMEOUT_S;
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st)
+        return harness_fail(rank, "hoop_comm_init", st);
+    loop_out_t o;
+    st = allreduce_loop(comm, rank, size, b, SIG_CALLS_MAX, 0, 0, &o);
+    char msg[BOARD_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", st ? hoop_last_error() : "every call succeeded");
+    board_record(b, rank, st, o.t0, o.t1, msg);
+    hoop_comm_destroy(comm);
+    double fault = board_time(&b->t_fault);
+    if (o.oom || o.bad >= 0)
+        return harness_failf(rank, "call %d: %s", o.call,
+                             o.oom ? "out of memory" : "an element of the result is wrong");
+    if (st == HOOP_OK)
+        return harness_failf(rank, "every call succeeded");
+    if (fault <= 0 || o.t1 - fault > CUT_BOUND_S)
+        return harness_failf(rank, "returned %.2f s after the cut, expected within %.0f s",
+                             o.t1 - fault, CUT_BOUND_S);
+    /* The victim is cut off from everyone: it fails, whatever it names. */
+    if (rank != plan->victim && blamed_rank(msg, rank) != plan->victim)
+        return harness_failf(rank, "the error must name rank %d, whose link died, first: %s",
+                             plan->victim, msg);
+    return 0;
+}
+
+static void cut_mid_allreduce(int victim, const char *name)
+{
+    cut_net_up();
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    cut_plan_t plan = {.b = b, .victim = victim};
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < CUT_N; r++)
+        cr_assert(harness_spawn_raw(&job, r, CUT_N, cut_rank, &plan) > 0, "fork failed");
+    const harness_proc_t *vp = proc_of(&job, victim);
+    /* A third of the way into one of the victim's calls, once two have run. */
+    double t0 = harness_now(), into = 0;
+    while (since(t0) < 60.0 && __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE) < 3 &&
+           !vp->done)
+        sleep_s(0.005);
+    int before = __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE), call = 0;
+    while (since(t0) < 60.0 &&
+           (call = __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE)) == before)
+        sleep_s(0.0005);
+    bool armed = call > before && before >= 3;
+    char why[512] = "";
+    int cut = -1;
+    if (armed) {
+        into = board_time(&b->slot[victim].last_call_s) / 3;
+        sleep_s(into);
+        board_set_time(&b->t_fault);
+        cut = cut_link(victim, why, sizeof why);
+    }
+    harness_wait(&job, 150.0, CUT_BOUND_S + 10.0);
+    char sum[4096];
+    snprintf(sum, sizeof sum, "%s", board_summary(b, &job, 0, CUT_N, "allreduce"));
+    fprintf(stderr, "faults/%s (HOOP_TCP_USER_TIMEOUT %s s, HOOP_TIMEOUT %.0f s; rank %d's "
+                    "link cut %.3f s into its call %d):\n%s",
+            name, CUT_USER_TIMEOUT, CUT_HOOP_TIMEOUT_S, victim, into, call, sum);
+    cut_net_down();
+    cr_assert(armed, "rank %d never reached its fourth call within 60 s:\n%s", victim,
+              job.report);
+    cr_assert(cut == 0, "cannot set rank %d's bridge port down: %s", victim, why);
+    for (int r = 0; r < CUT_N; r++) {
+        const harness_proc_t *p = proc_of(&job, r);
+        cr_assert(p && !p->hung && p->signal == 0 && p->exit_code == 0,
+                  "every rank must fail within %.0f s of the cut, and every other rank must "
+                  "name rank %d, whose link died, first:\n%s%s",
+                  CUT_BOUND_S, victim, sum, job.report);
+    }
+    board_free(b);
+}
+
+Test(faults, link_of_a_rank_cut_mid_allreduce, .timeout = 200, .fini = cut_net_down)
+{
+    cut_mid_allreduce(2, "link_of_a_rank_cut_mid_allreduce");
+}
+
+Test(faults, link_of_the_root_cut_mid_allreduce, .timeout = 200, .fini = cut_net_down)
+{
+    cut_mid_allreduce(0, "link_of_the_root_cut_mid_allreduce");
 }
