@@ -146,6 +146,21 @@ static const char *board_summary(const board_t *b, const harness_job_t *job, int
     return out;
 }
 
+/* The rank a sentence blames: the first "rank N" after the rank's own
+ * "rank R: " at its start (-1 when it names none). */
+static int blamed_rank(const char *msg, int self)
+{
+    char own[24];
+    int n = snprintf(own, sizeof own, "rank %d: ", self);
+    const char *p = strncmp(msg, own, (size_t)n) == 0 ? msg + n : msg;
+    while ((p = strstr(p, "rank ")) != NULL) {
+        p += 5;
+        if (*p >= '0' && *p <= '9')
+            return atoi(p);
+    }
+    return -1;
+}
+
 /* ---- small socket helpers for raw children --------------------------------- */
 
 static double since(double t0)
@@ -859,10 +874,9 @@ static int looping_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     if (st != plan->want)
         return harness_failf(rank, "status %s, expected %s", hoop_status_str(st),
                              hoop_status_str(plan->want));
-    char who[16];
-    snprintf(who, sizeof who, "rank %d", plan->victim);
-    if (!strstr(msg, who))
-        return harness_failf(rank, "the error does not name \"%s\": %s", who, msg);
+    if (blamed_rank(msg, rank) != plan->victim)
+        return harness_failf(rank, "the error does not name rank %d first: %s", plan->victim,
+                             msg);
     if (o.t1 - fault > plan->max_after_fault)
         return harness_failf(rank, "returned %.2f s after the fault, expected within %.1f s",
                              o.t1 - fault, plan->max_after_fault);
@@ -979,6 +993,17 @@ Test(faults, sigstop_a_rank_mid_allreduce, .timeout = 180)
                        .min_after_start = STOP_TIMEOUT_S,
                        .max_after_fault = STOP_TIMEOUT_S + STOP_FAIL_GRACE_S + STOP_SLACK_S};
     signal_mid_allreduce(2, SIGSTOP, &plan, STOP_TIMEOUT_S, "sigstop_a_rank_mid_allreduce");
+}
+
+Test(faults, sigstop_the_root_mid_allreduce, .timeout = 180)
+{
+    /* At the deadline; then the root gives no verdict, and every survivor
+     * names it once it has waited twice HOOP_FAIL_GRACE and 1 s for one. */
+    sig_plan_t plan = {.want = HOOP_ERR_TIMEOUT,
+                       .min_after_start = STOP_TIMEOUT_S,
+                       .max_after_fault = STOP_TIMEOUT_S + 2 * STOP_FAIL_GRACE_S + 1.0 +
+                                          STOP_SLACK_S};
+    signal_mid_allreduce(0, SIGSTOP, &plan, STOP_TIMEOUT_S, "sigstop_the_root_mid_allreduce");
 }
 
 /* ---- 6. hoop_comm_abort ------------------------------------------------------ */
@@ -1145,21 +1170,6 @@ Test(faults, abort_between_calls, .timeout = 150)
 
 #define EXIT_CODE 7
 #define EXIT_BOUND_S 5.0 /* every survivor fails, naming the victim, this soon */
-
-/* The rank a sentence blames: the first "rank N" after the rank's own
- * "rank R: " at its start (-1 when it names none). */
-static int blamed_rank(const char *msg, int self)
-{
-    char own[24];
-    int n = snprintf(own, sizeof own, "rank %d: ", self);
-    const char *p = strncmp(msg, own, (size_t)n) == 0 ? msg + n : msg;
-    while ((p = strstr(p, "rank ")) != NULL) {
-        p += 5;
-        if (*p >= '0' && *p <= '9')
-            return atoi(p);
-    }
-    return -1;
-}
 
 typedef struct exit_plan {
     board_t *b;
