@@ -498,15 +498,24 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
             if (err == -EINTR)
                 return hoop_error(HOOP_ERR_PEER, "rank %d: %s: woken by the root, whose word "
                                   "could not be read: %s", c->rank, what, hoop_errno_str(rc));
-            /* Every rank that waits on the root names it, whatever its
-             * own neighbours did when the ring stopped. */
             const struct hoop_peer *p = &c->bs.peers[0];
+            if (primary) {
+                /* This rank saw the cause itself (a mismatch, garbage):
+                 * that stays its word, whatever became of the root. */
+                hoop_error(st, "%s", mine.why);
+                hoop_error_append("; the root (rank 0, %s) named no culprit within %.1f s "
+                                  "(twice HOOP_FAIL_GRACE, and 1 s)", p->host, waited);
+                return st;
+            }
+            /* This rank saw only its neighbours stop: every rank that waits
+             * on the root then names it, whatever its neighbours did. */
             return hoop_error(HOOP_ERR_TIMEOUT,
                               "rank %d: %s failed: rank 0 (%s, pid %u), the root, named no culprit "
                               "within %.1f s (twice HOOP_FAIL_GRACE, and 1 s) of this rank's "
                               "report: it is stopped or stuck, or the network between it and "
-                              "this rank is cut; this rank saw: %s", c->rank, what, p->host,
-                              p->pid, waited, mine.why);
+                              "this rank is cut, or its own part of the collective succeeded "
+                              "(then the cause is where this rank saw it); this rank saw: %s",
+                              c->rank, what, p->host, p->pid, waited, mine.why);
         }
     }
     if (aborted || strcmp(v.why, mine.why) == 0)
