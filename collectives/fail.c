@@ -433,6 +433,26 @@ out:
     free(who);
 }
 
+/* An error that only says a connection ended or cannot reach its peer:
+ * the cause is at the peer's end (or between), not what this rank saw. */
+static int fail_symptom(int err)
+{
+    switch (-err) {
+    case EPIPE:
+    case ECONNRESET:
+    case ECANCELED:
+    case ENOTCONN:
+    case ECONNABORTED:
+    case ENOLINK: /* TCP's user timeout or keepalive (transport/tcp_queue.c) */
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ENETDOWN:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
 {
     if (c->size == 1)
@@ -457,8 +477,7 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
         primary = 0; /* woken by the root's word, seen below */
         mine.culprit = HOOP_NOTICE_NOBODY;
     } else {
-        primary = st != HOOP_ERR_TIMEOUT && err != -EPIPE && err != -ECONNRESET &&
-                  err != -ECANCELED && err != -ENOTCONN;
+        primary = st != HOOP_ERR_TIMEOUT && !fail_symptom(err);
     }
     snprintf(mine.why, sizeof(mine.why), "%s", hoop_last_error());
     mine.status |= primary ? FAIL_PRIMARY : 0;
