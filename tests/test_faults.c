@@ -1508,3 +1508,74 @@ Test(faults, link_of_the_root_cut_mid_allreduce, .timeout = 200, .fini = cut_net
 {
     cut_mid_allreduce(0, "link_of_the_root_cut_mid_allreduce");
 }
+
+/* ---- 9. a rank that leaves while the others still call collectives ------- */
+
+#define LEAVER 2
+
+/* Every rank sums once; then rank LEAVER destroys its communicator (and
+ * stays, so that only its goodbye tells), while the others call a second
+ * allreduce, which must fail naming it as having left. */
+static int leaving_rank(int rank, int size, int port, void *arg)
+{
+    board_t *b = arg;
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    cfg.timeout_s = 30.0;
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st)
+        return harness_fail(rank, "hoop_comm_init", st);
+    int rc = exact_sum(comm, rank, size);
+    if (rank == LEAVER || rc) {
+        if ((st = hoop_comm_destroy(comm)) && !rc)
+            return harness_fail(rank, "hoop_comm_destroy", st);
+        if (rc)
+            return rc;
+        board_set_time(&b->t_fault);
+        /* Alive until the others have returned. */
+        double t0 = harness_now();
+        int back = 0;
+        while (back < size - 1 && since(t0) < 60.0) {
+            back = 0;
+            for (int r = 0; r < size; r++)
+                back += r != LEAVER && board_done(b, r);
+            sleep_s(0.01);
+        }
+        return 0;
+    }
+    float x[256] = {0}, y[256];
+    double t0 = harness_now();
+    st = hoop_allreduce(comm, x, y, 256, HOOP_F32, HOOP_SUM);
+    char msg[BOARD_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", st ? hoop_last_error() : "it succeeded");
+    board_record(b, rank, st, t0, harness_now(), msg);
+    hoop_comm_destroy(comm);
+    if (st != HOOP_ERR_PEER)
+        return harness_failf(rank, "status %s, expected %s", hoop_status_str(st),
+                             hoop_status_str(HOOP_ERR_PEER));
+    if (blamed_rank(msg, rank) != LEAVER || !strstr(msg, "left the communicator"))
+        return harness_failf(rank, "the error must name rank %d, which left, first: %s", LEAVER,
+                             msg);
+    return 0;
+}
+
+Test(faults, rank_leaves_while_the_others_call_a_collective, .timeout = 120)
+{
+    enum { N = 4 };
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < N; r++)
+        cr_assert(harness_spawn_raw(&job, r, N, leaving_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 10.0);
+    char sum[4096];
+    snprintf(sum, sizeof sum, "%s", board_summary(b, &job, 0, N, "the second allreduce"));
+    fprintf(stderr, "faults/rank_leaves_while_the_others_call_a_collective (rank %d destroys "
+                    "its communicator after one allreduce):\n%s", LEAVER, sum);
+    cr_assert(ok, "every other rank's second allreduce must return %s naming rank %d, which "
+                  "left, first:\n%s%s", hoop_status_str(HOOP_ERR_PEER), LEAVER, sum, job.report);
+    board_free(b);
+}
