@@ -84,7 +84,7 @@ static int root_listen(const struct hoop_boot_cfg *cfg, int *lfd)
     struct sockaddr_storage ss;
     socklen_t len;
     if (hoop_sock_resolve(cfg->root_host, cfg->root_port, &ss, &len))
-        return -EADDRNOTAVAIL;
+        return -EDESTADDRREQ; /* the sentence is set */
     int rc = hoop_sock_listen((struct sockaddr *)&ss, len, lfd);
     if (rc != -EADDRNOTAVAIL)
         return rc;
@@ -139,6 +139,11 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
     snprintf(c.who, sizeof(c.who), "rank 0: bootstrap root %s:%u", cfg->root_host, cfg->root_port);
     int lfd = -1;
     int rc = root_listen(cfg, &lfd);
+    if (rc == -EDESTADDRREQ)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "rank 0: bootstrap root (HOOP_ROOT) %s:%u: %s: set HOOP_ROOT to a name "
+                          "or address of rank 0's host", cfg->root_host, cfg->root_port,
+                          hoop_last_error());
     if (rc)
         return hoop_error(HOOP_ERR_SYSTEM, "%s: cannot listen: %s%s", c.who, hoop_errno_str(rc),
                           rc == -EADDRINUSE ? " (another job on this port? pick another HOOP_ROOT port)"

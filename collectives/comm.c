@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/status.h"
+#include "reduce/reduce.h"
 
 #include <sched.h>
 #include <stddef.h>
@@ -54,7 +55,8 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
             return st;
         *depth = (int)v;
     }
-    if ((st = hoop_param_u64("HOOP_SMALL_BYTES", 0, HOOP_CHUNK_MAX, &v)))
+    if ((st = hoop_param_u64("HOOP_SMALL_BYTES", 0, HOOP_CHUNK_MAX, &v)) ||
+        (st = hoop_log_check_level()) || (st = hoop_reduce_isa_check()))
         return st;
     /* The small path keeps a whole message in one receive slot. */
     c->small_bytes = (size_t)v < *chunk ? (size_t)v : *chunk;

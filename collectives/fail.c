@@ -41,8 +41,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* In a notice's status: the sender saw the cause itself. */
+/* In a notice's status: the sender saw the cause itself; the sender is
+ * the cause, leaving (exit) in the middle of the collective. */
 #define FAIL_PRIMARY 0x100
+#define FAIL_EXITED 0x200
 #define FAIL_WRITE_S 1.0
 
 hoop_status_t hoop_comm_abort(hoop_comm_t *c, const char *reason)
@@ -142,14 +144,46 @@ static void comm_goodbye(hoop_comm_t *c)
                               hoop_deadline_after(FAIL_WRITE_S));
 }
 
+/* This process is ending (exit() on another thread, or main returned)
+ * while c's collective runs: that is no leaving in order, and the others,
+ * who cannot finish it, must name this rank. The root hears a notice that
+ * is the cause (the root itself tells every rank its verdict). */
+static void comm_exit_notice(hoop_comm_t *c, uint64_t seq)
+{
+    const struct hoop_peer *p = &c->bs.peers[c->rank];
+    struct hoop_notice m = {.status = HOOP_ERR_PEER, .culprit = c->rank};
+    snprintf(m.why, sizeof(m.why),
+             "rank %d (%s, pid %u) exited during %s #%llu: the process called exit() (or main "
+             "returned) while the collective was running, so the others cannot finish it",
+             c->rank, p->host, p->pid,
+             hoop_coll_str(atomic_load_explicit(&c->ring.running_coll, memory_order_relaxed)),
+             (unsigned long long)seq);
+    if (c->rank != 0) {
+        m.status |= FAIL_PRIMARY | FAIL_EXITED;
+        hoop_notice_write(&c->bs, c->bs.root_fd, HOOP_HELLO_NOTICE, &m,
+                          hoop_deadline_after(FAIL_WRITE_S));
+        return;
+    }
+    for (int k = 1; k < c->size; k++)
+        if (c->bs.fds[k] >= 0)
+            hoop_notice_write(&c->bs, c->bs.fds[k], HOOP_HELLO_VERDICT, &m,
+                              hoop_deadline_after(FAIL_WRITE_S));
+}
+
 /* A process that ends without hoop_comm_destroy (returning from main,
- * exit()) still leaves in order; one that is killed or crashes does not,
- * and the others hear of it. */
+ * exit()) between collectives still leaves in order; one that ends in the
+ * middle of a collective (another thread called exit()) does not, nor one
+ * that is killed or crashes, and the others hear of it. */
 static void comm_goodbye_all(void)
 {
     pthread_mutex_lock(&live_lock);
-    for (int i = 0; i < nlive; i++)
-        comm_goodbye(live[i]);
+    for (int i = 0; i < nlive; i++) {
+        uint64_t seq = atomic_load_explicit(&live[i]->ring.running_seq, memory_order_acquire);
+        if (seq)
+            comm_exit_notice(live[i], seq);
+        else
+            comm_goodbye(live[i]);
+    }
     nlive = 0;
     pthread_mutex_unlock(&live_lock);
 }
@@ -309,11 +343,21 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
                 decided = 1;
         }
     }
+    for (int k = 0; k < n; k++)
+        HOOP_DEBUG("rank 0: the failure as rank %d saw it: %s", k,
+                   heard[k] == HEARD_NOTHING ? "nothing heard"
+                   : heard[k] == HEARD_GONE  ? "its connection closed"
+                   : heard[k] == HEARD_LEFT  ? "it left in order"
+                                             : got[k].why);
     /* A rank gone without a word died; one that saw the cause names it;
      * when all that is known is timeouts, the silent ranks are stuck. */
-    int dead = -1, cause = -1, silent = -1, nsilent = 0, timeouts = 0;
+    int dead = -1, exited = -1, cause = -1, silent = -1, nsilent = 0, timeouts = 0, left = -1;
     for (int k = 0; k < n; k++) {
-        if (heard[k] == HEARD_GONE && dead < 0)
+        if (heard[k] == HEARD_NOTICE && (got[k].status & FAIL_EXITED) && exited < 0)
+            exited = k;
+        else if (heard[k] == HEARD_LEFT && left < 0)
+            left = k;
+        else if (heard[k] == HEARD_GONE && dead < 0)
             dead = k;
         else if (heard[k] == HEARD_NOTICE && (got[k].status & FAIL_PRIMARY) &&
                  (cause < 0 || (got[k].status & 0xff) == HOOP_ERR_MISMATCH))
@@ -326,7 +370,23 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
         if (heard[k] == HEARD_NOTICE && (got[k].status & 0xff) == HOOP_ERR_TIMEOUT)
             timeouts++;
     }
-    if (dead >= 0) {
+    /* Of the silent ranks, the one a report blames (the peer whose
+     * connection it lost or waited on) is the one stopped or cut off; the
+     * others are only waiting on it. */
+    int blamed = -1, blamer = -1;
+    for (int k = 0; k < n && blamed < 0; k++) {
+        int q = got[k].culprit;
+        if (heard[k] == HEARD_NOTICE && q > 0 && q < n && heard[q] == HEARD_NOTHING) {
+            blamed = q;
+            blamer = k;
+        }
+    }
+    if (blamed >= 0)
+        silent = blamed;
+    if (exited >= 0) {
+        *v = got[exited];
+        v->status &= 0xff;
+    } else if (dead >= 0) {
         const struct hoop_peer *p = &c->bs.peers[dead];
         *v = (struct hoop_notice){.status = HOOP_ERR_PEER, .culprit = dead};
         snprintf(v->why, sizeof(v->why),
@@ -342,6 +402,25 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
                  "rank %d (%s, pid %u)%s did not answer within HOOP_FAIL_GRACE (%.1f s) after the "
                  "others timed out: it is stopped, stuck, or not calling this collective",
                  silent, p->host, p->pid, nsilent > 1 ? " and others" : "", c->fail_grace_s);
+    } else if (blamed >= 0) {
+        /* Its neighbour lost its connection with it, and it told the root
+         * nothing: its host or link died (TCP_USER_TIMEOUT, keepalive), or
+         * it is stopped. */
+        const struct hoop_peer *p = &c->bs.peers[blamed];
+        *v = (struct hoop_notice){.status = HOOP_ERR_PEER, .culprit = blamed};
+        snprintf(v->why, sizeof(v->why),
+                 "rank %d (%s, pid %u) did not answer within HOOP_FAIL_GRACE (%.1f s) after rank "
+                 "%d lost its connection with it: its host or its network link is down, or it is "
+                 "stopped", blamed, p->host, p->pid, c->fail_grace_s, blamer);
+    } else if (left >= 0) {
+        /* It said goodbye (hoop_comm_destroy, or exit between two calls)
+         * and then the others' collective failed: it left before them. */
+        const struct hoop_peer *p = &c->bs.peers[left];
+        *v = (struct hoop_notice){.status = HOOP_ERR_PEER, .culprit = left};
+        snprintf(v->why, sizeof(v->why),
+                 "rank %d (%s, pid %u) left the communicator (hoop_comm_destroy, or the process "
+                 "ended) while the others were still calling collectives on it: every rank must "
+                 "make the same calls before it leaves", left, p->host, p->pid);
     }
 out:
     for (int k = 1; k < n; k++)
@@ -352,6 +431,26 @@ out:
     free(got);
     free(pfd);
     free(who);
+}
+
+/* An error that only says a connection ended or cannot reach its peer:
+ * the cause is at the peer's end (or between), not what this rank saw. */
+static int fail_symptom(int err)
+{
+    switch (-err) {
+    case EPIPE:
+    case ECONNRESET:
+    case ECANCELED:
+    case ENOTCONN:
+    case ECONNABORTED:
+    case ENOLINK: /* TCP's user timeout or keepalive (transport/tcp_queue.c) */
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case ENETDOWN:
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
@@ -378,8 +477,7 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
         primary = 0; /* woken by the root's word, seen below */
         mine.culprit = HOOP_NOTICE_NOBODY;
     } else {
-        primary = st != HOOP_ERR_TIMEOUT && err != -EPIPE && err != -ECONNRESET &&
-                  err != -ECANCELED && err != -ENOTCONN;
+        primary = st != HOOP_ERR_TIMEOUT && !fail_symptom(err);
     }
     snprintf(mine.why, sizeof(mine.why), "%s", hoop_last_error());
     mine.status |= primary ? FAIL_PRIMARY : 0;
@@ -419,11 +517,24 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
             if (err == -EINTR)
                 return hoop_error(HOOP_ERR_PEER, "rank %d: %s: woken by the root, whose word "
                                   "could not be read: %s", c->rank, what, hoop_errno_str(rc));
-            hoop_error(st, "%s", mine.why);
-            hoop_error_append("; the root (rank 0, %s) named no culprit within %.1f s "
-                              "(HOOP_FAIL_GRACE): it may be the rank that is stuck",
-                              c->bs.peers[0].host, waited);
-            return st;
+            const struct hoop_peer *p = &c->bs.peers[0];
+            if (primary) {
+                /* This rank saw the cause itself (a mismatch, garbage):
+                 * that stays its word, whatever became of the root. */
+                hoop_error(st, "%s", mine.why);
+                hoop_error_append("; the root (rank 0, %s) named no culprit within %.1f s "
+                                  "(twice HOOP_FAIL_GRACE, and 1 s)", p->host, waited);
+                return st;
+            }
+            /* This rank saw only its neighbours stop: every rank that waits
+             * on the root then names it, whatever its neighbours did. */
+            return hoop_error(HOOP_ERR_TIMEOUT,
+                              "rank %d: %s failed: rank 0 (%s, pid %u), the root, named no culprit "
+                              "within %.1f s (twice HOOP_FAIL_GRACE, and 1 s) of this rank's "
+                              "report: it is stopped or stuck, or the network between it and "
+                              "this rank is cut, or its own part of the collective succeeded "
+                              "(then the cause is where this rank saw it); this rank saw: %s",
+                              c->rank, what, p->host, p->pid, waited, mine.why);
         }
     }
     if (aborted || strcmp(v.why, mine.why) == 0)

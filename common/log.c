@@ -2,6 +2,7 @@
  * lines of several ranks sharing a terminal do not interleave mid-line. */
 #include "common/log.h"
 #include "common/param.h"
+#include "common/status.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -13,13 +14,24 @@
 static int hoop_log_level = HOOP_LOG_WARN;
 static pthread_once_t hoop_log_once = PTHREAD_ONCE_INIT;
 
+static const char *const hoop_log_names[] = {"error", "warn", "info", "debug"};
+
 static void hoop_log_read_level(void)
 {
     const char *v = hoop_param_str("HOOP_LOG_LEVEL");
-    static const char *names[] = {"error", "warn", "info", "debug"};
     for (int i = 0; i < 4; i++)
-        if (strcasecmp(v, names[i]) == 0)
+        if (strcasecmp(v, hoop_log_names[i]) == 0)
             hoop_log_level = i;
+}
+
+hoop_status_t hoop_log_check_level(void)
+{
+    const char *v = hoop_param_str("HOOP_LOG_LEVEL");
+    for (int i = 0; i < 4; i++)
+        if (strcasecmp(v, hoop_log_names[i]) == 0)
+            return HOOP_OK;
+    return hoop_error(HOOP_ERR_INVALID,
+                      "HOOP_LOG_LEVEL='%s' is not one of error, warn, info or debug", v);
 }
 
 int hoop_log_enabled(enum hoop_log_level level)

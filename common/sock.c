@@ -277,6 +277,9 @@ const char *hoop_errno_str(int neg_errno)
     case EPIPE: return "the peer closed the connection";
     case ECONNRESET: return "the connection was reset by the peer";
     case ETIMEDOUT: return "timed out";
+    case ENOLINK:
+        return "the connection timed out (nothing acknowledged within HOOP_TCP_USER_TIMEOUT, or "
+               "keepalive found no peer): the peer's host or the network to it is down";
     case ECONNREFUSED: return "connection refused";
     default: return strerror(-neg_errno);
     }

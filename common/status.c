@@ -55,6 +55,7 @@ hoop_status_t hoop_status_from_errno(int neg_errno)
     case EHOSTUNREACH:
     case ENETUNREACH:
     case ENETDOWN:
+    case ENOLINK: /* TCP's user timeout or keepalive ended the connection */
     case EPROTO:
         return HOOP_ERR_PEER;
     case ETIMEDOUT:

@@ -4,8 +4,10 @@
 #include "reduce/reduce.h"
 #include "common/log.h"
 #include "common/param.h"
+#include "common/status.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -75,6 +77,28 @@ static const struct reduce_isa {
 static pthread_once_t reduce_once = PTHREAD_ONCE_INIT;
 static int reduce_chosen;
 
+/* The sentence for a HOOP_REDUCE_ISA that names no instruction set. */
+static const char *reduce_isa_unknown(const char *want)
+{
+    static _Thread_local char why[256];
+    size_t n = (size_t)snprintf(why, sizeof(why), "HOOP_REDUCE_ISA='%s' is not one of auto", want);
+    for (int i = 0; i < REDUCE_NISA && n < sizeof(why); i++)
+        n += (size_t)snprintf(why + n, sizeof(why) - n, "%s%s", i + 1 < REDUCE_NISA ? ", " : " or ",
+                              reduce_isas[i].name);
+    return why;
+}
+
+hoop_status_t hoop_reduce_isa_check(void)
+{
+    const char *want = hoop_param_str("HOOP_REDUCE_ISA");
+    if (!*want || !strcmp(want, "auto"))
+        return HOOP_OK;
+    for (int i = 0; i < REDUCE_NISA; i++)
+        if (!strcmp(want, reduce_isas[i].name))
+            return HOOP_OK;
+    return hoop_error(HOOP_ERR_INVALID, "%s", reduce_isa_unknown(want));
+}
+
 static void reduce_choose(void)
 {
     int widest = 0;
@@ -96,10 +120,7 @@ static void reduce_choose(void)
                       reduce_isas[widest].name);
         return;
     }
-    HOOP_WARN("HOOP_REDUCE_ISA=%s is not one of auto%s%s%s%s%s%s; using %s", want,
-              REDUCE_NISA > 0 ? ", " : "", reduce_isas[0].name, REDUCE_NISA > 1 ? ", " : "",
-              REDUCE_NISA > 1 ? reduce_isas[1].name : "", REDUCE_NISA > 2 ? ", " : "",
-              REDUCE_NISA > 2 ? reduce_isas[2].name : "", reduce_isas[widest].name);
+    HOOP_WARN("%s; using %s", reduce_isa_unknown(want), reduce_isas[widest].name);
 }
 
 int hoop_reduce_isa_count(void)

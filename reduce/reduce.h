@@ -26,6 +26,10 @@ int hoop_reduce_isa_count(void);
 const char *hoop_reduce_isa_name(int isa);
 int hoop_reduce_isa_runs(int isa); /* 1 when this CPU (and its OS) can run it */
 int hoop_reduce_isa_chosen(void);  /* the one hoop_reduce_kernel uses */
+/* HOOP_ERR_INVALID, with a sentence, when HOOP_REDUCE_ISA names none of
+ * auto and the instruction sets built in (hoop_comm_init refuses it; one
+ * built in that this CPU cannot run is only warned about). */
+hoop_status_t hoop_reduce_isa_check(void);
 void hoop_reduce_kernel_isa(int isa, void *dst, const void *a, const void *b, size_t n,
                             hoop_dtype_t dtype, hoop_op_t op, int avg_n);
 

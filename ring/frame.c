@@ -34,6 +34,8 @@ uint64_t hoop_frame_begin(struct hoop_ring *r, int coll, size_t count, hoop_dtyp
     r->ann_posted = 0;
     r->fail_err = 0;
     r->fail_peer = -1;
+    atomic_store_explicit(&r->running_coll, coll, memory_order_relaxed);
+    atomic_store_explicit(&r->running_seq, r->seq, memory_order_release);
     return r->seq;
 }
 

@@ -232,6 +232,7 @@ int hoop_ring_progress(struct hoop_ring *r, uint64_t deadline_ns)
 
 void hoop_ring_call_end(struct hoop_ring *r)
 {
+    atomic_store_explicit(&r->running_seq, 0, memory_order_release);
     if (r->ops && r->tp && r->ops->call_end)
         r->ops->call_end(r->tp);
 }

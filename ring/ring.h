@@ -8,6 +8,7 @@
 #include "transport/transport.h"
 #include "hoop.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,11 @@ struct hoop_ring {
     uint8_t *work;           /* partial reductions of reduce_scatter and reduce */
     size_t work_bytes;
     uint64_t seq; /* collectives run so far */
+    /* The seq of the collective running (0 between calls) and its kind, set
+     * by hoop_frame_begin and cleared by hoop_ring_call_end; read by another
+     * thread (a rank's exit handler, collectives/fail.c). */
+    _Atomic uint64_t running_seq;
+    _Atomic int running_coll;
     struct hoop_frame cur;   /* what the running collective's frames say */
     struct hoop_ring_req ann_s, ann_r; /* its announcements (frame.h) */
     int ann_posted;          /* bit 0: ann_s, bit 1: ann_r */

@@ -611,3 +611,46 @@ Test(bootstrap, bad_configuration_is_invalid, .timeout = 60)
     expect_invalid("port out of range", 0, 2, "host:99999");
     expect_invalid("port out of range", 1, 2, "host:99999");
 }
+
+/* expect_invalid, and the sentence names every word of `names`. */
+static void expect_invalid_naming(const char *what, int rank, int size, const char *root,
+                                  const char *const *names)
+{
+    expect_invalid(what, rank, size, root);
+    const char *msg = hoop_last_error();
+    for (int i = 0; names[i]; i++)
+        cr_assert(strstr(msg, names[i]), "%s: the sentence does not name \"%s\": %s", what,
+                  names[i], msg);
+}
+
+Test(bootstrap, bad_variables_are_invalid, .timeout = 60)
+{
+    char root[64];
+    int port = harness_free_port();
+    cr_assert(port > 0, "no free loopback port");
+    snprintf(root, sizeof root, "127.0.0.1:%d", port);
+    cr_assert(setenv("HOOP_LOG_LEVEL", "loud", 1) == 0);
+    expect_invalid_naming("HOOP_LOG_LEVEL=loud", 0, 1, root,
+                          (const char *const[]){"HOOP_LOG_LEVEL", "'loud'", "debug", NULL});
+    expect_invalid_naming("HOOP_LOG_LEVEL=loud", 1, 2, root,
+                          (const char *const[]){"rank 1", "HOOP_LOG_LEVEL", "'loud'", NULL});
+    cr_assert(unsetenv("HOOP_LOG_LEVEL") == 0);
+    cr_assert(setenv("HOOP_REDUCE_ISA", "bogus", 1) == 0);
+    expect_invalid_naming("HOOP_REDUCE_ISA=bogus", 0, 1, root,
+                          (const char *const[]){"HOOP_REDUCE_ISA", "'bogus'", "generic", NULL});
+    expect_invalid_naming("HOOP_REDUCE_ISA=bogus", 1, 2, root,
+                          (const char *const[]){"rank 1", "HOOP_REDUCE_ISA", "'bogus'", NULL});
+    cr_assert(unsetenv("HOOP_REDUCE_ISA") == 0);
+}
+
+/* Rank 0 whose root names a host that does not resolve: the sentence names
+ * the host and HOOP_ROOT (not the bind's "Cannot assign requested address"). */
+Test(bootstrap, unresolvable_root_name_is_invalid, .timeout = 60)
+{
+    char root[96];
+    snprintf(root, sizeof root, "no-such-host.invalid:%d", 29411);
+    expect_invalid_naming("HOOP_ROOT that does not resolve", 0, 2, root,
+                          (const char *const[]){"rank 0", "no-such-host.invalid", "HOOP_ROOT", NULL});
+    expect_invalid_naming("HOOP_ROOT that does not resolve", 1, 2, root,
+                          (const char *const[]){"rank 1", "no-such-host.invalid", "HOOP_ROOT", NULL});
+}

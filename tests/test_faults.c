@@ -15,10 +15,13 @@
 #include <criterion/criterion.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,6 +39,7 @@
 #include "common/wire.h"
 #include "ring/ring.h"
 #include "harness.h"
+#include "proc.h"
 #include "hoop.h"
 #include "transport/tcp/tcp.h"
 
@@ -140,6 +144,21 @@ static const char *board_summary(const board_t *b, const harness_job_t *job, int
                               s->t_end - s->t_start, since_fault, s->msg);
     }
     return out;
+}
+
+/* The rank a sentence blames: the first "rank N" after the rank's own
+ * "rank R: " at its start (-1 when it names none). */
+static int blamed_rank(const char *msg, int self)
+{
+    char own[24];
+    int n = snprintf(own, sizeof own, "rank %d: ", self);
+    const char *p = strncmp(msg, own, (size_t)n) == 0 ? msg + n : msg;
+    while ((p = strstr(p, "rank ")) != NULL) {
+        p += 5;
+        if (*p >= '0' && *p <= '9')
+            return atoi(p);
+    }
+    return -1;
 }
 
 /* ---- small socket helpers for raw children --------------------------------- */
@@ -844,10 +863,9 @@ static int looping_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     if (st != plan->want)
         return harness_failf(rank, "status %s, expected %s", hoop_status_str(st),
                              hoop_status_str(plan->want));
-    char who[16];
-    snprintf(who, sizeof who, "rank %d", plan->victim);
-    if (!strstr(msg, who))
-        return harness_failf(rank, "the error does not name \"%s\": %s", who, msg);
+    if (blamed_rank(msg, rank) != plan->victim)
+        return harness_failf(rank, "the error does not name rank %d first: %s", plan->victim,
+                             msg);
     if (o.t1 - fault > plan->max_after_fault)
         return harness_failf(rank, "returned %.2f s after the fault, expected within %.1f s",
                              o.t1 - fault, plan->max_after_fault);
@@ -964,6 +982,17 @@ Test(faults, sigstop_a_rank_mid_allreduce, .timeout = 180)
                        .min_after_start = STOP_TIMEOUT_S,
                        .max_after_fault = STOP_TIMEOUT_S + STOP_FAIL_GRACE_S + STOP_SLACK_S};
     signal_mid_allreduce(2, SIGSTOP, &plan, STOP_TIMEOUT_S, "sigstop_a_rank_mid_allreduce");
+}
+
+Test(faults, sigstop_the_root_mid_allreduce, .timeout = 180)
+{
+    /* At the deadline; then the root gives no verdict, and every survivor
+     * names it once it has waited twice HOOP_FAIL_GRACE and 1 s for one. */
+    sig_plan_t plan = {.want = HOOP_ERR_TIMEOUT,
+                       .min_after_start = STOP_TIMEOUT_S,
+                       .max_after_fault = STOP_TIMEOUT_S + 2 * STOP_FAIL_GRACE_S + 1.0 +
+                                          STOP_SLACK_S};
+    signal_mid_allreduce(0, SIGSTOP, &plan, STOP_TIMEOUT_S, "sigstop_the_root_mid_allreduce");
 }
 
 /* ---- 6. hoop_comm_abort ------------------------------------------------------ */
@@ -1124,4 +1153,420 @@ Test(faults, abort_from_another_thread_mid_allreduce, .timeout = 150)
 Test(faults, abort_between_calls, .timeout = 150)
 {
     abort_job(true, "abort_between_calls");
+}
+
+/* ---- 7. exit() on another thread in the middle of a collective ----------- */
+
+#define EXIT_CODE 7
+#define EXIT_BOUND_S 5.0 /* every survivor fails, naming the victim, this soon */
+
+typedef struct exit_plan {
+    board_t *b;
+    int victim;
+} exit_plan_t;
+
+/* Another thread of the victim: ABORT_AFTER_S into its third call (which
+ * waits on rank ABORT_HELD), ends the process with exit(). */
+static void *exit_thread(void *varg)
+{
+    const exit_plan_t *plan = varg;
+    board_t *b = plan->b;
+    double t0 = harness_now();
+    while (__atomic_load_n(&b->slot[plan->victim].calls, __ATOMIC_ACQUIRE) < 3 &&
+           harness_since(t0) < 60.0)
+        sleep_s(0.0005);
+    sleep_s(ABORT_AFTER_S);
+    board_set_time(&b->t_fault);
+    fflush(NULL);
+    exit(EXIT_CODE);
+    return NULL;
+}
+
+static int exiting_job_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    const exit_plan_t *plan = arg;
+    board_t *b = plan->b;
+    pthread_t th;
+    if (rank == plan->victim && pthread_create(&th, NULL, exit_thread, (void *)plan))
+        return harness_failf(rank, "pthread_create failed");
+    loop_out_t o;
+    double hold = rank == ABORT_HELD && plan->victim != ABORT_HELD ? ABORT_HOLD_S : 0;
+    hoop_status_t st = allreduce_loop(comm, rank, size, b, SIG_CALLS_MAX, hold, 0, &o);
+    if (rank == plan->victim) {
+        /* Its collective goes on until the exit ends the process. */
+        pthread_join(th, NULL);
+        return harness_failf(rank, "still running after exit() (allreduce returned %s)",
+                             hoop_status_str(st));
+    }
+    char msg[BOARD_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", st ? hoop_last_error() : "every call succeeded");
+    board_record(b, rank, st, o.t0, o.t1, msg);
+    double fault = board_time(&b->t_fault);
+    if (o.oom || o.bad >= 0)
+        return harness_failf(rank, "call %d: %s", o.call,
+                             o.oom ? "out of memory" : "an element of the result is wrong");
+    if (st != HOOP_ERR_PEER)
+        return harness_failf(rank, "status %s, expected %s", hoop_status_str(st),
+                             hoop_status_str(HOOP_ERR_PEER));
+    if (blamed_rank(msg, rank) != plan->victim || !strstr(msg, "exited during allreduce"))
+        return harness_failf(rank, "the error must name rank %d, which exited during the "
+                                   "allreduce, first: %s", plan->victim, msg);
+    if (fault <= 0 || o.t1 - fault > EXIT_BOUND_S)
+        return harness_failf(rank, "returned %.2f s after the exit, expected within %.1f s",
+                             o.t1 - fault, EXIT_BOUND_S);
+    return 0;
+}
+
+static void exit_mid_allreduce(int victim, const char *name)
+{
+    enum { N = 4 };
+    harness_skip_if_shm_stalls("a rank that exits mid-allreduce");
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    exit_plan_t plan = {.b = b, .victim = victim};
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = 60.0;
+    for (int r = 0; r < N; r++)
+        cr_assert(harness_spawn_rank(&job, r, N, &base, exiting_job_rank, &plan) > 0,
+                  "fork failed");
+    harness_wait(&job, 120.0, 20.0);
+    char sum[4096];
+    snprintf(sum, sizeof sum, "%s", board_summary(b, &job, 0, N, "allreduce"));
+    fprintf(stderr, "faults/%s (rank %d calls exit(%d) on another thread mid-call):\n%s", name,
+            victim, EXIT_CODE, sum);
+    const harness_proc_t *vp = proc_of(&job, victim);
+    cr_assert(vp && vp->signal == 0 && vp->exit_code == EXIT_CODE,
+              "rank %d must end with exit(%d) (exit %d, signal %d):\n%s%s", victim, EXIT_CODE,
+              vp ? vp->exit_code : -1, vp ? vp->signal : -1, sum, job.report);
+    for (int r = 0; r < N; r++) {
+        if (r == victim)
+            continue;
+        const harness_proc_t *p = proc_of(&job, r);
+        cr_assert(p && !p->hung && p->signal == 0 && p->exit_code == 0,
+                  "every survivor must return %s naming rank %d (exited during allreduce) "
+                  "first, within %.0f s of the exit:\n%s%s",
+                  hoop_status_str(HOOP_ERR_PEER), victim, EXIT_BOUND_S, sum, job.report);
+    }
+    board_free(b);
+}
+
+Test(faults, exit_on_another_thread_mid_allreduce, .timeout = 150)
+{
+    exit_mid_allreduce(2, "exit_on_another_thread_mid_allreduce");
+}
+
+Test(faults, root_exits_on_another_thread_mid_allreduce, .timeout = 150)
+{
+    exit_mid_allreduce(0, "root_exits_on_another_thread_mid_allreduce");
+}
+
+/* ---- 8. a rank's link cut in the middle of an allreduce ------------------- */
+
+/* One network namespace per rank, each joined by a veth pair to a bridge in
+ * a namespace of its own (as bench/netns.sh builds them); addresses
+ * 198.18.20.<rank+1> of the benchmarking range, only inside them. The cut
+ * sets the victim's bridge port down: from then on its packets are dropped
+ * both ways, without a reset, as when a cable or a switch port dies, and
+ * only TCP's user timeout (HOOP_TCP_USER_TIMEOUT) ends the connections
+ * that carried data. */
+#define CUT_N 4
+#define CUT_NS_PREFIX "hoopcut-"
+#define CUT_USER_TIMEOUT "3"
+#define CUT_HOOP_TIMEOUT_S 60.0 /* far beyond the user timeout: it must not be what ends them */
+#define CUT_BOUND_S 30.0        /* every rank returns this soon after the cut */
+
+static struct {
+    char ip[256];
+    char ns[CUT_N + 1][48]; /* the ranks', then the bridge's */
+    bool made[CUT_N + 1];
+    char port[CUT_N][16];   /* the bridge's port of each rank */
+} cut_net;
+
+/* ip with args (NULL-terminated); its status, its output in out. */
+static int cut_ip(char *out, size_t len, const char *const *args)
+{
+    const char *argv[24] = {cut_net.ip};
+    size_t n = 1;
+    for (; args[n - 1] && n < 23; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    struct proc_capture r;
+    const struct proc_capture_opts o = {.limit_s = 20.0};
+    if (!proc_capture(&r, &o, 127, argv)) {
+        snprintf(out, len, "cannot run %s: %s", cut_net.ip, strerror(errno));
+        return -1;
+    }
+    snprintf(out, len, "%s%s", r.out.p ? r.out.p : "", r.err.p ? r.err.p : "");
+    int st = r.status;
+    proc_capture_free(&r);
+    return st;
+}
+
+#define CUT_IP(...) cut_ip(why, sizeof why, (const char *const[]){__VA_ARGS__, NULL})
+
+static void cut_net_down(void)
+{
+    char why[512];
+    for (int i = 0; i <= CUT_N; i++)
+        if (cut_net.made[i]) {
+            CUT_IP("netns", "delete", cut_net.ns[i]);
+            cut_net.made[i] = false;
+        }
+}
+
+/* Namespaces of earlier runs that were killed before their .fini. */
+static void cut_net_sweep(void)
+{
+    DIR *d = opendir("/run/netns");
+    if (!d)
+        return;
+    char why[512];
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, CUT_NS_PREFIX, strlen(CUT_NS_PREFIX)) != 0)
+            continue;
+        int pid = atoi(e->d_name + strlen(CUT_NS_PREFIX));
+        if (pid > 0 && kill(pid, 0) < 0 && errno == ESRCH)
+            CUT_IP("netns", "delete", e->d_name);
+    }
+    closedir(d);
+}
+
+static void cut_net_up(void)
+{
+    char why[512];
+    if (geteuid() != 0)
+        cr_skip_test("network namespaces need root");
+    if (!proc_which("ip", cut_net.ip, sizeof cut_net.ip) &&
+        access(strcpy(cut_net.ip, "/usr/sbin/ip"), X_OK) != 0 &&
+        access(strcpy(cut_net.ip, "/sbin/ip"), X_OK) != 0)
+        cr_skip_test("the ip command (iproute2) is not installed");
+    cut_net_sweep();
+    int pid = (int)getpid();
+    for (int i = 0; i <= CUT_N; i++) {
+        snprintf(cut_net.ns[i], sizeof cut_net.ns[i], CUT_NS_PREFIX "%d-%s%d", pid,
+                 i < CUT_N ? "r" : "br", i < CUT_N ? i : 0);
+        if (CUT_IP("netns", "add", cut_net.ns[i]) != 0) {
+            cut_net_down();
+            why[strcspn(why, "\n")] = '\0';
+            cr_skip_test("'ip netns add' was refused: %s", why);
+        }
+        cut_net.made[i] = true;
+    }
+    const char *br = cut_net.ns[CUT_N];
+#define CUT_MUST(...)                                                                     \
+    cr_assert(CUT_IP(__VA_ARGS__) == 0, "ip %s %s %s ... failed: %s",                     \
+              ((const char *const[]){__VA_ARGS__})[0], ((const char *const[]){__VA_ARGS__})[1], \
+              ((const char *const[]){__VA_ARGS__})[2], why)
+    CUT_MUST("-n", br, "link", "add", "br0", "type", "bridge");
+    CUT_MUST("-n", br, "link", "set", "br0", "up");
+    for (int i = 0; i < CUT_N; i++) {
+        char mine[16], cidr[32];
+        snprintf(mine, sizeof mine, "hc%d", i);
+        snprintf(cut_net.port[i], sizeof cut_net.port[i], "hb%d", i);
+        snprintf(cidr, sizeof cidr, "198.18.20.%d/24", i + 1);
+        CUT_MUST("link", "add", mine, "netns", cut_net.ns[i], "type", "veth", "peer", "name",
+                 cut_net.port[i], "netns", br);
+        CUT_MUST("-n", br, "link", "set", cut_net.port[i], "master", "br0");
+        CUT_MUST("-n", br, "link", "set", cut_net.port[i], "up");
+        CUT_MUST("-n", cut_net.ns[i], "addr", "add", cidr, "dev", mine);
+        CUT_MUST("-n", cut_net.ns[i], "link", "set", mine, "up");
+        CUT_MUST("-n", cut_net.ns[i], "link", "set", "lo", "up");
+    }
+#undef CUT_MUST
+}
+
+/* Drop everything through rank's bridge port, both ways: the port's veth
+ * is set down (the rank's side loses its carrier; TCP is told nothing, and
+ * packets are dropped without a reset). */
+static int cut_link(int rank, char *why, size_t len)
+{
+    return cut_ip(why, len, (const char *const[]){"-n", cut_net.ns[CUT_N], "link", "set", "dev",
+                                                  cut_net.port[rank], "down", NULL});
+}
+
+typedef struct cut_plan {
+    board_t *b;
+    int victim;
+} cut_plan_t;
+
+static int cut_rank(int rank, int size, int port, void *arg)
+{
+    const cut_plan_t *plan = arg;
+    board_t *b = plan->b;
+    char path[128];
+    snprintf(path, sizeof path, "/run/netns/%s", cut_net.ns[rank]);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
+        return harness_failf(rank, "cannot enter %s: %s", path, strerror(errno));
+    close(fd);
+    setenv("HOOP_TRANSPORT", "tcp", 1); /* auto: not an RDMA device of another namespace */
+    setenv("HOOP_TCP_USER_TIMEOUT", CUT_USER_TIMEOUT, 1);
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    snprintf(root, sizeof root, "198.18.20.1:%d", port);
+    cfg.timeout_s = CUT_HOOP_TIMEOUT_S;
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st)
+        return harness_fail(rank, "hoop_comm_init", st);
+    loop_out_t o;
+    st = allreduce_loop(comm, rank, size, b, SIG_CALLS_MAX, 0, 0, &o);
+    char msg[BOARD_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", st ? hoop_last_error() : "every call succeeded");
+    board_record(b, rank, st, o.t0, o.t1, msg);
+    hoop_comm_destroy(comm);
+    double fault = board_time(&b->t_fault);
+    if (o.oom || o.bad >= 0)
+        return harness_failf(rank, "call %d: %s", o.call,
+                             o.oom ? "out of memory" : "an element of the result is wrong");
+    if (st == HOOP_OK)
+        return harness_failf(rank, "every call succeeded");
+    if (fault <= 0 || o.t1 - fault > CUT_BOUND_S)
+        return harness_failf(rank, "returned %.2f s after the cut, expected within %.0f s",
+                             o.t1 - fault, CUT_BOUND_S);
+    /* The victim is cut off from everyone: it fails, whatever it names. */
+    if (rank != plan->victim && blamed_rank(msg, rank) != plan->victim)
+        return harness_failf(rank, "the error must name rank %d, whose link died, first: %s",
+                             plan->victim, msg);
+    return 0;
+}
+
+static void cut_mid_allreduce(int victim, const char *name)
+{
+    const char *t = harness_transport();
+    if (strcmp(t, "tcp") != 0 && strcmp(t, "auto") != 0)
+        cr_skip_test("HOOP_TRANSPORT=%s: the cut is found by TCP's user timeout "
+                     "(HOOP_TCP_USER_TIMEOUT), a setting of the tcp transport", t);
+    cut_net_up();
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    cut_plan_t plan = {.b = b, .victim = victim};
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < CUT_N; r++)
+        cr_assert(harness_spawn_raw(&job, r, CUT_N, cut_rank, &plan) > 0, "fork failed");
+    const harness_proc_t *vp = proc_of(&job, victim);
+    /* A third of the way into one of the victim's calls, once two have run. */
+    double t0 = harness_now(), into = 0;
+    while (harness_since(t0) < 60.0 && __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE) < 3 &&
+           !vp->done)
+        sleep_s(0.005);
+    int before = __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE), call = 0;
+    while (harness_since(t0) < 60.0 &&
+           (call = __atomic_load_n(&b->slot[victim].calls, __ATOMIC_ACQUIRE)) == before)
+        sleep_s(0.0005);
+    bool armed = call > before && before >= 3;
+    char why[512] = "";
+    int cut = -1;
+    if (armed) {
+        into = board_time(&b->slot[victim].last_call_s) / 3;
+        sleep_s(into);
+        board_set_time(&b->t_fault);
+        cut = cut_link(victim, why, sizeof why);
+    }
+    harness_wait(&job, 150.0, CUT_BOUND_S + 10.0);
+    char sum[4096];
+    snprintf(sum, sizeof sum, "%s", board_summary(b, &job, 0, CUT_N, "allreduce"));
+    fprintf(stderr, "faults/%s (HOOP_TCP_USER_TIMEOUT %s s, HOOP_TIMEOUT %.0f s; rank %d's "
+                    "link cut %.3f s into its call %d):\n%s",
+            name, CUT_USER_TIMEOUT, CUT_HOOP_TIMEOUT_S, victim, into, call, sum);
+    cut_net_down();
+    cr_assert(armed, "rank %d never reached its fourth call within 60 s:\n%s", victim,
+              job.report);
+    cr_assert(cut == 0, "cannot set rank %d's bridge port down: %s", victim, why);
+    for (int r = 0; r < CUT_N; r++) {
+        const harness_proc_t *p = proc_of(&job, r);
+        cr_assert(p && !p->hung && p->signal == 0 && p->exit_code == 0,
+                  "every rank must fail within %.0f s of the cut, and every other rank must "
+                  "name rank %d, whose link died, first:\n%s%s",
+                  CUT_BOUND_S, victim, sum, job.report);
+    }
+    board_free(b);
+}
+
+Test(faults, link_of_a_rank_cut_mid_allreduce, .timeout = 200, .fini = cut_net_down)
+{
+    cut_mid_allreduce(2, "link_of_a_rank_cut_mid_allreduce");
+}
+
+Test(faults, link_of_the_root_cut_mid_allreduce, .timeout = 200, .fini = cut_net_down)
+{
+    cut_mid_allreduce(0, "link_of_the_root_cut_mid_allreduce");
+}
+
+/* ---- 9. a rank that leaves while the others still call collectives ------- */
+
+#define LEAVER 2
+
+/* Every rank sums once; then rank LEAVER destroys its communicator (and
+ * stays, so that only its goodbye tells), while the others call a second
+ * allreduce, which must fail naming it as having left. */
+static int leaving_rank(int rank, int size, int port, void *arg)
+{
+    board_t *b = arg;
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    /* Over a transport that never tells that a peer went (ofi's shm), the
+     * others wait this long, then the root names it all the same. */
+    cfg.timeout_s = 10.0;
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st)
+        return harness_fail(rank, "hoop_comm_init", st);
+    int rc = exact_sum(comm, rank, size);
+    if (rank == LEAVER || rc) {
+        if ((st = hoop_comm_destroy(comm)) && !rc)
+            return harness_fail(rank, "hoop_comm_destroy", st);
+        if (rc)
+            return rc;
+        board_set_time(&b->t_fault);
+        /* Alive until the others have returned. */
+        double t0 = harness_now();
+        int back = 0;
+        while (back < size - 1 && harness_since(t0) < 60.0) {
+            back = 0;
+            for (int r = 0; r < size; r++)
+                back += r != LEAVER && board_done(b, r);
+            sleep_s(0.01);
+        }
+        return 0;
+    }
+    float x[256] = {0}, y[256];
+    double t0 = harness_now();
+    st = hoop_allreduce(comm, x, y, 256, HOOP_F32, HOOP_SUM);
+    char msg[BOARD_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", st ? hoop_last_error() : "it succeeded");
+    board_record(b, rank, st, t0, harness_now(), msg);
+    hoop_comm_destroy(comm);
+    if (st != HOOP_ERR_PEER)
+        return harness_failf(rank, "status %s, expected %s", hoop_status_str(st),
+                             hoop_status_str(HOOP_ERR_PEER));
+    if (blamed_rank(msg, rank) != LEAVER || !strstr(msg, "left the communicator"))
+        return harness_failf(rank, "the error must name rank %d, which left, first: %s", LEAVER,
+                             msg);
+    return 0;
+}
+
+Test(faults, rank_leaves_while_the_others_call_a_collective, .timeout = 120)
+{
+    enum { N = 4 };
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < N; r++)
+        cr_assert(harness_spawn_raw(&job, r, N, leaving_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 10.0);
+    char sum[4096];
+    snprintf(sum, sizeof sum, "%s", board_summary(b, &job, 0, N, "the second allreduce"));
+    fprintf(stderr, "faults/rank_leaves_while_the_others_call_a_collective (rank %d destroys "
+                    "its communicator after one allreduce):\n%s", LEAVER, sum);
+    cr_assert(ok, "every other rank's second allreduce must return %s naming rank %d, which "
+                  "left, first:\n%s%s", hoop_status_str(HOOP_ERR_PEER), LEAVER, sum, job.report);
+    board_free(b);
 }

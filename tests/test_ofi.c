@@ -14,6 +14,8 @@
 #include "transport/ofi/ofi.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,4 +255,80 @@ Test(ofi, registrations_are_cached_and_right_after_remapping_over_tcp, .timeout 
 Test(ofi, registrations_are_cached_and_right_after_remapping_over_shm, .timeout = 180)
 {
     mr_over("shm");
+}
+
+/* ---- the application's signal handlers ------------------------------------ */
+
+/* A library must leave the application's signals alone: libfabric's psm
+ * provider (which Debian's libfabric loads) installs handlers for SIGINT,
+ * SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT that exit(1). Every rank
+ * installs a handler of its own for every signal it may, then forms a
+ * communicator, sums and destroys it, and finds every handler as it was. */
+static void app_handler(int sig)
+{
+    (void)sig;
+}
+
+static int handlers_rank(int rank, int size, int port, void *arg)
+{
+    (void)arg;
+    static struct sigaction before[NSIG];
+    static bool set[NSIG];
+    for (int s = 1; s < NSIG; s++) {
+        struct sigaction sa = {.sa_handler = app_handler, .sa_flags = SA_RESTART};
+        sigemptyset(&sa.sa_mask);
+        set[s] = s != SIGKILL && s != SIGSTOP && sigaction(s, &sa, NULL) == 0 &&
+                 sigaction(s, NULL, &before[s]) == 0;
+    }
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    int rc = 0;
+    if (st)
+        rc = harness_fail(rank, "hoop_comm_init", st);
+    int32_t buf[64];
+    if (!rc)
+        rc = harness_allreduce_i32_checked(comm, rank, size, buf, 64);
+    if (comm && (st = hoop_comm_destroy(comm)) && !rc)
+        rc = harness_fail(rank, "hoop_comm_destroy", st);
+    char changed[512] = "";
+    size_t n = 0;
+    for (int s = 1; s < NSIG; s++) {
+        struct sigaction now;
+        if (!set[s] || sigaction(s, NULL, &now) != 0)
+            continue;
+        if (now.sa_handler != before[s].sa_handler || now.sa_flags != before[s].sa_flags)
+            n += (size_t)snprintf(changed + n, n < sizeof changed ? sizeof changed - n : 0,
+                                  " %d (%s)", s, strsignal(s));
+        if (n >= sizeof changed)
+            break;
+    }
+    if (changed[0])
+        return harness_failf(rank, "HOOP_TRANSPORT=%s: the handlers of signals%s are not the "
+                                   "application's any more", getenv("HOOP_TRANSPORT"), changed);
+    return rc;
+}
+
+static void handlers_kept(const char *transport)
+{
+    cr_assert(setenv("HOOP_TRANSPORT", transport, 1) == 0);
+    char report[8192];
+    bool ok = harness_run_raw(2, handlers_rank, NULL, 60.0, report, sizeof report);
+    cr_assert(ok, "HOOP_TRANSPORT=%s: every rank's signal handlers must be as the application "
+                  "set them after init, allreduce and destroy:\n%s", transport, report);
+}
+
+Test(ofi, auto_leaves_the_signal_handlers_alone, .timeout = 90)
+{
+    handlers_kept("auto");
+}
+
+Test(ofi, ofi_leaves_the_signal_handlers_alone, .timeout = 90)
+{
+    const char *why = NULL;
+    if (!ofi_lib(&why))
+        cr_skip_test("libfabric cannot be loaded: %s", why);
+    handlers_kept("ofi");
 }

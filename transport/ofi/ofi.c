@@ -15,6 +15,7 @@
 #include "common/sock.h"
 #include "common/status.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -140,8 +141,35 @@ int ofi_prov_software(const char *prov)
  * provider of real hardware (EFA, Slingshot, Omni-Path, ...); its software
  * providers move bytes over the same TCP or memory as the tcp transport
  * does, slower (bench/RESULTS.md). */
+/* A device of an RDMA fabric (InfiniBand, RoCE, EFA, Omni-Path,
+ * TrueScale: /sys/class/infiniband; Slingshot: /sys/class/cxi). */
+static int ofi_hardware_seen(void)
+{
+    static const char *const dirs[] = {"/sys/class/infiniband", "/sys/class/cxi"};
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        DIR *d = opendir(dirs[i]);
+        if (!d)
+            continue;
+        struct dirent *e;
+        int seen = 0;
+        while (!seen && (e = readdir(d)))
+            seen = e->d_name[0] != '.';
+        closedir(d);
+        if (seen)
+            return 1;
+    }
+    return 0;
+}
+
 static int ofi_probe(char *why, size_t n)
 {
+    /* Without such hardware libfabric has nothing to offer auto: it is not
+     * even loaded, since loading it starts providers (ofi_lib.c). */
+    if (!ofi_hardware_seen()) {
+        snprintf(why, n, "no fabric hardware (nothing in /sys/class/infiniband or "
+                 "/sys/class/cxi), libfabric not loaded");
+        return 0;
+    }
     const char *err = NULL;
     const struct ofi_lib *lib = ofi_lib(&err);
     if (!lib) {
@@ -275,7 +303,11 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
                           tp->rank, tp->prov, fi->tx_attr->iov_limit, fi->rx_attr->iov_limit);
     if ((rc = tp->lib->fabric(fi->fabric_attr, &tp->fabric, NULL)))
         return ofi_fail(tp, "fi_fabric", rc);
-    if ((rc = fi_domain(tp->fabric, fi, &tp->domain, NULL)))
+    struct ofi_sigs sigs;
+    ofi_sigs_save(&sigs);
+    rc = fi_domain(tp->fabric, fi, &tp->domain, NULL);
+    ofi_sigs_restore(&sigs);
+    if (rc)
         return ofi_fail(tp, "fi_domain", rc);
     /* A send of shm completes once its bytes are in shared memory, and a
      * receiver that takes them after the sender's process has ended finds
@@ -543,6 +575,8 @@ static hoop_status_t ofi_accept(void *vtp, int peer, int channel, const char *pe
 static void ofi_destroy(void *vtp)
 {
     struct ofi_tp *tp = vtp;
+    struct ofi_sigs sigs; /* closing the fabric may stop providers */
+    ofi_sigs_save(&sigs);
     HOOP_DEBUG("rank %d: ofi transport: %d blocks of operations, %lu registrations", tp->rank,
                tp->nblocks, tp->mr.regs);
     ofi_shutdown(tp, 0);
@@ -575,6 +609,7 @@ static void ofi_destroy(void *vtp)
     free(tp->wgen);
     hoop_watch_fini(&tp->watch);
     free(tp);
+    ofi_sigs_restore(&sigs);
 }
 
 /* A send to peer whose completion has not been read. */

@@ -25,6 +25,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -41,7 +42,17 @@ struct ofi_lib {
     uint32_t (*version)(void);
 };
 
-/* libfabric, opened on first use; NULL with *why set when it cannot be. */
+/* The signal handlers of the process, saved before a libfabric call that
+ * may load or start a provider and put back after it (lib.c). */
+struct ofi_sigs {
+    struct sigaction sa[NSIG];
+    unsigned char ok[NSIG];
+};
+void ofi_sigs_save(struct ofi_sigs *s);
+void ofi_sigs_restore(const struct ofi_sigs *s);
+
+/* libfabric, opened on first use (its functions here keep the signal
+ * handlers as they were); NULL with *why set when it cannot be. */
 const struct ofi_lib *ofi_lib(const char **why);
 
 #define OFI_API_VERSION FI_VERSION(1, 10)

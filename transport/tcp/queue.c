@@ -97,13 +97,20 @@ int tcp_queue_moved(struct tcp_tp *tp, struct tcp_sock *s, int d, long res)
     if (res == -EINTR || res == -EAGAIN) {
         /* started again by tcp_advance */
     } else if (res < 0) {
+        /* TCP's own timeout (HOOP_TCP_USER_TIMEOUT, keepalive) says the
+         * peer's host or the link is gone; -ETIMEDOUT above the transport
+         * means a collective's deadline passed. */
         if (!s->err)
-            s->err = (int)res;
+            s->err = res == -ETIMEDOUT ? -ENOLINK : (int)res;
     } else if (res == 0) {
         /* Nothing moved on a transfer that was not empty: the peer has
-         * closed its end. */
+         * closed its end, or TCP gave up on the connection (a read then
+         * ends as at a close, and the socket keeps the reason). */
+        int soerr = 0;
+        socklen_t sl = sizeof(soerr);
         if (!s->err)
-            s->err = -EPIPE;
+            s->err = getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 &&
+                             soerr == ETIMEDOUT ? -ENOLINK : -EPIPE;
     } else {
         completed = tcp_queue_part(s, d, (size_t)res);
     }
