@@ -74,7 +74,7 @@ static int root_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
         }
         snprintf(why, sizeof(why), "malformed join message from rank %u", h->rank);
     }
-    HOOP_WARN("%s: refused %s: %s", c->who, m->addr_str, why);
+    hoop_log_limited(m->log, c->who, "%s: refused %s: %s", c->who, m->addr_str, why);
     root_refuse(m->fd, cfg, code, why);
     return 0;
 }
@@ -131,6 +131,22 @@ static hoop_status_t root_timeout(struct root_ctx *c)
     return HOOP_ERR_TIMEOUT;
 }
 
+/* The root cannot go on (out of descriptors): say so, and tell the ranks
+ * that have joined, so that they do not wait for a table or blame their
+ * configuration. */
+static hoop_status_t root_failed(struct root_ctx *c, int rc)
+{
+    const struct hoop_boot_cfg *cfg = c->cfg;
+    hoop_error(HOOP_ERR_SYSTEM, "%s: cannot take the connections of the ranks: %s", c->who,
+               hoop_errno_str(rc));
+    char reason[700];
+    snprintf(reason, sizeof(reason), "%s", hoop_last_error());
+    for (int r = 1; r < cfg->size; r++)
+        if (c->bs->fds[r] >= 0)
+            root_refuse(c->bs->fds[r], cfg, HOOP_ERR_SYSTEM, reason);
+    return hoop_error(HOOP_ERR_SYSTEM, "%s", reason);
+}
+
 hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_boot_cfg *cfg,
                                   hoop_boot_handle_fn handle_fn, void *ctx)
 {
@@ -143,12 +159,16 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
         return hoop_error(HOOP_ERR_SYSTEM, "%s: cannot listen: %s%s", c.who, hoop_errno_str(rc),
                           rc == -EADDRINUSE ? " (another job on this port? pick another HOOP_ROOT port)"
                                             : "");
-    rc = hoop_listener_serve(lfd, deadline, HOOP_PEER_WIRE_MAX, root_on_hello, &c, c.who, 0);
+    struct hoop_listener l;
+    rc = hoop_listener_open(&l, lfd, HOOP_PEER_WIRE_MAX, c.who);
+    if (rc == 0)
+        rc = hoop_listener_serve(&l, deadline, root_on_hello, &c);
+    hoop_listener_close(&l);
     close(lfd);
     if (rc == -ETIMEDOUT)
         return root_timeout(&c);
     if (rc)
-        return hoop_error(HOOP_ERR_SYSTEM, "%s: %s", c.who, hoop_errno_str(rc));
+        return root_failed(&c, rc);
 
     /* Rank 0's route to the root is the address the others used to reach
      * it, and that address also tells whether the job may span hosts. */

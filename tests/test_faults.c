@@ -1136,3 +1136,221 @@ Test(faults, abort_between_calls, .timeout = 150)
 {
     abort_job(true, "abort_between_calls");
 }
+
+/* ---- 6. strangers on a rank's data port ------------------------------------ */
+
+/* A stranger that connects to a rank's data port and never says a word must
+ * cost the rank nothing: its calls take their normal time (milliseconds),
+ * far less than the 5 s a stranger is given for its hello. */
+#define DATA_STRANGER_BOUND_S 4.0
+#define DATA_STRANGER_TIMEOUT_S 20.0 /* HOOP_TIMEOUT of these jobs */
+
+static void skip_unless_tcp(const char *what)
+{
+    if (strcmp(harness_transport(), "ofi") == 0 || strcmp(harness_transport(), "verbs") == 0)
+        cr_skip_test("%s: only the tcp transport listens on a data port of its own; this run "
+                     "uses %s", what, harness_transport());
+}
+
+/* The port of a TCP socket that process pid listens on, other than
+ * except_port; -1 when it has none (yet). Its sockets are matched by inode
+ * between /proc/PID/fd and the kernel's tables of listening sockets. */
+static int listen_port_of(pid_t pid, int except_port)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    unsigned long inodes[256];
+    int ni = 0;
+    for (int fd = 0; fd < 1024 && ni < 256; fd++) {
+        char path[96], link[64];
+        snprintf(path, sizeof path, "%s/%d", dir, fd);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n <= 0)
+            continue;
+        link[n] = '\0';
+        unsigned long ino;
+        if (sscanf(link, "socket:[%lu]", &ino) == 1)
+            inodes[ni++] = ino;
+    }
+    static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (int t = 0; t < 2; t++) {
+        FILE *f = fopen(tables[t], "r");
+        if (!f)
+            continue;
+        char line[512];
+        int port = -1;
+        if (fgets(line, sizeof line, f)) {
+            while (port < 0 && fgets(line, sizeof line, f)) {
+                unsigned lport, st;
+                unsigned long ino;
+                if (sscanf(line, " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%*x %*x:%*x %*x "
+                                 "%*u %*u %lu", &lport, &st, &ino) != 3 ||
+                    st != 0x0A /* TCP_LISTEN */ || (int)lport == except_port)
+                    continue;
+                for (int i = 0; i < ni; i++)
+                    if (inodes[i] == ino)
+                        port = (int)lport;
+            }
+        }
+        fclose(f);
+        if (port >= 0)
+            return port;
+    }
+    return -1;
+}
+
+/* A connection to port on 127.0.0.1 that will never say a word; -1 on
+ * failure. */
+static int silent_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+enum { STRANGER_SMALL, STRANGER_ALLTOALL };
+
+/* Each rank puts a silent stranger on its own data port, then makes the
+ * call that first connects it to its partners (a small allreduce, or an
+ * alltoall), and checks the result exactly. */
+static int stranger_call_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    board_t *b = arg;
+    int mode = b->slot[HARNESS_MAX_PROCS - 1].status; /* set by the parent */
+    int port = listen_port_of(getpid(), -1);
+    int fd = port > 0 ? silent_connect(port) : -1;
+    if (fd < 0) {
+        board_record(b, rank, HOOP_ERR_SYSTEM, 0, 0, "no stranger could connect");
+        return harness_failf(rank, "cannot put a stranger on this rank's data port (%d)", port);
+    }
+    enum { COUNT = 1024 };
+    int32_t *in = malloc(COUNT * sizeof(int32_t) * (size_t)size);
+    int32_t *out = malloc(COUNT * sizeof(int32_t) * (size_t)size);
+    int rc = 0;
+    if (!in || !out) {
+        rc = harness_failf(rank, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < COUNT * size; i++)
+        in[i] = rank * 1000003 + i;
+    double t0 = harness_now();
+    hoop_status_t st = mode == STRANGER_SMALL
+                           ? hoop_allreduce(comm, in, out, COUNT, HOOP_I32, HOOP_SUM)
+                           : hoop_alltoall(comm, in, out, COUNT, HOOP_I32);
+    double t1 = harness_now();
+    board_record(b, rank, st, t0, t1, st ? hoop_last_error() : "exact");
+    if (st) {
+        rc = harness_fail(rank, mode == STRANGER_SMALL ? "small allreduce" : "alltoall", st);
+        goto done;
+    }
+    for (int i = 0; i < COUNT * (mode == STRANGER_SMALL ? 1 : size) && rc == 0; i++) {
+        int32_t want = 0;
+        if (mode == STRANGER_SMALL)
+            for (int r = 0; r < size; r++)
+                want += r * 1000003 + i;
+        else /* block j of rank r's result is block r of rank j's input */
+            want = (i / COUNT) * 1000003 + rank * COUNT + i % COUNT;
+        if (out[i] != want)
+            rc = harness_failf(rank, "element %d is %d, expected %d", i, (int)out[i], (int)want);
+    }
+    if (rc == 0 && t1 - t0 > DATA_STRANGER_BOUND_S)
+        rc = harness_failf(rank, "the call took %.2f s with a silent stranger on the data port",
+                           t1 - t0);
+done:
+    close(fd);
+    free(in);
+    free(out);
+    return rc;
+}
+
+static void stranger_call_job(int mode, const char *name)
+{
+    enum { N = 4 };
+    skip_unless_tcp(name);
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    b->slot[HARNESS_MAX_PROCS - 1].status = mode;
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = DATA_STRANGER_TIMEOUT_S;
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < N; r++)
+        cr_assert(harness_spawn_rank(&job, r, N, &base, stranger_call_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 30.0);
+    const char *call = mode == STRANGER_SMALL ? "small allreduce" : "alltoall";
+    const char *sum = board_summary(b, &job, 0, N, call);
+    fprintf(stderr, "faults/%s (HOOP_TIMEOUT %.0f s):\n%s", name, DATA_STRANGER_TIMEOUT_S, sum);
+    for (int r = 0; r < N; r++)
+        cr_assert(board_done(b, r) && b->slot[r].status == HOOP_OK,
+                  "with a silent stranger on every rank's data port, the first %s must "
+                  "succeed on every rank:\n%s%s", call, sum, job.report);
+    cr_assert(ok,
+              "every rank's %s must be exact and take less than %.0f s (a stranger has 5 s "
+              "for its hello, and must not make a rank wait for it):\n%s%s",
+              call, DATA_STRANGER_BOUND_S, sum, job.report);
+    board_free(b);
+}
+
+Test(faults, stranger_on_data_port_before_first_small_allreduce, .timeout = 120)
+{
+    stranger_call_job(STRANGER_SMALL, "stranger_on_data_port_before_first_small_allreduce");
+}
+
+Test(faults, stranger_on_data_port_before_first_alltoall, .timeout = 120)
+{
+    stranger_call_job(STRANGER_ALLTOALL, "stranger_on_data_port_before_first_alltoall");
+}
+
+/* Ranks 0..N-2 start, ranks 1..N-2 listen on their data ports (rank 0
+ * opens its own once everyone has joined), a silent stranger connects to
+ * each of those ports, and only then does rank N-1 start: the ring's
+ * connections are accepted with the strangers sitting there. */
+Test(faults, stranger_on_data_port_during_init, .timeout = 120)
+{
+    enum { N = 4 };
+    skip_unless_tcp("stranger_on_data_port_during_init");
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    int strangers[N];
+    for (int r = 0; r < N; r++)
+        strangers[r] = -1;
+    for (int r = 0; r < N - 1; r++)
+        cr_assert(harness_spawn_raw(&job, r, N, joining_rank, b) > 0, "fork failed");
+    int found = 0;
+    double t0 = harness_now();
+    while (found < N - 2 && since(t0) < 20.0) {
+        for (int r = 1; r < N - 1; r++) {
+            int port = strangers[r] < 0 ? listen_port_of(proc_of(&job, r)->pid, job.port) : -1;
+            if (port > 0 && (strangers[r] = silent_connect(port)) >= 0)
+                found++;
+        }
+        sleep_s(0.01);
+    }
+    board_set_time(&b->t_fault);
+    cr_assert(harness_spawn_raw(&job, N - 1, N, joining_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 30.0);
+    for (int r = 0; r < N; r++)
+        if (strangers[r] >= 0)
+            close(strangers[r]);
+    const char *sum = board_summary(b, &job, 0, N, "hoop_comm_init");
+    fprintf(stderr, "faults/stranger_on_data_port_during_init (%d strangers):\n%s", found, sum);
+    cr_assert(found == N - 2, "found the data ports of only %d of ranks 1..%d:\n%s", found, N - 2,
+              job.report);
+    cr_assert(ok,
+              "with a silent stranger on the data ports of ranks 1..%d while the job forms, "
+              "every rank must form and sum exactly:\n%s%s", N - 2, sum, job.report);
+    for (int r = 0; r < N; r++)
+        cr_assert(b->slot[r].t_end - b->t_fault < STRANGER_FORM_BOUND_S,
+                  "rank %d formed %.2f s after the last rank started; without the strangers it "
+                  "takes milliseconds (a rank that waits for a stranger takes its 5 s hello "
+                  "grace or more):\n%s", r, b->slot[r].t_end - b->t_fault, sum);
+    board_free(b);
+}

@@ -162,6 +162,11 @@ static hoop_status_t tcp_listen(void *vtp, const struct sockaddr *local, socklen
     if (rc)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: cannot listen on %s: %s",
                           tp->rank, ip, hoop_errno_str(rc));
+    char who[64];
+    snprintf(who, sizeof(who), "rank %d: tcp transport", tp->rank);
+    if ((rc = hoop_listener_open(&tp->listener, tp->lfd, 0, who)))
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: %s", tp->rank,
+                          hoop_errno_str(rc));
     socklen_t sl = sizeof(ss);
     getsockname(tp->lfd, (struct sockaddr *)&ss, &sl);
     memset(handle, 0, TCP_HANDLE_BYTES);
@@ -358,8 +363,9 @@ static int tcp_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
             return 1;
         }
     }
-    HOOP_WARN("rank %d: tcp transport: refused connection from %s (claims rank %u): %s",
-              tp->rank, m->addr_str, h->rank, why ? why : "too many early connections");
+    hoop_log_limited(m->log, tp->listener.who,
+                     "rank %d: tcp transport: refused connection from %s (claims rank %u): %s",
+                     tp->rank, m->addr_str, h->rank, why ? why : "too many early connections");
     return 0;
 }
 
@@ -384,13 +390,16 @@ static hoop_status_t tcp_accept(void *vtp, int peer, int channel, const char *pe
         }
     }
     int rc = 0;
-    if (a.have < c->nsocks) {
-        char who[64];
-        snprintf(who, sizeof(who), "rank %d: tcp transport", tp->rank);
-        rc = hoop_listener_serve(tp->lfd, deadline_ns, 0, tcp_on_hello, &a, who, 1);
-    }
+    if (a.have < c->nsocks)
+        rc = hoop_listener_serve(&tp->listener, deadline_ns, tcp_on_hello, &a);
     for (int i = 0; rc == 0 && i < c->nsocks; i++)
         rc = tcp_ready_socket(tp, c->socks[i].fd);
+    if (rc && rc != -ETIMEDOUT) {
+        tcp_close(c);
+        return hoop_error(hoop_status_from_errno(rc),
+                          "rank %d: tcp transport: cannot take the connection of rank %d (%s): %s",
+                          tp->rank, peer, peer_host, hoop_errno_str(rc));
+    }
     if (rc) {
         tcp_close(c);
         return hoop_error(hoop_status_from_errno(rc),
@@ -420,6 +429,7 @@ static void tcp_destroy(void *vtp)
     }
     tp->eng->fini(tp);
     free(tp->watch);
+    hoop_listener_close(&tp->listener);
     if (tp->lfd >= 0)
         close(tp->lfd);
     free(tp);
