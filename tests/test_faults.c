@@ -27,6 +27,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +53,7 @@ typedef struct board_slot {
     double t_start;  /* harness_now() around the call */
     double t_end;
     char msg[BOARD_MSG_MAX]; /* its sentence (or, for a fake, what it did) */
+    long stderr_bytes; /* what it had written to stderr at the end, where a test asks */
 } board_slot_t;
 
 typedef struct board {
@@ -1352,5 +1355,143 @@ Test(faults, stranger_on_data_port_during_init, .timeout = 120)
                   "rank %d formed %.2f s after the last rank started; without the strangers it "
                   "takes milliseconds (a rank that waits for a stranger takes its 5 s hello "
                   "grace or more):\n%s", r, b->slot[r].t_end - b->t_fault, sum);
+    board_free(b);
+}
+
+/* ---- 7. a flood of silent connections at the root -------------------------- */
+
+#define FLOOD_HELD 300        /* silent connections held open */
+#define FLOOD_CHURN 600       /* then silent connections opened and closed ... */
+#define FLOOD_CHURN_S 3.0     /* ... over this long */
+#define FLOOD_STDERR_MAX 8192 /* bytes the root may write to stderr meanwhile */
+
+/* joining_rank, and how much it wrote to stderr. */
+static int flood_rank(int rank, int size, int port, void *arg)
+{
+    board_t *b = arg;
+    int rc = joining_rank(rank, size, port, arg);
+    struct stat st;
+    b->slot[rank].stderr_bytes = fstat(STDERR_FILENO, &st) == 0 ? (long)st.st_size : -1;
+    return rc;
+}
+
+static int flood_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    if (fd >= 0) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        poll(&p, 1, 100);
+    }
+    return fd;
+}
+
+/* The flood, in a child: FLOOD_HELD connections that stay open and silent
+ * (a byte on `ready` once they are made), then FLOOD_CHURN more, each
+ * closed without a word at once; then it waits to be killed. */
+static void flooder(int port, int ready)
+{
+    static int held[FLOOD_HELD];
+    int n = 0;
+    for (int i = 0; i < FLOOD_HELD; i++)
+        if ((held[n] = flood_connect(port)) >= 0)
+            n++;
+    char c = (char)(n == FLOOD_HELD);
+    if (write(ready, &c, 1) != 1)
+        _exit(1);
+    for (int i = 0; i < FLOOD_CHURN; i++) {
+        int fd = flood_connect(port);
+        if (fd >= 0)
+            close(fd);
+        sleep_s(FLOOD_CHURN_S / FLOOD_CHURN);
+    }
+    sleep_s(120.0);
+    _exit(0);
+}
+
+/* Server-side connections on port with bytes the root has not read. */
+static int root_unread(int port)
+{
+    int n = 0;
+    static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (int t = 0; t < 2; t++) {
+        FILE *f = fopen(tables[t], "r");
+        char line[512];
+        if (!f)
+            continue;
+        if (fgets(line, sizeof line, f))
+            while (fgets(line, sizeof line, f)) {
+                unsigned lport, st;
+                unsigned long rxq;
+                if (sscanf(line, " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%lx", &lport, &st,
+                           &rxq) == 3 && st == 0x01 && (int)lport == port && rxq > 0)
+                    n++;
+            }
+        fclose(f);
+    }
+    return n;
+}
+
+/* The root is stopped while rank 1 connects and sends its join, and
+ * FLOOD_HELD silent connections queue up behind it; the root goes on, the
+ * flood goes on (FLOOD_CHURN connections that close without a word), and
+ * ranks 2 and 3 join through it. */
+Test(faults, flood_of_silent_connections_at_root, .timeout = 150)
+{
+    enum { N = 4 };
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    pid_t root = harness_spawn_raw(&job, 0, N, flood_rank, b);
+    cr_assert(root > 0, "fork failed");
+    int first = harness_connect_root(job.port, 20.0);
+    cr_assert(first >= 0, "the root did not listen within 20 s\n%s", job.report);
+    kill(root, SIGSTOP);
+    cr_assert(harness_spawn_raw(&job, 1, N, flood_rank, b) > 0, "fork failed");
+    double t0 = harness_now();
+    while (root_unread(job.port) < 1 && since(t0) < 10.0)
+        sleep_s(0.01);
+    bool queued = root_unread(job.port) >= 1;
+    int pipefd[2];
+    cr_assert(pipe(pipefd) == 0, "pipe: %s", strerror(errno));
+    pid_t flood = fork();
+    if (flood == 0) {
+        close(pipefd[0]);
+        flooder(job.port, pipefd[1]);
+    }
+    close(pipefd[1]);
+    char held = 0;
+    struct pollfd pr = {.fd = pipefd[0], .events = POLLIN};
+    bool flooded = flood > 0 && poll(&pr, 1, 30000) > 0 && read(pipefd[0], &held, 1) == 1;
+    close(pipefd[0]);
+    kill(root, SIGCONT);
+    board_set_time(&b->t_fault);
+    for (int r = 2; r < N; r++)
+        cr_assert(harness_spawn_raw(&job, r, N, flood_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 30.0);
+    if (flood > 0) {
+        kill(flood, SIGKILL);
+        waitpid(flood, NULL, 0);
+    }
+    close(first);
+    const char *sum = board_summary(b, &job, 0, N, "hoop_comm_init");
+    fprintf(stderr, "faults/flood_of_silent_connections_at_root (rank 1's join %s; %d held%s, "
+                    "%d more opened and closed; the root wrote %ld bytes to stderr):\n%s",
+            queued ? "queued behind the flood" : "not seen queued", FLOOD_HELD,
+            held ? "" : " (not all connected)", FLOOD_CHURN, b->slot[0].stderr_bytes, sum);
+    cr_assert(flooded, "the flood did not start\n%s", job.report);
+    cr_assert(ok,
+              "with %d silent connections behind rank 1's join and %d more coming and going, "
+              "the %d ranks must form and sum exactly:\n%s%s",
+              FLOOD_HELD, FLOOD_CHURN, N, sum, job.report);
+    cr_assert(b->slot[0].stderr_bytes >= 0 && b->slot[0].stderr_bytes <= FLOOD_STDERR_MAX,
+              "the root wrote %ld bytes to stderr about the flood; its warnings about strangers "
+              "must be limited (at most %d bytes)", b->slot[0].stderr_bytes, FLOOD_STDERR_MAX);
     board_free(b);
 }
