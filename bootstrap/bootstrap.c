@@ -27,8 +27,12 @@ static hoop_status_t boot_join(struct hoop_bootstrap *bs, const struct hoop_boot
         return hoop_error(st, "rank %d: bootstrap root (HOOP_ROOT): %s", cfg->rank,
                           hoop_last_error());
     int rc = hoop_sock_connect_retry((struct sockaddr *)&ss, len, deadline, &bs->root_fd);
+    if (rc && rc != -ETIMEDOUT && rc != -ECONNREFUSED)
+        return hoop_error(hoop_status_from_errno(rc),
+                          "rank %d: cannot connect to the bootstrap root at %s:%u: %s", cfg->rank,
+                          rh, rp, hoop_errno_str(rc));
     if (rc)
-        return hoop_error(rc == -ETIMEDOUT || rc == -ECONNREFUSED ? HOOP_ERR_TIMEOUT : HOOP_ERR_SYSTEM,
+        return hoop_error(HOOP_ERR_TIMEOUT,
                           "rank %d: could not reach the bootstrap root at %s:%u within %.1f s (%s): "
                           "is rank 0 running, and is HOOP_ROOT the address where it listens?",
                           cfg->rank, rh, rp, cfg->timeout_s, hoop_errno_str(rc));

@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,7 +274,19 @@ void hoop_sock_addr_str(const struct sockaddr *sa, char *out, size_t outlen)
 
 const char *hoop_errno_str(int neg_errno)
 {
+    static _Thread_local char text[160];
+    struct rlimit rl;
     switch (-neg_errno) {
+    case EMFILE:
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+            snprintf(text, sizeof(text), "this process has run out of file descriptors (all %llu "
+                     "in use): raise its limit, ulimit -n", (unsigned long long)rl.rlim_cur);
+            return text;
+        }
+        return "this process has run out of file descriptors: raise its limit, ulimit -n";
+    case ENFILE:
+        return "the system has run out of file descriptors: raise fs.file-max (the limit of "
+               "one process is ulimit -n)";
     case EPIPE: return "the peer closed the connection";
     case ECONNRESET: return "the connection was reset by the peer";
     case ETIMEDOUT: return "timed out";
