@@ -162,7 +162,7 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
     struct hoop_listener l;
     rc = hoop_listener_open(&l, lfd, HOOP_PEER_WIRE_MAX, c.who);
     if (rc == 0)
-        rc = hoop_listener_serve(&l, deadline, root_on_hello, &c);
+        rc = hoop_listener_serve(&l, deadline, NULL, 0, root_on_hello, &c);
     hoop_listener_close(&l);
     close(lfd);
     if (rc == -ETIMEDOUT)

@@ -14,6 +14,8 @@
 /* Connections held for their hello at once. Each is a descriptor: the
  * bound keeps a flood of strangers from taking this process's last ones. */
 #define HOOP_PENDING_MAX 64
+/* Descriptors whose reading ends a serve, at most. */
+#define HOOP_LISTENER_WAKE_MAX 8
 /* A real peer sends its hello right after connecting. */
 #define HOOP_HELLO_GRACE_NS 5000000000ull
 /* ... and is never evicted for a newcomer before it has had this long,
@@ -225,10 +227,13 @@ static int listener_accept(struct hoop_listener *l, uint64_t now, uint64_t *bloc
     }
 }
 
-int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, hoop_hello_cb cb, void *ctx)
+int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
+                        hoop_hello_cb cb, void *ctx)
 {
-    struct pollfd pfd[HOOP_PENDING_MAX + 1];
+    struct pollfd pfd[HOOP_PENDING_MAX + 1 + HOOP_LISTENER_WAKE_MAX];
     int done = 0, result = 0;
+    if (nwake > HOOP_LISTENER_WAKE_MAX)
+        nwake = HOOP_LISTENER_WAKE_MAX;
     for (;;) {
         /* Hellos that are there are read before anyone is dropped. */
         listener_read_all(l, cb, ctx, &done);
@@ -250,21 +255,30 @@ int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, hoop_hell
         }
         if (got > 0)
             continue; /* read them at once */
-        uint64_t wake = deadline_ns;
+        uint64_t until = deadline_ns;
         int n = 0;
+        for (int i = 0; i < nwake; i++)
+            pfd[n++] = (struct pollfd){.fd = wake[i], .events = POLLIN};
         if (!blocked)
             pfd[n++] = (struct pollfd){.fd = l->lfd, .events = POLLIN};
-        else if (blocked < wake)
-            wake = blocked;
+        else if (blocked < until)
+            until = blocked;
         for (int i = 0; i < HOOP_PENDING_MAX; i++) {
             if (l->pend[i].fd < 0)
                 continue;
-            if (l->pend[i].deadline < wake)
-                wake = l->pend[i].deadline;
+            if (l->pend[i].deadline < until)
+                until = l->pend[i].deadline;
             pfd[n++] = (struct pollfd){.fd = l->pend[i].fd, .events = POLLIN};
         }
-        if (poll(pfd, (nfds_t)n, hoop_ms_left(wake)) < 0 && errno != EINTR) {
+        if (poll(pfd, (nfds_t)n, hoop_ms_left(until)) < 0 && errno != EINTR) {
             result = -errno;
+            break;
+        }
+        int woken = 0;
+        for (int i = 0; i < nwake; i++)
+            woken |= pfd[i].revents != 0;
+        if (woken) {
+            result = -EINTR;
             break;
         }
     }

@@ -54,11 +54,13 @@ int hoop_listener_open(struct hoop_listener *l, int lfd, size_t max_body, const 
  * closed. */
 void hoop_listener_close(struct hoop_listener *l);
 
-/* Serve until the callback says done (0), the deadline (-ETIMEDOUT), or
- * this process cannot take one more connection: -EMFILE or -ENFILE (out of
+/* Serve until the callback says done (0), the deadline (-ETIMEDOUT), one
+ * of the nwake descriptors of wake is readable (-EINTR), or this process
+ * cannot take one more connection: -EMFILE or -ENFILE (out of
  * descriptors), -ENOBUFS or -ENOMEM, once no connection it holds for a
  * hello could make room. Connections still pending when it returns stay
  * for the next serve. */
-int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, hoop_hello_cb cb, void *ctx);
+int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
+                        hoop_hello_cb cb, void *ctx);
 
 #endif

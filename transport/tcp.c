@@ -284,7 +284,8 @@ static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *p
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: out of memory", tp->rank);
     hoop_status_t st = HOOP_OK;
     for (int i = 0; i < nsocks && st == HOOP_OK; i++) {
-        int rc = hoop_sock_connect_retry((struct sockaddr *)&ss, len, deadline_ns, &c->socks[i].fd);
+        int rc = hoop_sock_connect_listening((struct sockaddr *)&ss, len, deadline_ns,
+                                             &c->socks[i].fd);
         if (rc == 0) {
             struct hoop_hello h = {.kind = HOOP_HELLO_DATA, .rank = (uint32_t)tp->rank,
                                    .size = (uint32_t)tp->size, .comm_id = comm_id,
@@ -299,8 +300,10 @@ static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *p
         if (rc)
             st = hoop_error(hoop_status_from_errno(rc),
                             "rank %d: tcp transport: connecting to rank %d (%s, %s), socket %d of "
-                            "%d: %s", tp->rank, peer, peer_host, as, i + 1, nsocks,
-                            hoop_errno_str(rc));
+                            "%d: %s%s", tp->rank, peer, peer_host, as, i + 1, nsocks,
+                            hoop_errno_str(rc),
+                            rc == -ECONNREFUSED ? " (it listened there once: it has failed or left)"
+                                                : "");
     }
     if (st) {
         tcp_close(c);
@@ -391,7 +394,27 @@ static hoop_status_t tcp_accept(void *vtp, int peer, int channel, const char *pe
     }
     int rc = 0;
     if (a.have < c->nsocks)
-        rc = hoop_listener_serve(&tp->listener, deadline_ns, tcp_on_hello, &a);
+        rc = hoop_listener_serve(&tp->listener, deadline_ns, tp->watch, tp->nwatch, tcp_on_hello,
+                                 &a);
+    if (rc == -EINTR) {
+        /* The communicator's control spoke: the sockets that came wait for
+         * the next accept, which the caller makes unless it gives up. */
+        for (int i = 0; i < c->nsocks; i++) {
+            struct tcp_stashed *k = c->socks[i].fd >= 0 ? malloc(sizeof(*k)) : NULL;
+            if (!k)
+                continue;
+            *k = (struct tcp_stashed){.next = tp->stash, .fd = c->socks[i].fd, .rank = peer,
+                                      .channel = channel, .index = i};
+            tp->stash = k;
+            tp->nstash++;
+            c->socks[i].fd = -1;
+        }
+        tcp_close(c);
+        return hoop_error(HOOP_ERR_ABORTED,
+                          "rank %d: tcp transport: waiting for rank %d (%s) to connect: woken by "
+                          "a watched descriptor (%d of %d sockets arrived)", tp->rank, peer,
+                          peer_host, a.have, nsocks);
+    }
     for (int i = 0; rc == 0 && i < c->nsocks; i++)
         rc = tcp_ready_socket(tp, c->socks[i].fd);
     if (rc && rc != -ETIMEDOUT) {
