@@ -128,14 +128,14 @@ static int sock_connect_once(const struct sockaddr *addr, socklen_t len, uint64_
     return 0;
 }
 
-int hoop_sock_connect_retry(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
-                            int *fd_out)
+static int sock_connect(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
+                        int *fd_out, int retry_refused)
 {
     uint64_t backoff_ns = 10000000ull;
     for (;;) {
         int rc = sock_connect_once(addr, len, deadline_ns, fd_out);
-        if (rc == 0)
-            return 0;
+        if (rc == 0 || (rc == -ECONNREFUSED && !retry_refused))
+            return rc;
         /* A root that has not started yet refuses; a network still coming up
          * is unreachable. Anything else will not get better by waiting. */
         if (rc != -ECONNREFUSED && rc != -ETIMEDOUT && rc != -EHOSTUNREACH && rc != -ENETUNREACH &&
@@ -153,6 +153,18 @@ int hoop_sock_connect_retry(const struct sockaddr *addr, socklen_t len, uint64_t
         if (backoff_ns < 500000000ull)
             backoff_ns *= 2;
     }
+}
+
+int hoop_sock_connect_retry(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
+                            int *fd_out)
+{
+    return sock_connect(addr, len, deadline_ns, fd_out, 1);
+}
+
+int hoop_sock_connect_listening(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
+                                int *fd_out)
+{
+    return sock_connect(addr, len, deadline_ns, fd_out, 0);
 }
 
 static int sock_wait(int fd, short events, uint64_t deadline_ns)
