@@ -45,6 +45,11 @@ static hoop_status_t tcp_engine_open(struct tcp_tp *tp)
         tp->eng = &tcp_engine_uring;
         if ((rc = tp->eng->init(tp)) == 0)
             return HOOP_OK;
+        /* Out of descriptors is no refusal: the poll engine's sockets
+         * would fail next. */
+        if (rc == -EMFILE || rc == -ENFILE)
+            return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: io_uring cannot be set "
+                              "up: %s", tp->rank, hoop_errno_str(rc));
         if (only_uring) {
             int refused = rc == -EPERM || rc == -ENOSYS || rc == -EACCES || rc == -EOPNOTSUPP;
             return hoop_error(refused ? HOOP_ERR_UNSUPPORTED : HOOP_ERR_SYSTEM,
