@@ -60,6 +60,7 @@ typedef struct board_slot {
 
 typedef struct board {
     double t_fault; /* when the fault began (harness_now()), 0 before */
+    int mode;       /* what the test asks of its children, where it varies */
     board_slot_t slot[HARNESS_MAX_PROCS];
 } board_t;
 
@@ -1226,7 +1227,7 @@ enum { STRANGER_SMALL, STRANGER_ALLTOALL };
 static int stranger_call_rank(hoop_comm_t *comm, int rank, int size, void *arg)
 {
     board_t *b = arg;
-    int mode = b->slot[HARNESS_MAX_PROCS - 1].status; /* set by the parent */
+    int mode = b->mode;
     int port = listen_port_of(getpid(), -1);
     int fd = port > 0 ? silent_connect(port) : -1;
     if (fd < 0) {
@@ -1279,7 +1280,7 @@ static void stranger_call_job(int mode, const char *name)
     skip_unless_tcp(name);
     board_t *b = board_new();
     cr_assert(b, "mmap of the board: %s", strerror(errno));
-    b->slot[HARNESS_MAX_PROCS - 1].status = mode;
+    b->mode = mode;
     hoop_config_t base;
     hoop_config_init(&base);
     base.timeout_s = DATA_STRANGER_TIMEOUT_S;
@@ -1565,7 +1566,7 @@ static int emfile_alltoall_rank(hoop_comm_t *comm, int rank, int size, void *arg
 }
 
 /* Every rank forms a communicator, EMFILE_RANK with descriptors for
- * `spare` (in arg's slot) more, and then sums over the ring. */
+ * b->mode more, and then sums over the ring. */
 static int emfile_init_rank(int rank, int size, int port, void *arg)
 {
     board_t *b = arg;
@@ -1573,7 +1574,7 @@ static int emfile_init_rank(int rank, int size, int port, void *arg)
     hoop_config_t cfg;
     harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
     cfg.timeout_s = EMFILE_TIMEOUT_S;
-    int rc = rank == EMFILE_RANK ? leave_descriptors(b->slot[HARNESS_MAX_PROCS - 1].calls) : 0;
+    int rc = rank == EMFILE_RANK ? leave_descriptors(b->mode) : 0;
     if (rc)
         return harness_failf(rank, "cannot lower RLIMIT_NOFILE: %s", strerror(-rc));
     hoop_comm_t *comm = NULL;
@@ -1638,7 +1639,7 @@ Test(faults, out_of_descriptors_during_init, .timeout = 120)
      * the first to fail. (Where auto falls back to poll, the eventfd of
      * the communicator's control fails instead, after the ring is up.) */
     const char *eng = getenv("HOOP_TCP_ENGINE");
-    b->slot[HARNESS_MAX_PROCS - 1].calls = eng && strcmp(eng, "poll") == 0 ? 3 : 4;
+    b->mode = eng && strcmp(eng, "poll") == 0 ? 3 : 4;
     static harness_job_t job;
     cr_assert(harness_job_init(&job), "%s", job.report);
     for (int r = 0; r < N; r++)
