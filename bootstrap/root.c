@@ -19,6 +19,9 @@ struct root_ctx {
     const struct hoop_boot_cfg *cfg;
     struct hoop_bootstrap *bs;
     int joined;
+    int failed; /* a rank that said it cannot join, or -1 */
+    hoop_status_t failed_status;
+    char failed_why[HOOP_REFUSE_MAX + 1];
     char who[HOOP_HOST_MAX + 48];
 };
 
@@ -44,6 +47,21 @@ static int root_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
     char why[256];
     hoop_status_t code = HOOP_ERR_INVALID;
 
+    if (h->kind == HOOP_HELLO_REFUSE && hoop_token_equal(h->token, cfg->token) && h->rank > 0 &&
+        h->rank < (uint32_t)cfg->size && c->bs->fds[h->rank] < 0) {
+        /* A rank of this job that cannot join: the job cannot form. */
+        c->failed = (int)h->rank;
+        c->failed_status = h->aux >= HOOP_ERR_INVALID && h->aux <= HOOP_ERR_ABORTED
+                               ? (hoop_status_t)h->aux : HOOP_ERR_PEER;
+        size_t n = h->body_len < HOOP_REFUSE_MAX ? h->body_len : HOOP_REFUSE_MAX;
+        memcpy(c->failed_why, m->body, n);
+        c->failed_why[n] = '\0';
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)c->failed_why[i] < 0x20 || (unsigned char)c->failed_why[i] > 0x7e)
+                c->failed_why[i] = '?';
+        *done = 1;
+        return 0;
+    }
     if (h->kind != HOOP_HELLO_JOIN) {
         snprintf(why, sizeof(why), "expected a join hello, got kind %u", h->kind);
     } else if (!hoop_token_equal(h->token, cfg->token)) {
@@ -151,7 +169,7 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
                                   hoop_boot_handle_fn handle_fn, void *ctx)
 {
     uint64_t deadline = hoop_deadline_after(cfg->timeout_s);
-    struct root_ctx c = {.cfg = cfg, .bs = bs};
+    struct root_ctx c = {.cfg = cfg, .bs = bs, .failed = -1};
     snprintf(c.who, sizeof(c.who), "rank 0: bootstrap root %s:%u", cfg->root_host, cfg->root_port);
     int lfd = -1;
     int rc = root_listen(cfg, &lfd);
@@ -160,7 +178,9 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
                           rc == -EADDRINUSE ? " (another job on this port? pick another HOOP_ROOT port)"
                                             : "");
     struct hoop_listener l;
-    rc = hoop_listener_open(&l, lfd, HOOP_PEER_WIRE_MAX, c.who);
+    rc = hoop_listener_open(&l, lfd,
+                            HOOP_PEER_WIRE_MAX > HOOP_REFUSE_MAX ? HOOP_PEER_WIRE_MAX : HOOP_REFUSE_MAX,
+                            c.who);
     if (rc == 0)
         rc = hoop_listener_serve(&l, deadline, NULL, 0, root_on_hello, &c);
     hoop_listener_close(&l);
@@ -169,6 +189,16 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
         return root_timeout(&c);
     if (rc)
         return root_failed(&c, rc);
+    if (c.failed >= 0) {
+        hoop_error(c.failed_status, "%s: rank %d could not join: %s", c.who, c.failed,
+                   c.failed_why);
+        char reason[HOOP_REFUSE_MAX + 1];
+        snprintf(reason, sizeof(reason), "%s", hoop_last_error());
+        for (int r = 1; r < cfg->size; r++)
+            if (bs->fds[r] >= 0)
+                root_refuse(bs->fds[r], cfg, c.failed_status, reason);
+        return hoop_error(c.failed_status, "%s", reason);
+    }
 
     /* Rank 0's route to the root is the address the others used to reach
      * it, and that address also tells whether the job may span hosts. */

@@ -1648,3 +1648,29 @@ Test(faults, out_of_descriptors_during_init, .timeout = 120)
     emfile_report(b, &job, ok, "out_of_descriptors_during_init", "init + allreduce");
     board_free(b);
 }
+
+/* Ranks 0, 1 and 3 join first; rank 2 then reaches the root with too few
+ * descriptors left to open its data port (or to list its interfaces): it
+ * cannot join, and the others must hear so at once, not wait out the
+ * bootstrap timeout and blame HOOP_SIZE, HOOP_ROOT and HOOP_TOKEN. */
+Test(faults, out_of_descriptors_while_joining, .timeout = 120)
+{
+    enum { N = 4 };
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    /* Once the io_uring (none under poll) and the connection to the root
+     * are open, nothing more. */
+    const char *eng = getenv("HOOP_TCP_ENGINE");
+    b->mode = eng && strcmp(eng, "poll") == 0 ? 1 : 2;
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < N; r++)
+        if (r != EMFILE_RANK)
+            cr_assert(harness_spawn_raw(&job, r, N, emfile_init_rank, b) > 0, "fork failed");
+    bool settled = wait_root_settled(job.port, N - 2, 20.0);
+    cr_assert(harness_spawn_raw(&job, EMFILE_RANK, N, emfile_init_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 30.0);
+    cr_assert(settled, "ranks 1 and 3 were not seen joined within 20 s\n%s", job.report);
+    emfile_report(b, &job, ok, "out_of_descriptors_while_joining", "hoop_comm_init");
+    board_free(b);
+}
