@@ -1656,6 +1656,8 @@ Test(faults, out_of_descriptors_during_init, .timeout = 120)
 Test(faults, out_of_descriptors_while_joining, .timeout = 120)
 {
     enum { N = 4 };
+    skip_unless_tcp("out_of_descriptors_while_joining (the descriptors counted are the tcp "
+                    "transport's)");
     board_t *b = board_new();
     cr_assert(b, "mmap of the board: %s", strerror(errno));
     /* Once the io_uring (none under poll) and the connection to the root
