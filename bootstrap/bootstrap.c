@@ -12,7 +12,25 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#define HOOP_REFUSE_MAX 1024
+/* This rank reached the root but cannot join (out of descriptors for its
+ * data port, say): tell the root why, so that it fails the job at once
+ * with this rank's reason instead of waiting for it and blaming the
+ * configuration. Keeps the sentence. */
+static hoop_status_t boot_cannot_join(struct hoop_bootstrap *bs, const struct hoop_boot_cfg *cfg,
+                                      hoop_status_t st)
+{
+    const char *why = hoop_last_error();
+    struct hoop_hello h = {.kind = HOOP_HELLO_REFUSE, .rank = (uint32_t)cfg->rank,
+                           .size = (uint32_t)cfg->size, .aux = (uint32_t)st,
+                           .body_len = (uint32_t)strnlen(why, HOOP_REFUSE_MAX)};
+    memcpy(h.token, cfg->token, HOOP_TOKEN_BYTES);
+    uint8_t head[HOOP_HELLO_BYTES];
+    hoop_hello_encode(&h, head);
+    uint64_t dl = hoop_now_ns() + 1000000000ull;
+    if (hoop_sock_write_all(bs->root_fd, head, sizeof(head), dl) == 0)
+        hoop_sock_write_all(bs->root_fd, why, h.body_len, dl);
+    return st;
+}
 
 static hoop_status_t boot_join(struct hoop_bootstrap *bs, const struct hoop_boot_cfg *cfg,
                                hoop_boot_handle_fn handle_fn, void *ctx)
@@ -27,8 +45,12 @@ static hoop_status_t boot_join(struct hoop_bootstrap *bs, const struct hoop_boot
         return hoop_error(st, "rank %d: bootstrap root (HOOP_ROOT): %s", cfg->rank,
                           hoop_last_error());
     int rc = hoop_sock_connect_retry((struct sockaddr *)&ss, len, deadline, &bs->root_fd);
+    if (rc && rc != -ETIMEDOUT && rc != -ECONNREFUSED)
+        return hoop_error(hoop_status_from_errno(rc),
+                          "rank %d: cannot connect to the bootstrap root at %s:%u: %s", cfg->rank,
+                          rh, rp, hoop_errno_str(rc));
     if (rc)
-        return hoop_error(rc == -ETIMEDOUT || rc == -ECONNREFUSED ? HOOP_ERR_TIMEOUT : HOOP_ERR_SYSTEM,
+        return hoop_error(HOOP_ERR_TIMEOUT,
                           "rank %d: could not reach the bootstrap root at %s:%u within %.1f s (%s): "
                           "is rank 0 running, and is HOOP_ROOT the address where it listens?",
                           cfg->rank, rh, rp, cfg->timeout_s, hoop_errno_str(rc));
@@ -38,13 +60,14 @@ static hoop_status_t boot_join(struct hoop_bootstrap *bs, const struct hoop_boot
     struct sockaddr_storage local, adv;
     socklen_t llen = sizeof(local), alen;
     if (getsockname(bs->root_fd, (struct sockaddr *)&local, &llen) < 0)
-        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: getsockname: %s", cfg->rank,
-                          hoop_errno_str(-errno));
+        return boot_cannot_join(bs, cfg,
+                                hoop_error(HOOP_ERR_SYSTEM, "rank %d: getsockname: %s", cfg->rank,
+                                           hoop_errno_str(-errno)));
     if ((st = hoop_netif_advertise(cfg->rank, (struct sockaddr *)&ss, (struct sockaddr *)&local,
                                    &adv, &alen)))
-        return st;
+        return boot_cannot_join(bs, cfg, st);
     if ((st = handle_fn(ctx, (struct sockaddr *)&adv, alen, me->handle, &me->handle_len)))
-        return st;
+        return boot_cannot_join(bs, cfg, st);
 
     uint8_t msg[HOOP_HELLO_BYTES + HOOP_PEER_WIRE_MAX];
     struct hoop_buf b = {.p = msg + HOOP_HELLO_BYTES, .len = HOOP_PEER_WIRE_MAX};

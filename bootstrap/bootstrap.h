@@ -93,6 +93,8 @@ int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int *kind, struct 
 void hoop_peer_self(struct hoop_peer *p);
 void hoop_peer_encode(struct hoop_buf *b, const struct hoop_peer *p);
 int hoop_peer_decode(struct hoop_buf *b, struct hoop_peer *p);
+/* Upper bound of a REFUSE's sentence (either way). */
+#define HOOP_REFUSE_MAX 1024
 /* Upper bound of one encoded peer, to bound a table before reading it. */
 #define HOOP_PEER_WIRE_MAX (8 + 4 + 1 + HOOP_HOSTNAME_MAX + 2 + HOOP_HANDLE_MAX)
 

@@ -19,6 +19,9 @@ struct root_ctx {
     const struct hoop_boot_cfg *cfg;
     struct hoop_bootstrap *bs;
     int joined;
+    int failed; /* a rank that said it cannot join, or -1 */
+    hoop_status_t failed_status;
+    char failed_why[HOOP_REFUSE_MAX + 1];
     char who[HOOP_HOST_MAX + 48];
 };
 
@@ -44,6 +47,21 @@ static int root_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
     char why[256];
     hoop_status_t code = HOOP_ERR_INVALID;
 
+    if (h->kind == HOOP_HELLO_REFUSE && hoop_token_equal(h->token, cfg->token) && h->rank > 0 &&
+        h->rank < (uint32_t)cfg->size && c->bs->fds[h->rank] < 0) {
+        /* A rank of this job that cannot join: the job cannot form. */
+        c->failed = (int)h->rank;
+        c->failed_status = h->aux >= HOOP_ERR_INVALID && h->aux <= HOOP_ERR_ABORTED
+                               ? (hoop_status_t)h->aux : HOOP_ERR_PEER;
+        size_t n = h->body_len < HOOP_REFUSE_MAX ? h->body_len : HOOP_REFUSE_MAX;
+        memcpy(c->failed_why, m->body, n);
+        c->failed_why[n] = '\0';
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)c->failed_why[i] < 0x20 || (unsigned char)c->failed_why[i] > 0x7e)
+                c->failed_why[i] = '?';
+        *done = 1;
+        return 0;
+    }
     if (h->kind != HOOP_HELLO_JOIN) {
         snprintf(why, sizeof(why), "expected a join hello, got kind %u", h->kind);
     } else if (!hoop_token_equal(h->token, cfg->token)) {
@@ -74,7 +92,7 @@ static int root_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
         }
         snprintf(why, sizeof(why), "malformed join message from rank %u", h->rank);
     }
-    HOOP_WARN("%s: refused %s: %s", c->who, m->addr_str, why);
+    hoop_log_limited(m->log, c->who, "%s: refused %s: %s", c->who, m->addr_str, why);
     root_refuse(m->fd, cfg, code, why);
     return 0;
 }
@@ -131,11 +149,27 @@ static hoop_status_t root_timeout(struct root_ctx *c)
     return HOOP_ERR_TIMEOUT;
 }
 
+/* The root cannot go on (out of descriptors): say so, and tell the ranks
+ * that have joined, so that they do not wait for a table or blame their
+ * configuration. */
+static hoop_status_t root_failed(struct root_ctx *c, int rc)
+{
+    const struct hoop_boot_cfg *cfg = c->cfg;
+    hoop_error(HOOP_ERR_SYSTEM, "%s: cannot take the connections of the ranks: %s", c->who,
+               hoop_errno_str(rc));
+    char reason[700];
+    snprintf(reason, sizeof(reason), "%s", hoop_last_error());
+    for (int r = 1; r < cfg->size; r++)
+        if (c->bs->fds[r] >= 0)
+            root_refuse(c->bs->fds[r], cfg, HOOP_ERR_SYSTEM, reason);
+    return hoop_error(HOOP_ERR_SYSTEM, "%s", reason);
+}
+
 hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_boot_cfg *cfg,
                                   hoop_boot_handle_fn handle_fn, void *ctx)
 {
     uint64_t deadline = hoop_deadline_after(cfg->timeout_s);
-    struct root_ctx c = {.cfg = cfg, .bs = bs};
+    struct root_ctx c = {.cfg = cfg, .bs = bs, .failed = -1};
     snprintf(c.who, sizeof(c.who), "rank 0: bootstrap root %s:%u", cfg->root_host, cfg->root_port);
     int lfd = -1;
     int rc = root_listen(cfg, &lfd);
@@ -148,12 +182,28 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
         return hoop_error(HOOP_ERR_SYSTEM, "%s: cannot listen: %s%s", c.who, hoop_errno_str(rc),
                           rc == -EADDRINUSE ? " (another job on this port? pick another HOOP_ROOT port)"
                                             : "");
-    rc = hoop_listener_serve(lfd, deadline, HOOP_PEER_WIRE_MAX, root_on_hello, &c, c.who, 0);
+    struct hoop_listener l;
+    rc = hoop_listener_open(&l, lfd,
+                            HOOP_PEER_WIRE_MAX > HOOP_REFUSE_MAX ? HOOP_PEER_WIRE_MAX : HOOP_REFUSE_MAX,
+                            c.who);
+    if (rc == 0)
+        rc = hoop_listener_serve(&l, deadline, NULL, 0, root_on_hello, &c);
+    hoop_listener_close(&l);
     close(lfd);
     if (rc == -ETIMEDOUT)
         return root_timeout(&c);
     if (rc)
-        return hoop_error(HOOP_ERR_SYSTEM, "%s: %s", c.who, hoop_errno_str(rc));
+        return root_failed(&c, rc);
+    if (c.failed >= 0) {
+        hoop_error(c.failed_status, "%s: rank %d could not join: %s", c.who, c.failed,
+                   c.failed_why);
+        char reason[HOOP_REFUSE_MAX + 1];
+        snprintf(reason, sizeof(reason), "%s", hoop_last_error());
+        for (int r = 1; r < cfg->size; r++)
+            if (bs->fds[r] >= 0)
+                root_refuse(bs->fds[r], cfg, c.failed_status, reason);
+        return hoop_error(c.failed_status, "%s", reason);
+    }
 
     /* Rank 0's route to the root is the address the others used to reach
      * it, and that address also tells whether the job may span hosts. */

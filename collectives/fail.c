@@ -297,6 +297,24 @@ void hoop_comm_control_fini(hoop_comm_t *c)
     c->ctl_got = NULL;
 }
 
+void hoop_comm_fail_init(hoop_comm_t *c, hoop_status_t st)
+{
+    if (c->size == 1)
+        return;
+    struct hoop_notice n = {.status = (int)st, .culprit = c->rank};
+    snprintf(n.why, sizeof(n.why), "%s", hoop_last_error());
+    if (c->rank != 0) {
+        /* What the root's first collective reads from this connection. */
+        n.status |= st == HOOP_ERR_TIMEOUT || st == HOOP_ERR_PEER ? 0 : FAIL_PRIMARY;
+        hoop_notice_write(&c->bs, c->bs.root_fd, HOOP_HELLO_NOTICE, &n,
+                          hoop_deadline_after(FAIL_WRITE_S));
+        return;
+    }
+    for (int k = 1; k < c->size; k++)
+        hoop_notice_write(&c->bs, c->bs.fds[k], HOOP_HELLO_VERDICT, &n,
+                          hoop_deadline_after(FAIL_WRITE_S));
+}
+
 /* The root: gather notices until the cause is known, name it. */
 static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct hoop_notice *v)
 {
@@ -476,6 +494,10 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
     } else if (err == -EINTR) {
         primary = 0; /* woken by the root's word, seen below */
         mine.culprit = HOOP_NOTICE_NOBODY;
+    } else if (st == HOOP_ERR_SYSTEM) {
+        /* This rank's own resources (descriptors, memory) failed it. */
+        primary = 1;
+        mine.culprit = c->rank;
     } else {
         primary = st != HOOP_ERR_TIMEOUT && !fail_symptom(err);
     }

@@ -2,11 +2,20 @@
  *
  * Used by the bootstrap root and by the TCP transport's accept. Every
  * connection gets its own short deadline, so a stranger that connects and
- * says nothing (or says garbage) costs nothing but a log line; the hello is
- * checked and its body bounded before any allocation. */
+ * says nothing (or says garbage) costs nothing but a log line (rate-limited:
+ * a flood of strangers logs a count, not a line each); the hello is checked
+ * and its body bounded before any allocation. A listener keeps the
+ * connections whose hello is not complete from one serve to the next, so
+ * that a serve returns as soon as its callback is done, whoever else is
+ * still connected. Hellos already sent are read before anyone is evicted,
+ * and the table of connections that have not said their hello is bounded:
+ * when it is full, the connection silent longest makes room, but never one
+ * that has had less than a moment to speak, nor one that sent a whole
+ * header. */
 #ifndef HOOP_COMMON_LISTENER_H
 #define HOOP_COMMON_LISTENER_H
 
+#include "common/log.h"
 #include "common/wire.h"
 
 #include <stddef.h>
@@ -20,18 +29,38 @@ struct hoop_hello_msg {
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char addr_str[64];
+    /* The listener's limit on warnings: a callback that refuses the
+     * connection logs why through it (hoop_log_limited). */
+    struct hoop_log_limit *log;
 };
 
 /* Called for each complete hello (+ body). Return 1 to keep msg->fd (the
  * callback then owns it), 0 to have it closed. Set *done when finished. */
 typedef int (*hoop_hello_cb)(void *ctx, const struct hoop_hello_msg *msg, int *done);
 
-/* Serve lfd until the callback says done (0) or the deadline (-ETIMEDOUT).
- * who names the listener in log lines ("rank 0: bootstrap root"). With
- * drain, connections already accepted when the callback says done still get
- * their hellos read and handed to the callback (it may keep them for
- * later), each within its short grace; without, they are closed. */
-int hoop_listener_serve(int lfd, uint64_t deadline_ns, size_t max_body, hoop_hello_cb cb, void *ctx,
-                        const char *who, int drain);
+struct hoop_listen_pending;
+
+struct hoop_listener {
+    int lfd; /* the caller's: the listener never closes it */
+    size_t max_body;
+    char who[128]; /* names the listener in log lines ("rank 0: bootstrap root") */
+    struct hoop_listen_pending *pend;
+    struct hoop_log_limit log;
+};
+
+/* 0, or -ENOMEM. */
+int hoop_listener_open(struct hoop_listener *l, int lfd, size_t max_body, const char *who);
+/* Closes the connections still pending (not lfd). A zeroed listener may be
+ * closed. */
+void hoop_listener_close(struct hoop_listener *l);
+
+/* Serve until the callback says done (0), the deadline (-ETIMEDOUT), one
+ * of the nwake descriptors of wake is readable (-EINTR), or this process
+ * cannot take one more connection: -EMFILE or -ENFILE (out of
+ * descriptors), -ENOBUFS or -ENOMEM, once no connection it holds for a
+ * hello could make room. Connections still pending when it returns stay
+ * for the next serve. */
+int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
+                        hoop_hello_cb cb, void *ctx);
 
 #endif

@@ -1,6 +1,7 @@
 /* log.c - one line per call on stderr, written with a single write(2) so that
  * lines of several ranks sharing a terminal do not interleave mid-line. */
 #include "common/log.h"
+#include "common/clock.h"
 #include "common/param.h"
 #include "common/status.h"
 
@@ -40,21 +41,56 @@ int hoop_log_enabled(enum hoop_log_level level)
     return (int)level <= hoop_log_level;
 }
 
-void hoop_log(enum hoop_log_level level, const char *fmt, ...)
+__attribute__((format(printf, 2, 0))) static void hoop_vlog(enum hoop_log_level level,
+                                                         const char *fmt, va_list ap)
 {
     static const char *tags[] = {"ERROR", "WARN", "INFO", "DEBUG"};
     if (!hoop_log_enabled(level))
         return;
     char line[1024];
     int n = snprintf(line, sizeof(line), "hoop %s [pid %d]: ", tags[level], (int)getpid());
-    va_list ap;
-    va_start(ap, fmt);
     int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    va_end(ap);
     size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
     if (len > sizeof(line) - 2)
         len = sizeof(line) - 2;
     line[len++] = '\n';
     ssize_t w = write(STDERR_FILENO, line, len);
     (void)w;
+}
+
+void hoop_log(enum hoop_log_level level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    hoop_vlog(level, fmt, ap);
+    va_end(ap);
+}
+
+#define HOOP_LOG_LIMIT_WINDOW_NS 10000000000ull
+
+void hoop_log_limit_flush(struct hoop_log_limit *lim, const char *who)
+{
+    if (lim->held)
+        hoop_log(HOOP_LOG_WARN, "%s: %lu more like the above in %.0f s, not logged one by one",
+                 who, lim->held, HOOP_LOG_LIMIT_WINDOW_NS / 1e9);
+    lim->held = 0;
+}
+
+void hoop_log_limited(struct hoop_log_limit *lim, const char *who, const char *fmt, ...)
+{
+    uint64_t now = hoop_now_ns();
+    if (now >= lim->window_end) {
+        hoop_log_limit_flush(lim, who);
+        lim->window_end = now + HOOP_LOG_LIMIT_WINDOW_NS;
+        lim->shown = 0;
+    }
+    if (lim->shown >= HOOP_LOG_LIMIT_LINES) {
+        lim->held++;
+        return;
+    }
+    lim->shown++;
+    va_list ap;
+    va_start(ap, fmt);
+    hoop_vlog(HOOP_LOG_WARN, fmt, ap);
+    va_end(ap);
 }

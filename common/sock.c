@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,14 +128,14 @@ static int sock_connect_once(const struct sockaddr *addr, socklen_t len, uint64_
     return 0;
 }
 
-int hoop_sock_connect_retry(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
-                            int *fd_out)
+static int sock_connect(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
+                        int *fd_out, int retry_refused)
 {
     uint64_t backoff_ns = 10000000ull;
     for (;;) {
         int rc = sock_connect_once(addr, len, deadline_ns, fd_out);
-        if (rc == 0)
-            return 0;
+        if (rc == 0 || (rc == -ECONNREFUSED && !retry_refused))
+            return rc;
         /* A root that has not started yet refuses; a network still coming up
          * is unreachable. Anything else will not get better by waiting. */
         if (rc != -ECONNREFUSED && rc != -ETIMEDOUT && rc != -EHOSTUNREACH && rc != -ENETUNREACH &&
@@ -152,6 +153,18 @@ int hoop_sock_connect_retry(const struct sockaddr *addr, socklen_t len, uint64_t
         if (backoff_ns < 500000000ull)
             backoff_ns *= 2;
     }
+}
+
+int hoop_sock_connect_retry(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
+                            int *fd_out)
+{
+    return sock_connect(addr, len, deadline_ns, fd_out, 1);
+}
+
+int hoop_sock_connect_listening(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
+                                int *fd_out)
+{
+    return sock_connect(addr, len, deadline_ns, fd_out, 0);
 }
 
 static int sock_wait(int fd, short events, uint64_t deadline_ns)
@@ -273,7 +286,19 @@ void hoop_sock_addr_str(const struct sockaddr *sa, char *out, size_t outlen)
 
 const char *hoop_errno_str(int neg_errno)
 {
+    static _Thread_local char text[160];
+    struct rlimit rl;
     switch (-neg_errno) {
+    case EMFILE:
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+            snprintf(text, sizeof(text), "this process has run out of file descriptors (all %llu "
+                     "in use): raise its limit, ulimit -n", (unsigned long long)rl.rlim_cur);
+            return text;
+        }
+        return "this process has run out of file descriptors: raise its limit, ulimit -n";
+    case ENFILE:
+        return "the system has run out of file descriptors: raise fs.file-max (the limit of "
+               "one process is ulimit -n)";
     case EPIPE: return "the peer closed the connection";
     case ECONNRESET: return "the connection was reset by the peer";
     case ETIMEDOUT: return "timed out";

@@ -25,6 +25,10 @@ int hoop_sock_listen(const struct sockaddr *addr, socklen_t len, int *fd_out);
  * 500 ms) until deadline. The socket returned is non-blocking. */
 int hoop_sock_connect_retry(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
                             int *fd_out);
+/* The same, to a listener that exists already (a rank's data port, from
+ * the table): a refusal means it is gone, and is returned at once. */
+int hoop_sock_connect_listening(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
+                                int *fd_out);
 
 /* Whole transfers on a non-blocking socket, with poll until deadline:
  * -ETIMEDOUT at the deadline, -EPIPE when the peer closed. */

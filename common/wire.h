@@ -20,7 +20,7 @@
 enum hoop_hello_kind {
     HOOP_HELLO_JOIN = 1,   /* rank -> root: body = this rank's info */
     HOOP_HELLO_TABLE = 2,  /* root -> rank: body = every rank's info */
-    HOOP_HELLO_REFUSE = 3, /* root -> rank: body = the reason, a sentence */
+    HOOP_HELLO_REFUSE = 3, /* root -> rank: refused, body = why; rank -> root: cannot join, why */
     HOOP_HELLO_DATA = 4,   /* data connection: aux = socket index */
     HOOP_HELLO_NOTICE = 5, /* rank -> root after a failure: body = a notice */
     HOOP_HELLO_VERDICT = 6,/* root -> rank: body = the notice that names the culprit */

@@ -6,6 +6,8 @@
 #include "common/clock.h"
 #include "common/status.h"
 
+#include <errno.h>
+
 hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
                               uint64_t deadline_ns)
 {
@@ -37,12 +39,27 @@ hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
                                   deadline_ns, &r->peer_tx[q])))
             return st;
     }
+    /* A wait here is woken, as every wait of a collective, by the
+     * communicator's control: the word of the root that another rank
+     * failed (maybe before it could connect to us) ends it. */
     for (int i = 0; i < npeers; i++) {
         int q = peers[i];
-        if (!r->peer_rx[q] &&
-            (st = r->ops->accept(r->tp, q, HOOP_CHANNEL_P2P, r->peers[q].host, r->comm_id,
-                                 deadline_ns, &r->peer_rx[q])))
-            return st;
+        while (!r->peer_rx[q]) {
+            st = r->ops->accept(r->tp, q, HOOP_CHANNEL_P2P, r->peers[q].host, r->comm_id,
+                                deadline_ns, &r->peer_rx[q]);
+            if (st == HOOP_OK)
+                break;
+            int w = st == HOOP_ERR_ABORTED && r->on_wake ? r->on_wake(r->wake_ctx) : -EINTR;
+            if (w == -EINTR) {
+                if (st == HOOP_ERR_ABORTED) {
+                    r->fail_err = -EINTR;
+                    r->fail_peer = -1;
+                }
+                return st;
+            }
+            if (w == 0 && hoop_now_ns() >= deadline_ns)
+                return st;
+        }
     }
     return HOOP_OK;
 }

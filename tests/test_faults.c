@@ -28,8 +28,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,10 +59,12 @@ typedef struct board_slot {
     double t_start;  /* harness_now() around the call */
     double t_end;
     char msg[BOARD_MSG_MAX]; /* its sentence (or, for a fake, what it did) */
+    long stderr_bytes; /* what it had written to stderr at the end, where a test asks */
 } board_slot_t;
 
 typedef struct board {
     double t_fault; /* when the fault began (harness_now()), 0 before */
+    int mode;       /* what the test asks of its children, where it varies */
     board_slot_t slot[HARNESS_MAX_PROCS];
 } board_t;
 
@@ -1568,5 +1574,539 @@ Test(faults, rank_leaves_while_the_others_call_a_collective, .timeout = 120)
                     "its communicator after one allreduce):\n%s", LEAVER, sum);
     cr_assert(ok, "every other rank's second allreduce must return %s naming rank %d, which "
                   "left, first:\n%s%s", hoop_status_str(HOOP_ERR_PEER), LEAVER, sum, job.report);
+    board_free(b);
+}
+
+/* ---- 6. strangers on a rank's data port ------------------------------------ */
+
+/* A stranger that connects to a rank's data port and never says a word must
+ * cost the rank nothing: its calls take their normal time (milliseconds),
+ * far less than the 5 s a stranger is given for its hello. */
+#define DATA_STRANGER_BOUND_S 4.0
+#define DATA_STRANGER_TIMEOUT_S 20.0 /* HOOP_TIMEOUT of these jobs */
+
+static void skip_unless_tcp(const char *what)
+{
+    if (strcmp(harness_transport(), "ofi") == 0 || strcmp(harness_transport(), "verbs") == 0)
+        cr_skip_test("%s: only the tcp transport listens on a data port of its own; this run "
+                     "uses %s", what, harness_transport());
+}
+
+/* The port of a TCP socket that process pid listens on, other than
+ * except_port; -1 when it has none (yet). Its sockets are matched by inode
+ * between /proc/PID/fd and the kernel's tables of listening sockets. */
+static int listen_port_of(pid_t pid, int except_port)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    unsigned long inodes[256];
+    int ni = 0;
+    for (int fd = 0; fd < 1024 && ni < 256; fd++) {
+        char path[96], link[64];
+        snprintf(path, sizeof path, "%s/%d", dir, fd);
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n <= 0)
+            continue;
+        link[n] = '\0';
+        unsigned long ino;
+        if (sscanf(link, "socket:[%lu]", &ino) == 1)
+            inodes[ni++] = ino;
+    }
+    static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (int t = 0; t < 2; t++) {
+        FILE *f = fopen(tables[t], "r");
+        if (!f)
+            continue;
+        char line[512];
+        int port = -1;
+        if (fgets(line, sizeof line, f)) {
+            while (port < 0 && fgets(line, sizeof line, f)) {
+                unsigned lport, st;
+                unsigned long ino;
+                if (sscanf(line, " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%*x %*x:%*x %*x "
+                                 "%*u %*u %lu", &lport, &st, &ino) != 3 ||
+                    st != 0x0A /* TCP_LISTEN */ || (int)lport == except_port)
+                    continue;
+                for (int i = 0; i < ni; i++)
+                    if (inodes[i] == ino)
+                        port = (int)lport;
+            }
+        }
+        fclose(f);
+        if (port >= 0)
+            return port;
+    }
+    return -1;
+}
+
+/* A connection to port on 127.0.0.1 that will never say a word; -1 on
+ * failure. */
+static int silent_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+enum { STRANGER_SMALL, STRANGER_ALLTOALL };
+
+/* Each rank puts a silent stranger on its own data port, then makes the
+ * call that first connects it to its partners (a small allreduce, or an
+ * alltoall), and checks the result exactly. */
+static int stranger_call_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    board_t *b = arg;
+    int mode = b->mode;
+    int port = listen_port_of(getpid(), -1);
+    int fd = port > 0 ? silent_connect(port) : -1;
+    if (fd < 0) {
+        board_record(b, rank, HOOP_ERR_SYSTEM, 0, 0, "no stranger could connect");
+        return harness_failf(rank, "cannot put a stranger on this rank's data port (%d)", port);
+    }
+    enum { COUNT = 1024 };
+    int32_t *in = malloc(COUNT * sizeof(int32_t) * (size_t)size);
+    int32_t *out = malloc(COUNT * sizeof(int32_t) * (size_t)size);
+    int rc = 0;
+    if (!in || !out) {
+        rc = harness_failf(rank, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < COUNT * size; i++)
+        in[i] = rank * 1000003 + i;
+    double t0 = harness_now();
+    hoop_status_t st = mode == STRANGER_SMALL
+                           ? hoop_allreduce(comm, in, out, COUNT, HOOP_I32, HOOP_SUM)
+                           : hoop_alltoall(comm, in, out, COUNT, HOOP_I32);
+    double t1 = harness_now();
+    board_record(b, rank, st, t0, t1, st ? hoop_last_error() : "exact");
+    if (st) {
+        rc = harness_fail(rank, mode == STRANGER_SMALL ? "small allreduce" : "alltoall", st);
+        goto done;
+    }
+    for (int i = 0; i < COUNT * (mode == STRANGER_SMALL ? 1 : size) && rc == 0; i++) {
+        int32_t want = 0;
+        if (mode == STRANGER_SMALL)
+            for (int r = 0; r < size; r++)
+                want += r * 1000003 + i;
+        else /* block j of rank r's result is block r of rank j's input */
+            want = (i / COUNT) * 1000003 + rank * COUNT + i % COUNT;
+        if (out[i] != want)
+            rc = harness_failf(rank, "element %d is %d, expected %d", i, (int)out[i], (int)want);
+    }
+    if (rc == 0 && t1 - t0 > DATA_STRANGER_BOUND_S)
+        rc = harness_failf(rank, "the call took %.2f s with a silent stranger on the data port",
+                           t1 - t0);
+done:
+    close(fd);
+    free(in);
+    free(out);
+    return rc;
+}
+
+static void stranger_call_job(int mode, const char *name)
+{
+    enum { N = 4 };
+    skip_unless_tcp(name);
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    b->mode = mode;
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = DATA_STRANGER_TIMEOUT_S;
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < N; r++)
+        cr_assert(harness_spawn_rank(&job, r, N, &base, stranger_call_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 30.0);
+    const char *call = mode == STRANGER_SMALL ? "small allreduce" : "alltoall";
+    const char *sum = board_summary(b, &job, 0, N, call);
+    fprintf(stderr, "faults/%s (HOOP_TIMEOUT %.0f s):\n%s", name, DATA_STRANGER_TIMEOUT_S, sum);
+    for (int r = 0; r < N; r++)
+        cr_assert(board_done(b, r) && b->slot[r].status == HOOP_OK,
+                  "with a silent stranger on every rank's data port, the first %s must "
+                  "succeed on every rank:\n%s%s", call, sum, job.report);
+    cr_assert(ok,
+              "every rank's %s must be exact and take less than %.0f s (a stranger has 5 s "
+              "for its hello, and must not make a rank wait for it):\n%s%s",
+              call, DATA_STRANGER_BOUND_S, sum, job.report);
+    board_free(b);
+}
+
+Test(faults, stranger_on_data_port_before_first_small_allreduce, .timeout = 120)
+{
+    stranger_call_job(STRANGER_SMALL, "stranger_on_data_port_before_first_small_allreduce");
+}
+
+Test(faults, stranger_on_data_port_before_first_alltoall, .timeout = 120)
+{
+    stranger_call_job(STRANGER_ALLTOALL, "stranger_on_data_port_before_first_alltoall");
+}
+
+/* Ranks 0..N-2 start, ranks 1..N-2 listen on their data ports (rank 0
+ * opens its own once everyone has joined), a silent stranger connects to
+ * each of those ports, and only then does rank N-1 start: the ring's
+ * connections are accepted with the strangers sitting there. */
+Test(faults, stranger_on_data_port_during_init, .timeout = 120)
+{
+    enum { N = 4 };
+    skip_unless_tcp("stranger_on_data_port_during_init");
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    int strangers[N];
+    for (int r = 0; r < N; r++)
+        strangers[r] = -1;
+    for (int r = 0; r < N - 1; r++)
+        cr_assert(harness_spawn_raw(&job, r, N, joining_rank, b) > 0, "fork failed");
+    int found = 0;
+    double t0 = harness_now();
+    while (found < N - 2 && harness_since(t0) < 20.0) {
+        for (int r = 1; r < N - 1; r++) {
+            int port = strangers[r] < 0 ? listen_port_of(proc_of(&job, r)->pid, job.port) : -1;
+            if (port > 0 && (strangers[r] = silent_connect(port)) >= 0)
+                found++;
+        }
+        sleep_s(0.01);
+    }
+    board_set_time(&b->t_fault);
+    cr_assert(harness_spawn_raw(&job, N - 1, N, joining_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 30.0);
+    for (int r = 0; r < N; r++)
+        if (strangers[r] >= 0)
+            close(strangers[r]);
+    const char *sum = board_summary(b, &job, 0, N, "hoop_comm_init");
+    fprintf(stderr, "faults/stranger_on_data_port_during_init (%d strangers):\n%s", found, sum);
+    cr_assert(found == N - 2, "found the data ports of only %d of ranks 1..%d:\n%s", found, N - 2,
+              job.report);
+    cr_assert(ok,
+              "with a silent stranger on the data ports of ranks 1..%d while the job forms, "
+              "every rank must form and sum exactly:\n%s%s", N - 2, sum, job.report);
+    for (int r = 0; r < N; r++)
+        cr_assert(b->slot[r].t_end - b->t_fault < STRANGER_FORM_BOUND_S,
+                  "rank %d formed %.2f s after the last rank started; without the strangers it "
+                  "takes milliseconds (a rank that waits for a stranger takes its 5 s hello "
+                  "grace or more):\n%s", r, b->slot[r].t_end - b->t_fault, sum);
+    board_free(b);
+}
+
+/* ---- 7. a flood of silent connections at the root -------------------------- */
+
+#define FLOOD_HELD 300        /* silent connections held open */
+#define FLOOD_CHURN 600       /* then silent connections opened and closed ... */
+#define FLOOD_CHURN_S 3.0     /* ... over this long */
+#define FLOOD_STDERR_MAX 8192 /* bytes the root may write to stderr meanwhile */
+
+/* joining_rank, and how much it wrote to stderr. */
+static int flood_rank(int rank, int size, int port, void *arg)
+{
+    board_t *b = arg;
+    int rc = joining_rank(rank, size, port, arg);
+    struct stat st;
+    b->slot[rank].stderr_bytes = fstat(STDERR_FILENO, &st) == 0 ? (long)st.st_size : -1;
+    return rc;
+}
+
+static int flood_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    if (fd >= 0) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        poll(&p, 1, 100);
+    }
+    return fd;
+}
+
+/* The flood, in a child: FLOOD_HELD connections that stay open and silent
+ * (a byte on `ready` once they are made), then FLOOD_CHURN more, each
+ * closed without a word at once; then it waits to be killed. */
+static void flooder(int port, int ready)
+{
+    static int held[FLOOD_HELD];
+    int n = 0;
+    for (int i = 0; i < FLOOD_HELD; i++)
+        if ((held[n] = flood_connect(port)) >= 0)
+            n++;
+    char c = (char)(n == FLOOD_HELD);
+    if (write(ready, &c, 1) != 1)
+        _exit(1);
+    for (int i = 0; i < FLOOD_CHURN; i++) {
+        int fd = flood_connect(port);
+        if (fd >= 0)
+            close(fd);
+        sleep_s(FLOOD_CHURN_S / FLOOD_CHURN);
+    }
+    sleep_s(120.0);
+    _exit(0);
+}
+
+/* Server-side connections on port with bytes the root has not read. */
+static int root_unread(int port)
+{
+    int n = 0;
+    static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    for (int t = 0; t < 2; t++) {
+        FILE *f = fopen(tables[t], "r");
+        char line[512];
+        if (!f)
+            continue;
+        if (fgets(line, sizeof line, f))
+            while (fgets(line, sizeof line, f)) {
+                unsigned lport, st;
+                unsigned long rxq;
+                if (sscanf(line, " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x %*x:%lx", &lport, &st,
+                           &rxq) == 3 && st == 0x01 && (int)lport == port && rxq > 0)
+                    n++;
+            }
+        fclose(f);
+    }
+    return n;
+}
+
+/* The root is stopped while rank 1 connects and sends its join, and
+ * FLOOD_HELD silent connections queue up behind it; the root goes on, the
+ * flood goes on (FLOOD_CHURN connections that close without a word), and
+ * ranks 2 and 3 join through it. */
+Test(faults, flood_of_silent_connections_at_root, .timeout = 150)
+{
+    enum { N = 4 };
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    pid_t root = harness_spawn_raw(&job, 0, N, flood_rank, b);
+    cr_assert(root > 0, "fork failed");
+    int first = harness_connect_root(job.port, 20.0);
+    cr_assert(first >= 0, "the root did not listen within 20 s\n%s", job.report);
+    kill(root, SIGSTOP);
+    cr_assert(harness_spawn_raw(&job, 1, N, flood_rank, b) > 0, "fork failed");
+    double t0 = harness_now();
+    while (root_unread(job.port) < 1 && harness_since(t0) < 10.0)
+        sleep_s(0.01);
+    bool queued = root_unread(job.port) >= 1;
+    int pipefd[2];
+    cr_assert(pipe(pipefd) == 0, "pipe: %s", strerror(errno));
+    pid_t flood = fork();
+    if (flood == 0) {
+        close(pipefd[0]);
+        flooder(job.port, pipefd[1]);
+    }
+    close(pipefd[1]);
+    char held = 0;
+    struct pollfd pr = {.fd = pipefd[0], .events = POLLIN};
+    bool flooded = flood > 0 && poll(&pr, 1, 30000) > 0 && read(pipefd[0], &held, 1) == 1;
+    close(pipefd[0]);
+    kill(root, SIGCONT);
+    board_set_time(&b->t_fault);
+    for (int r = 2; r < N; r++)
+        cr_assert(harness_spawn_raw(&job, r, N, flood_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 30.0);
+    if (flood > 0) {
+        kill(flood, SIGKILL);
+        waitpid(flood, NULL, 0);
+    }
+    close(first);
+    const char *sum = board_summary(b, &job, 0, N, "hoop_comm_init");
+    fprintf(stderr, "faults/flood_of_silent_connections_at_root (rank 1's join %s; %d held%s, "
+                    "%d more opened and closed; the root wrote %ld bytes to stderr):\n%s",
+            queued ? "queued behind the flood" : "not seen queued", FLOOD_HELD,
+            held ? "" : " (not all connected)", FLOOD_CHURN, b->slot[0].stderr_bytes, sum);
+    cr_assert(flooded, "the flood did not start\n%s", job.report);
+    cr_assert(ok,
+              "with %d silent connections behind rank 1's join and %d more coming and going, "
+              "the %d ranks must form and sum exactly:\n%s%s",
+              FLOOD_HELD, FLOOD_CHURN, N, sum, job.report);
+    cr_assert(b->slot[0].stderr_bytes >= 0 && b->slot[0].stderr_bytes <= FLOOD_STDERR_MAX,
+              "the root wrote %ld bytes to stderr about the flood; its warnings about strangers "
+              "must be limited (at most %d bytes)", b->slot[0].stderr_bytes, FLOOD_STDERR_MAX);
+    board_free(b);
+}
+
+/* ---- 8. a rank out of file descriptors ------------------------------------- */
+
+#define EMFILE_RANK 2          /* the rank whose descriptor limit is lowered */
+#define EMFILE_TIMEOUT_S 30.0  /* HOOP_TIMEOUT of these jobs */
+#define EMFILE_BOUND_S 10.0    /* every rank must have failed within this */
+
+/* Lower this process's limit on descriptors so that exactly `spare` more
+ * can be opened: 0, or -errno. */
+static int leave_descriptors(int spare)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl))
+        return -errno;
+    rlim_t limit = 0;
+    int free_below = 0;
+    for (int fd = 0; fd < 65536 && (rlim_t)fd < rl.rlim_cur; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && free_below++ == spare) {
+            limit = (rlim_t)fd;
+            break;
+        }
+    }
+    if (!limit)
+        return -ERANGE;
+    rl.rlim_cur = limit;
+    return setrlimit(RLIMIT_NOFILE, &rl) ? -errno : 0;
+}
+
+/* What a rank's call returned: EMFILE_RANK must get HOOP_ERR_SYSTEM
+ * naming ulimit -n, the others fail naming EMFILE_RANK, all within
+ * EMFILE_BOUND_S; 0 or a harness_failf. */
+static int emfile_judge(int rank, hoop_status_t st, const char *msg, double took)
+{
+    char who[16];
+    snprintf(who, sizeof who, "rank %d", EMFILE_RANK);
+    if (rank == EMFILE_RANK && (st != HOOP_ERR_SYSTEM || !strstr(msg, "ulimit -n")))
+        return harness_failf(rank, "out of descriptors: %s, expected %s naming ulimit -n: %s",
+                             hoop_status_str(st), hoop_status_str(HOOP_ERR_SYSTEM), msg);
+    if (rank != EMFILE_RANK && (st == HOOP_OK || !strstr(msg, who)))
+        return harness_failf(rank, "%s, expected a failure naming %s (out of descriptors): %s",
+                             hoop_status_str(st), who, msg);
+    if (took > EMFILE_BOUND_S)
+        return harness_failf(rank, "returned after %.1f s, expected within %.0f s (HOOP_TIMEOUT "
+                             "is %.0f s)", took, EMFILE_BOUND_S, EMFILE_TIMEOUT_S);
+    return 0;
+}
+
+/* Every rank: an alltoall, where EMFILE_RANK has descriptors for its
+ * connections to the others (N - 1) but none for theirs to it. */
+static int emfile_alltoall_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    board_t *b = arg;
+    enum { COUNT = 256 };
+    static int32_t in[COUNT * HARNESS_MAX_PROCS], out[COUNT * HARNESS_MAX_PROCS];
+    for (int i = 0; i < COUNT * size; i++)
+        in[i] = rank + i;
+    int rc = rank == EMFILE_RANK ? leave_descriptors(size - 1) : 0;
+    if (rc)
+        return harness_failf(rank, "cannot lower RLIMIT_NOFILE: %s", strerror(-rc));
+    double t0 = harness_now();
+    hoop_status_t st = hoop_alltoall(comm, in, out, COUNT, HOOP_I32);
+    double t1 = harness_now();
+    const char *msg = st ? hoop_last_error() : "the alltoall succeeded";
+    board_record(b, rank, st, t0, t1, msg);
+    return emfile_judge(rank, st, msg, t1 - t0);
+}
+
+/* Every rank forms a communicator, EMFILE_RANK with descriptors for
+ * b->mode more, and then sums over the ring. */
+static int emfile_init_rank(int rank, int size, int port, void *arg)
+{
+    board_t *b = arg;
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    cfg.timeout_s = EMFILE_TIMEOUT_S;
+    int rc = rank == EMFILE_RANK ? leave_descriptors(b->mode) : 0;
+    if (rc)
+        return harness_failf(rank, "cannot lower RLIMIT_NOFILE: %s", strerror(-rc));
+    hoop_comm_t *comm = NULL;
+    double t0 = harness_now();
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (st == HOOP_OK) {
+        enum { COUNT = 1 << 16 };
+        static int32_t buf[COUNT];
+        for (int i = 0; i < COUNT; i++)
+            buf[i] = rank + i;
+        st = hoop_allreduce(comm, buf, buf, COUNT, HOOP_I32, HOOP_SUM);
+    }
+    double t1 = harness_now();
+    const char *msg = st ? hoop_last_error() : "formed and summed";
+    board_record(b, rank, st, t0, t1, msg);
+    if (comm)
+        hoop_comm_destroy(comm);
+    return emfile_judge(rank, st, msg, t1 - t0);
+}
+
+static void emfile_report(board_t *b, harness_job_t *job, bool ok, const char *name,
+                          const char *call)
+{
+    enum { N = 4 };
+    const char *sum = board_summary(b, job, 0, N, call);
+    fprintf(stderr, "faults/%s (rank %d out of descriptors; HOOP_TIMEOUT %.0f s):\n%s", name,
+            EMFILE_RANK, EMFILE_TIMEOUT_S, sum);
+    cr_assert(ok,
+              "rank %d, out of file descriptors, must fail with %s naming ulimit -n, and the "
+              "others fail naming it, all within %.0f s:\n%s%s",
+              EMFILE_RANK, hoop_status_str(HOOP_ERR_SYSTEM), EMFILE_BOUND_S, sum, job->report);
+}
+
+Test(faults, out_of_descriptors_before_first_alltoall, .timeout = 120)
+{
+    enum { N = 4 };
+    skip_unless_tcp("out_of_descriptors_before_first_alltoall");
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = EMFILE_TIMEOUT_S;
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < N; r++)
+        cr_assert(harness_spawn_rank(&job, r, N, &base, emfile_alltoall_rank, b) > 0,
+                  "fork failed");
+    bool ok = harness_wait(&job, 90.0, 30.0);
+    emfile_report(b, &job, ok, "out_of_descriptors_before_first_alltoall", "alltoall");
+    board_free(b);
+}
+
+Test(faults, out_of_descriptors_during_init, .timeout = 120)
+{
+    enum { N = 4 };
+    skip_unless_tcp("out_of_descriptors_during_init");
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    /* Forming takes, before the accept of the ring's connection, the
+     * io_uring (none under the poll engine), the connection to the root,
+     * the data port and the connection to the next rank: the accept is
+     * the first to fail. (Where auto falls back to poll, the eventfd of
+     * the communicator's control fails instead, after the ring is up.) */
+    const char *eng = getenv("HOOP_TCP_ENGINE");
+    b->mode = eng && strcmp(eng, "poll") == 0 ? 3 : 4;
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < N; r++)
+        cr_assert(harness_spawn_raw(&job, r, N, emfile_init_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 30.0);
+    emfile_report(b, &job, ok, "out_of_descriptors_during_init", "init + allreduce");
+    board_free(b);
+}
+
+/* Ranks 0, 1 and 3 join first; rank 2 then reaches the root with too few
+ * descriptors left to open its data port (or to list its interfaces): it
+ * cannot join, and the others must hear so at once, not wait out the
+ * bootstrap timeout and blame HOOP_SIZE, HOOP_ROOT and HOOP_TOKEN. */
+Test(faults, out_of_descriptors_while_joining, .timeout = 120)
+{
+    enum { N = 4 };
+    skip_unless_tcp("out_of_descriptors_while_joining (the descriptors counted are the tcp "
+                    "transport's)");
+    board_t *b = board_new();
+    cr_assert(b, "mmap of the board: %s", strerror(errno));
+    /* Once the io_uring (none under poll) and the connection to the root
+     * are open, nothing more. */
+    const char *eng = getenv("HOOP_TCP_ENGINE");
+    b->mode = eng && strcmp(eng, "poll") == 0 ? 1 : 2;
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < N; r++)
+        if (r != EMFILE_RANK)
+            cr_assert(harness_spawn_raw(&job, r, N, emfile_init_rank, b) > 0, "fork failed");
+    bool settled = wait_root_settled(job.port, N - 2, 20.0);
+    cr_assert(harness_spawn_raw(&job, EMFILE_RANK, N, emfile_init_rank, b) > 0, "fork failed");
+    bool ok = harness_wait(&job, 90.0, 30.0);
+    cr_assert(settled, "ranks 1 and 3 were not seen joined within 20 s\n%s", job.report);
+    emfile_report(b, &job, ok, "out_of_descriptors_while_joining", "hoop_comm_init");
     board_free(b);
 }

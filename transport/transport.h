@@ -85,6 +85,9 @@ struct hoop_transport_ops {
     hoop_status_t (*connect)(void *tp, int peer, int channel, const char *peer_host,
                              const uint8_t *handle, uint16_t handle_len, uint64_t comm_id,
                              uint64_t deadline_ns, void **conn);
+    /* HOOP_ERR_ABORTED when a watched descriptor became readable first
+     * (where the transport can wait on them): nothing is lost, and the
+     * caller may accept again. */
     hoop_status_t (*accept)(void *tp, int peer, int channel, const char *peer_host,
                             uint64_t comm_id, uint64_t deadline_ns, void **conn);
     int (*isend)(void *conn, struct hoop_tp_req *req);

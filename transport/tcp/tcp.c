@@ -45,6 +45,11 @@ static hoop_status_t tcp_engine_open(struct tcp_tp *tp)
         tp->eng = &tcp_engine_uring;
         if ((rc = tp->eng->init(tp)) == 0)
             return HOOP_OK;
+        /* Out of descriptors is no refusal: the poll engine's sockets
+         * would fail next. */
+        if (rc == -EMFILE || rc == -ENFILE)
+            return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: io_uring cannot be set "
+                              "up: %s", tp->rank, hoop_errno_str(rc));
         if (only_uring) {
             int refused = rc == -EPERM || rc == -ENOSYS || rc == -EACCES || rc == -EOPNOTSUPP;
             return hoop_error(refused ? HOOP_ERR_UNSUPPORTED : HOOP_ERR_SYSTEM,
@@ -162,6 +167,11 @@ static hoop_status_t tcp_listen(void *vtp, const struct sockaddr *local, socklen
     if (rc)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: cannot listen on %s: %s",
                           tp->rank, ip, hoop_errno_str(rc));
+    char who[64];
+    snprintf(who, sizeof(who), "rank %d: tcp transport", tp->rank);
+    if ((rc = hoop_listener_open(&tp->listener, tp->lfd, 0, who)))
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: %s", tp->rank,
+                          hoop_errno_str(rc));
     socklen_t sl = sizeof(ss);
     getsockname(tp->lfd, (struct sockaddr *)&ss, &sl);
     memset(handle, 0, TCP_HANDLE_BYTES);
@@ -279,7 +289,8 @@ static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *p
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: out of memory", tp->rank);
     hoop_status_t st = HOOP_OK;
     for (int i = 0; i < nsocks && st == HOOP_OK; i++) {
-        int rc = hoop_sock_connect_retry((struct sockaddr *)&ss, len, deadline_ns, &c->socks[i].fd);
+        int rc = hoop_sock_connect_listening((struct sockaddr *)&ss, len, deadline_ns,
+                                             &c->socks[i].fd);
         if (rc == 0) {
             struct hoop_hello h = {.kind = HOOP_HELLO_DATA, .rank = (uint32_t)tp->rank,
                                    .size = (uint32_t)tp->size, .comm_id = comm_id,
@@ -294,8 +305,10 @@ static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *p
         if (rc)
             st = hoop_error(hoop_status_from_errno(rc),
                             "rank %d: tcp transport: connecting to rank %d (%s, %s), socket %d of "
-                            "%d: %s", tp->rank, peer, peer_host, as, i + 1, nsocks,
-                            hoop_errno_str(rc));
+                            "%d: %s%s", tp->rank, peer, peer_host, as, i + 1, nsocks,
+                            hoop_errno_str(rc),
+                            rc == -ECONNREFUSED ? " (it listened there once: it has failed or left)"
+                                                : "");
     }
     if (st) {
         tcp_close(c);
@@ -358,8 +371,9 @@ static int tcp_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
             return 1;
         }
     }
-    HOOP_WARN("rank %d: tcp transport: refused connection from %s (claims rank %u): %s",
-              tp->rank, m->addr_str, h->rank, why ? why : "too many early connections");
+    hoop_log_limited(m->log, tp->listener.who,
+                     "rank %d: tcp transport: refused connection from %s (claims rank %u): %s",
+                     tp->rank, m->addr_str, h->rank, why ? why : "too many early connections");
     return 0;
 }
 
@@ -384,13 +398,36 @@ static hoop_status_t tcp_accept(void *vtp, int peer, int channel, const char *pe
         }
     }
     int rc = 0;
-    if (a.have < c->nsocks) {
-        char who[64];
-        snprintf(who, sizeof(who), "rank %d: tcp transport", tp->rank);
-        rc = hoop_listener_serve(tp->lfd, deadline_ns, 0, tcp_on_hello, &a, who, 1);
+    if (a.have < c->nsocks)
+        rc = hoop_listener_serve(&tp->listener, deadline_ns, tp->watch.fd, tp->watch.n, tcp_on_hello,
+                                 &a);
+    if (rc == -EINTR) {
+        /* The communicator's control spoke: the sockets that came wait for
+         * the next accept, which the caller makes unless it gives up. */
+        for (int i = 0; i < c->nsocks; i++) {
+            struct tcp_stashed *k = c->socks[i].fd >= 0 ? malloc(sizeof(*k)) : NULL;
+            if (!k)
+                continue;
+            *k = (struct tcp_stashed){.next = tp->stash, .fd = c->socks[i].fd, .rank = peer,
+                                      .channel = channel, .index = i};
+            tp->stash = k;
+            tp->nstash++;
+            c->socks[i].fd = -1;
+        }
+        tcp_close(c);
+        return hoop_error(HOOP_ERR_ABORTED,
+                          "rank %d: tcp transport: waiting for rank %d (%s) to connect: woken by "
+                          "a watched descriptor (%d of %d sockets arrived)", tp->rank, peer,
+                          peer_host, a.have, nsocks);
     }
     for (int i = 0; rc == 0 && i < c->nsocks; i++)
         rc = tcp_ready_socket(tp, c->socks[i].fd);
+    if (rc && rc != -ETIMEDOUT) {
+        tcp_close(c);
+        return hoop_error(hoop_status_from_errno(rc),
+                          "rank %d: tcp transport: cannot take the connection of rank %d (%s): %s",
+                          tp->rank, peer, peer_host, hoop_errno_str(rc));
+    }
     if (rc) {
         tcp_close(c);
         return hoop_error(hoop_status_from_errno(rc),
@@ -420,6 +457,7 @@ static void tcp_destroy(void *vtp)
     }
     tp->eng->fini(tp);
     hoop_watch_fini(&tp->watch);
+    hoop_listener_close(&tp->listener);
     if (tp->lfd >= 0)
         close(tp->lfd);
     free(tp);

@@ -5,6 +5,7 @@
 #ifndef HOOP_TRANSPORT_TCP_H
 #define HOOP_TRANSPORT_TCP_H
 
+#include "common/listener.h"
 #include "common/wire.h"
 #include "transport/transport.h"
 #include "transport/watch.h"
@@ -99,6 +100,7 @@ struct tcp_tp {
     int size;
     uint8_t token[HOOP_TOKEN_BYTES];
     int lfd;
+    struct hoop_listener listener; /* over lfd: the connections whose hello is still due */
     int nsocks;        /* HOOP_TCP_NSOCKS; 0 = auto (tcp_auto_nsocks) */
     int sockbuf;
     uint64_t spin_ns;  /* busy-poll this long before sleeping (set_busy_poll) */
