@@ -41,6 +41,7 @@ struct hoop_ring {
     struct hoop_ring_req *p2p_sreq; /* size entries each */
     struct hoop_ring_req *p2p_rreq;
     int *p2p_list;           /* size entries: scratch for hoop_ring_peers' lists */
+    unsigned p2p_made;       /* the sets of direct connections made (HOOP_PEERS_*) */
     uint8_t *work;           /* partial reductions of reduce_scatter and reduce */
     size_t work_bytes;
     uint64_t seq; /* collectives run so far */
@@ -75,10 +76,16 @@ void hoop_ring_close(struct hoop_ring *r);
  * neighbours see this rank leave at once; the ring must not be used again. */
 void hoop_ring_cancel(struct hoop_ring *r);
 
+/* The sets of direct connections a collective needs (hoop_ring_peers). */
+enum { HOOP_PEERS_SMALL = 1, HOOP_PEERS_ALL = 2 };
+
 /* Make sure the direct connections (both directions) with each of
- * peers[0..npeers) exist. Collective: each of those peers must make a call
- * that lists this rank. */
-hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
+ * peers[0..npeers), this rank's part of `set`, exist. Collective: every
+ * rank calls it with the same set, and each of those peers lists this
+ * rank. Whether a set is made yet is the same on every rank (the calls so
+ * far), unlike which connections this rank holds: only that decides
+ * whether the ranks agree and connect, so that all do it or none. */
+hoop_status_t hoop_ring_peers(struct hoop_ring *r, unsigned set, const int *peers, int npeers,
                               uint64_t deadline_ns);
 
 /* Make the work buffer at least `bytes` long. It only grows, and is kept
