@@ -77,10 +77,10 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
 {
     const struct hoop_transport_ops *ops = r->ops;
     const unsigned D = (unsigned)r->depth;
-    uint64_t seq = p->keep_frame ? r->seq
-                                 : hoop_frame_begin(r, p->coll, p->count, p->dtype, p->op, p->root);
-    if (!p->keep_frame)
+    if (!p->keep_frame) {
+        hoop_frame_begin(r, p->coll, p->count, p->dtype, p->op, p->root);
         r->cur.blocks = p->blocks;
+    }
     uint64_t deadline = hoop_deadline_after(timeout_s);
     struct run x = {.p = p, .st = p->steps, .nsteps = p->nsteps, .es = hoop_dtype_size(p->dtype)};
     x.ce = r->chunk_bytes / x.es ? r->chunk_bytes / x.es : 1;
@@ -129,6 +129,8 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
     rdone = rpost;
     unsigned long long shead = 0, stail = 0, rhead = 0, rtail = 0;
     int failed_dir = -1; /* 0 send, 1 receive */
+    /* The confirmation (pipeline.h): 0 not due, 1 to post, 2 posted. */
+    int cfm_r = p->confirm_from_prev, cfm_s = p->confirm_to_next;
     /* A rank that sends its successor no chunk announces itself instead,
      * so that every rank compares its collective with its predecessor's. */
     int err = hoop_frame_announce(r, sbytes_left == 0, rbytes_left == 0);
@@ -234,12 +236,51 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
             normalize(&x, &spost, 1);
             moved = 1;
         }
+        /* After every chunk on the connection, so that it is the last
+         * message either way: received once all receives are posted, sent
+         * once every send is, and by the end once its first chunk is in. */
+        if (cfm_r == 1 && rpost.t >= x.nsteps) {
+            r->cfm_r.tp.buf = NULL;
+            r->cfm_r.tp.len = 0;
+            hoop_frame_expect(r, &r->cfm_r, r->prev, HOOP_FRAME_CONFIRM, 0);
+            if ((err = ops->irecv(r->rx, &r->cfm_r.tp))) {
+                failed_dir = 1;
+                goto fail;
+            }
+            cfm_r = 2;
+            moved = 1;
+        }
+        if (cfm_r == 2 && r->cfm_r.tp.state < 0) {
+            err = r->cfm_r.tp.state;
+            failed_dir = 1;
+            goto fail;
+        }
+        if (cfm_s == 1 && spost.t >= x.nsteps &&
+            (p->confirm_from_prev ? cfm_r == 2 && r->cfm_r.tp.state == 0
+                                  : rhead > 0 || rdone.t >= x.nsteps)) {
+            r->cfm_s.tp.buf = NULL;
+            r->cfm_s.tp.len = 0;
+            hoop_frame_send(r, &r->cfm_s, HOOP_FRAME_CONFIRM, 0);
+            if ((err = ops->isend(r->tx, &r->cfm_s.tp))) {
+                failed_dir = 0;
+                goto fail;
+            }
+            cfm_s = 2;
+            moved = 1;
+        }
+        if (cfm_s == 2 && r->cfm_s.tp.state < 0) {
+            err = r->cfm_s.tp.state;
+            failed_dir = 0;
+            goto fail;
+        }
         int ann = hoop_frame_announced(r);
         if (ann < 0) {
             err = ann;
             goto fail;
         }
-        if (rdone.t >= x.nsteps && spost.t >= x.nsteps && shead == stail && ann)
+        int confirmed = (!cfm_r || (cfm_r == 2 && r->cfm_r.tp.state == 0)) &&
+                        (!cfm_s || (cfm_s == 2 && r->cfm_s.tp.state == 0));
+        if (rdone.t >= x.nsteps && spost.t >= x.nsteps && shead == stail && ann && confirmed)
             return HOOP_OK;
         if (moved)
             continue;
@@ -255,21 +296,29 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
     }
 
 fail:;
-    char step[96], what[128];
+    char step[96], what[160];
     int at_t = failed_dir == 0 ? spost.t : rdone.t;
     phase_name(&x, at_t, step, sizeof(step));
-    if (p->op >= 0)
-        snprintf(what, sizeof(what), "%s #%llu (%zu x %s %s)", p->what, (unsigned long long)seq,
-                 p->count, hoop_dtype_str(p->dtype), hoop_op_str((hoop_op_t)p->op));
-    else
-        snprintf(what, sizeof(what), "%s #%llu (%zu x %s)", p->what, (unsigned long long)seq,
-                 p->count, hoop_dtype_str(p->dtype));
+    /* The call as its frames say it; a part of a call (keep_frame) adds
+     * what it does there. */
+    hoop_frame_what(&r->cur, what, sizeof(what));
+    if (p->keep_frame && p->what) {
+        size_t wl = strlen(what);
+        snprintf(what + wl, sizeof(what) - wl, ", %s", p->what);
+    }
     hoop_ring_cancel(r);
     r->fail_err = err;
     r->fail_peer = failed_dir == 0 ? r->next : r->prev;
     hoop_status_t fst = hoop_frame_status(r, err, what);
     if (fst)
         return fst;
+    if (err == -ETIMEDOUT && cfm_r == 2 && rdone.t >= x.nsteps && shead == stail &&
+        r->cfm_r.tp.state != 0)
+        return hoop_error(HOOP_ERR_TIMEOUT,
+                          "rank %d: %s timed out after %.1f s: its part is done, but %s did not "
+                          "pass on the confirmation that every rank made the same call (is a "
+                          "rank stopped, or slower than HOOP_TIMEOUT allows?)",
+                          r->rank, what, timeout_s, r->prev_desc);
     if (err == -ETIMEDOUT) {
         int on_recv = rhead < rtail || rdone.t < x.nsteps;
         return hoop_error(HOOP_ERR_TIMEOUT,

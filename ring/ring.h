@@ -48,6 +48,7 @@ struct hoop_ring {
     struct hoop_frame cur;   /* what the running collective's frames say */
     struct hoop_ring_req ann_s, ann_r; /* its announcements (frame.h) */
     int ann_posted;          /* bit 0: ann_s, bit 1: ann_r */
+    struct hoop_ring_req cfm_s, cfm_r; /* a chain's confirmation (pipeline.h) */
     char frame_why[640];     /* what the last failed frame check found */
     int fail_err;            /* the last failure's -errno, and the rank it implicates */
     int fail_peer;
