@@ -133,6 +133,11 @@ hoop_status_t hoop_ring_broadcast(struct hoop_ring *r, void *buf, size_t count,
 hoop_status_t hoop_ring_reduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                size_t count, hoop_dtype_t dtype, hoop_op_t op, int root,
                                double timeout_s);
+/* A call of count 0 on this rank (allgather: every block 0): no data, but
+ * matched with the others' call like any other (empty.c). op and root are
+ * -1 where the collective has none; blocks as for allgatherv, else 0. */
+hoop_status_t hoop_ring_empty(struct hoop_ring *r, int coll, hoop_dtype_t dtype, int op, int root,
+                              uint64_t blocks, double timeout_s);
 /* Over direct connections, not the ring. */
 hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                  size_t count, hoop_dtype_t dtype, double timeout_s);

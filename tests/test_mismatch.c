@@ -466,6 +466,82 @@ static void ev_run(const struct ev_case *c)
     munmap(ev_results, EV_MAX * sizeof(struct mm_result));
 }
 
+/* Count 0 on one rank, 1024 on the others (the small path's size for
+ * allreduce), and the other way round: a count-0 call takes part in the
+ * matching like any other. */
+static void ev_zero(int call, const char *zero, const char *full)
+{
+    struct ev_case c = {.nranks = 4, .odd = 1, .usual = {call, 1024, 0}, .odd_side = {call, 0, 0},
+                        .want = {zero, full}};
+    ev_run(&c);
+    c.usual.count = 0;
+    c.odd_side.count = 1024;
+    ev_run(&c);
+}
+
+Test(mismatch, count_zero_allreduce, .timeout = 120)
+{
+    ev_zero(EV_ALLREDUCE, "(0 x i32 sum", "(1024 x i32 sum");
+}
+
+Test(mismatch, count_zero_allreduce_on_the_ring, .timeout = 120)
+{
+    struct ev_case c = {.nranks = 4, .odd = 1, .usual = {EV_ALLREDUCE, MM_BIG, 0},
+                        .odd_side = {EV_ALLREDUCE, 0, 0},
+                        .want = {"(0 x i32 sum", "(1048576 x i32 sum"}};
+    ev_run(&c);
+}
+
+Test(mismatch, count_zero_broadcast, .timeout = 120)
+{
+    ev_zero(EV_BROADCAST, "(0 x i32, root 0)", "(1024 x i32, root 0)");
+}
+
+Test(mismatch, count_zero_reduce, .timeout = 120)
+{
+    ev_zero(EV_REDUCE, "(0 x i32 sum, root 0)", "(1024 x i32 sum, root 0)");
+}
+
+Test(mismatch, count_zero_reduce_scatter, .timeout = 120)
+{
+    ev_zero(EV_REDUCE_SCATTER, "(0 x i32 sum", "(1024 x i32 sum");
+}
+
+/* allgather's frames give the total of the blocks. */
+Test(mismatch, count_zero_allgather, .timeout = 120)
+{
+    ev_zero(EV_ALLGATHER, "(0 x i32", "(4096 x i32");
+}
+
+Test(mismatch, count_zero_allgatherv, .timeout = 120)
+{
+    ev_zero(EV_ALLGATHERV, "(0 x i32", "(4096 x i32");
+}
+
+Test(mismatch, count_zero_alltoall, .timeout = 120)
+{
+    ev_zero(EV_ALLTOALL, "(0 x i32", "(1024 x i32");
+}
+
+/* Calls of count 0 on every rank are matched too: each returns HOOP_OK
+ * and the call after pairs with the same call everywhere; another
+ * collective of count 0 on one rank is a mismatch. */
+Test(mismatch, count_zero_everywhere, .timeout = 240)
+{
+    static const int calls[] = {EV_ALLREDUCE, EV_BROADCAST, EV_REDUCE, EV_REDUCE_SCATTER,
+                                EV_ALLGATHER, EV_ALLGATHERV, EV_ALLTOALL};
+    for (int n = 2; n <= 5; n += 3)
+        for (size_t k = 0; k < sizeof(calls) / sizeof(calls[0]); k++) {
+            struct ev_case c = {.nranks = n, .odd = 1, .usual = {calls[k], 0, 0},
+                                .odd_side = {calls[k], 0, 0}, .all_ok = 1};
+            ev_run(&c);
+        }
+    struct ev_case other = {.nranks = 4, .odd = 1, .usual = {EV_ALLREDUCE, 0, 0},
+                            .odd_side = {EV_REDUCE, 0, 0},
+                            .want = {"allreduce #1", "reduce #1"}};
+    ev_run(&other);
+}
+
 /* One rank passes another root: broadcast and reduce, one chunk and many,
  * at N = 2, 3 and 4. */
 static void ev_root(int call)
