@@ -31,6 +31,7 @@ uint64_t hoop_frame_begin(struct hoop_ring *r, int coll, size_t count, hoop_dtyp
         .root = root < 0 ? HOOP_FRAME_NONE : (uint32_t)root, .sender = (uint32_t)r->rank,
         .seq = ++r->seq, .count = count, .chunk_bytes = (uint32_t)r->chunk_bytes};
     r->ann_posted = 0;
+    r->frame_vague = 0;
     r->fail_err = 0;
     r->fail_peer = -1;
     return r->seq;
@@ -163,6 +164,7 @@ static int frame_check(struct hoop_tp_req *req)
                  "in %s, rank %u (%s) sent a longer message than this rank expected: the ranks "
                  "called different collectives, pass different counts, or differ in a setting "
                  "(HOOP_CHUNK_BYTES, HOOP_SMALL_BYTES)", ww, want->sender, p->host);
+        r->frame_vague = 1;
         return -EBADMSG;
     }
     if (rc || got.sender != want->sender) {

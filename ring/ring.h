@@ -50,6 +50,7 @@ struct hoop_ring {
     int ann_posted;          /* bit 0: ann_s, bit 1: ann_r */
     struct hoop_ring_req cfm_s, cfm_r; /* a chain's confirmation (pipeline.h) */
     char frame_why[640];     /* what the last failed frame check found */
+    int frame_vague;         /* 1: only that a message was longer (its header lost) */
     int fail_err;            /* the last failure's -errno, and the rank it implicates */
     int fail_peer;
     /* Called when a watched descriptor wakes a wait: 0 when what woke it
