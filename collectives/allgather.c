@@ -17,8 +17,12 @@ static hoop_status_t allgather_run(hoop_comm_t *comm, const void *sendbuf,
         total += counts[k];
     if (mine && dst != sendbuf)
         memcpy(dst, sendbuf, mine);
-    if (comm->size == 1 || total == 0)
+    if (comm->size == 1)
         return HOOP_OK;
+    if (total == 0) /* matched with the others' call all the same */
+        return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_ALLGATHER, dtype, -1, -1,
+                                                   hoop_frame_blocks(counts, comm->size),
+                                                   comm->timeout_s));
     return hoop_coll_end(comm, hoop_ring_allgatherv(&comm->ring, recvbuf, counts, displs, dtype,
                                                     comm->timeout_s));
 }

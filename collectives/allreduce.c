@@ -14,8 +14,11 @@ hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvb
         return st;
     size_t bytes = count * hoop_dtype_size(dtype);
     if ((st = hoop_coll_check_bufs(comm, name, sendbuf, bytes, recvbuf, bytes,
-                                   sendbuf == recvbuf)) || !count)
+                                   sendbuf == recvbuf)))
         return st;
+    if (!count && comm->size > 1) /* matched with the others' call all the same */
+        return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_ALLREDUCE, dtype, op, -1,
+                                                   0, comm->timeout_s));
     if (comm->size == 1) {
         /* The reduction of one rank is its input (an average divides by 1). */
         if (sendbuf != recvbuf)

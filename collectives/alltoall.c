@@ -15,8 +15,11 @@ hoop_status_t hoop_alltoall(hoop_comm_t *comm, const void *sendbuf, void *recvbu
         return st;
     size_t bytes = count * hoop_dtype_size(dtype) * (size_t)comm->size;
     /* No in-place form: a block would be overwritten before it is sent. */
-    if ((st = hoop_coll_check_bufs(comm, name, sendbuf, bytes, recvbuf, bytes, 0)) || !count)
+    if ((st = hoop_coll_check_bufs(comm, name, sendbuf, bytes, recvbuf, bytes, 0)))
         return st;
+    if (!count && comm->size > 1) /* matched with the others' call all the same */
+        return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_ALLTOALL, dtype, -1, -1,
+                                                   0, comm->timeout_s));
     if (comm->size == 1) {
         memcpy(recvbuf, sendbuf, bytes);
         return HOOP_OK;

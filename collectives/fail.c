@@ -42,9 +42,15 @@
 #include <unistd.h>
 
 /* In a notice's status: the sender saw the cause itself; the sender is
- * the cause, leaving (exit) in the middle of the collective. */
+ * the cause, leaving (exit) in the middle of the collective; and of a
+ * mismatch, only that a message was longer than its receive (a transport
+ * of whole messages may lose its header), so that another rank's account
+ * with both sides' values is worth a moment's wait. */
 #define FAIL_PRIMARY 0x100
 #define FAIL_EXITED 0x200
+#define FAIL_VAGUE 0x400
+/* How long the root waits for a better account than a vague one. */
+#define FAIL_VAGUE_WAIT_S 0.25
 #define FAIL_WRITE_S 1.0
 
 hoop_status_t hoop_comm_abort(hoop_comm_t *c, const char *reason)
@@ -315,6 +321,26 @@ void hoop_comm_fail_init(hoop_comm_t *c, hoop_status_t st)
                           hoop_deadline_after(FAIL_WRITE_S));
 }
 
+/* Whether a notice (or a closed connection) settles the cause: 1, or 2
+ * when it does only vaguely (FAIL_VAGUE), or 0. */
+static int fail_decides(const struct hoop_notice *m, int heard)
+{
+    if (heard == HEARD_GONE)
+        return 1;
+    if (heard != HEARD_NOTICE || !(m->status & FAIL_PRIMARY))
+        return 0;
+    return m->status & FAIL_VAGUE ? 2 : 1;
+}
+
+/* Of two causes seen, the better account: a mismatch with both sides'
+ * values, then a mismatch known only by a length, then anything else. */
+static int fail_rank_of(const struct hoop_notice *m)
+{
+    if ((m->status & 0xff) != HOOP_ERR_MISMATCH)
+        return 0;
+    return m->status & FAIL_VAGUE ? 1 : 2;
+}
+
 /* The root: gather notices until the cause is known, name it. */
 static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct hoop_notice *v)
 {
@@ -324,21 +350,25 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
     struct pollfd *pfd = calloc((size_t)n, sizeof(*pfd));
     int *who = calloc((size_t)n, sizeof(*who));
     *v = *mine;
-    v->status &= ~FAIL_PRIMARY;
+    v->status &= 0xff;
     if (!heard || !got || !pfd || !who)
         goto out;
     got[0] = *mine;
     heard[0] = HEARD_NOTICE;
     uint64_t deadline = hoop_deadline_after(c->fail_grace_s);
-    int decided = (mine->status & FAIL_PRIMARY) != 0;
+    /* 1: the cause is known; 2: only vaguely, and a better account may
+     * come within FAIL_VAGUE_WAIT_S. */
+    int decided = fail_decides(mine, HEARD_NOTICE);
     for (int k = 1; k < n && c->ctl_heard; k++) {
         /* What the collective's waits read already. */
         heard[k] = c->ctl_heard[k];
         got[k] = c->ctl_got[k];
-        if (heard[k] == HEARD_GONE || (heard[k] == HEARD_NOTICE && (got[k].status & FAIL_PRIMARY)))
-            decided = 1;
+        int d = fail_decides(&got[k], heard[k]);
+        decided = d == 1 || decided == 1 ? 1 : d ? d : decided;
     }
-    while (!decided) {
+    if (decided == 2 && hoop_deadline_after(FAIL_VAGUE_WAIT_S) < deadline)
+        deadline = hoop_deadline_after(FAIL_VAGUE_WAIT_S);
+    while (decided != 1) {
         int np = 0;
         for (int k = 1; k < n; k++)
             if (heard[k] == HEARD_NOTHING) {
@@ -356,9 +386,11 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
                 continue;
             int k = who[i];
             heard[k] = ctl_read(c, k, &got[k]);
-            if (heard[k] == HEARD_GONE ||
-                (heard[k] == HEARD_NOTICE && (got[k].status & FAIL_PRIMARY)))
-                decided = 1;
+            int d = fail_decides(&got[k], heard[k]);
+            if (d == 2 && decided == 0 && hoop_deadline_after(FAIL_VAGUE_WAIT_S) < deadline)
+                deadline = hoop_deadline_after(FAIL_VAGUE_WAIT_S);
+            if (d == 1 || (d == 2 && decided == 0))
+                decided = d;
         }
     }
     for (int k = 0; k < n; k++)
@@ -378,7 +410,8 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
         else if (heard[k] == HEARD_GONE && dead < 0)
             dead = k;
         else if (heard[k] == HEARD_NOTICE && (got[k].status & FAIL_PRIMARY) &&
-                 (cause < 0 || (got[k].status & 0xff) == HOOP_ERR_MISMATCH))
+                 (cause < 0 || fail_rank_of(&got[k]) > fail_rank_of(&got[cause]) ||
+                  (fail_rank_of(&got[k]) && fail_rank_of(&got[k]) == fail_rank_of(&got[cause]))))
             cause = k;
         else if (heard[k] == HEARD_NOTHING && k > 0) {
             if (silent < 0)
@@ -503,6 +536,7 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
     }
     snprintf(mine.why, sizeof(mine.why), "%s", hoop_last_error());
     mine.status |= primary ? FAIL_PRIMARY : 0;
+    mine.status |= primary && st == HOOP_ERR_MISMATCH && r->frame_vague ? FAIL_VAGUE : 0;
 
     struct hoop_notice v;
     double waited = 0;

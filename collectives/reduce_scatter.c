@@ -17,8 +17,9 @@ hoop_status_t hoop_reduce_scatter(hoop_comm_t *comm, const void *sendbuf, void *
     if ((st = hoop_coll_check_bufs(comm, name, sendbuf, bytes * (size_t)comm->size, recvbuf, bytes,
                                    in_place)))
         return st;
-    if (!recvcount)
-        return HOOP_OK;
+    if (!recvcount && comm->size > 1) /* matched with the others' call all the same */
+        return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_REDUCE_SCATTER, dtype,
+                                                   op, -1, 0, comm->timeout_s));
     if (comm->size == 1) {
         if (recvbuf != sendbuf)
             memcpy(recvbuf, sendbuf, bytes);

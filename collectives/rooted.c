@@ -17,8 +17,11 @@ hoop_status_t hoop_broadcast(hoop_comm_t *comm, const void *sendbuf, void *recvb
     size_t bytes = count * hoop_dtype_size(dtype);
     int is_root = comm->rank == root;
     if ((st = hoop_coll_check_bufs(comm, name, is_root ? sendbuf : NULL, is_root ? bytes : 0,
-                                   recvbuf, bytes, sendbuf == recvbuf)) || !count)
+                                   recvbuf, bytes, sendbuf == recvbuf)))
         return st;
+    if (!count && comm->size > 1) /* matched with the others' call all the same */
+        return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_BROADCAST, dtype, -1,
+                                                   root, 0, comm->timeout_s));
     if (is_root && sendbuf != recvbuf)
         memcpy(recvbuf, sendbuf, bytes);
     if (comm->size == 1)
@@ -39,8 +42,11 @@ hoop_status_t hoop_reduce(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
     size_t bytes = count * hoop_dtype_size(dtype);
     int is_root = comm->rank == root;
     if ((st = hoop_coll_check_bufs(comm, name, sendbuf, bytes, is_root ? recvbuf : NULL,
-                                   is_root ? bytes : 0, sendbuf == recvbuf)) || !count)
+                                   is_root ? bytes : 0, sendbuf == recvbuf)))
         return st;
+    if (!count && comm->size > 1) /* matched with the others' call all the same */
+        return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_REDUCE, dtype, op, root,
+                                                   0, comm->timeout_s));
     if (comm->size == 1) {
         if (sendbuf != recvbuf)
             memcpy(recvbuf, sendbuf, bytes);

@@ -20,7 +20,7 @@ hoop_status_t hoop_ring_allgatherv(struct hoop_ring *r, void *recvbuf, const siz
             .recv_off = displs[b], .recv_len = counts[b], .phase = "allgather",
             .phase_step = s + 1, .phase_steps = n - 1};
     }
-    struct hoop_pipe p = {.coll = HOOP_COLL_ALLGATHER, .root = -1, .what = "allgather", .input = recvbuf, .output = recvbuf,
+    struct hoop_pipe p = {.coll = HOOP_COLL_ALLGATHER, .root = -1, .input = recvbuf, .output = recvbuf,
                           .count = total, .dtype = dtype, .op = -1,
                           .blocks = hoop_frame_blocks(counts, n), .nsteps = n - 1, .steps = st};
     return hoop_ring_run(r, &p, timeout_s);

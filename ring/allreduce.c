@@ -52,14 +52,14 @@ static hoop_status_t ring_allreduce(struct hoop_ring *r, int coll, const char *w
 hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                   size_t count, hoop_dtype_t dtype, hoop_op_t op, double timeout_s)
 {
-    return ring_allreduce(r, HOOP_COLL_ALLREDUCE, "allreduce", sendbuf, recvbuf, count, dtype, op,
+    return ring_allreduce(r, HOOP_COLL_ALLREDUCE, NULL, sendbuf, recvbuf, count, dtype, op,
                           timeout_s, 0);
 }
 
 hoop_status_t hoop_ring_barrier(struct hoop_ring *r, double timeout_s)
 {
     unsigned char b = 0;
-    return ring_allreduce(r, HOOP_COLL_BARRIER, "barrier", &b, &b, 1, HOOP_U8, HOOP_MAX, timeout_s,
+    return ring_allreduce(r, HOOP_COLL_BARRIER, NULL, &b, &b, 1, HOOP_U8, HOOP_MAX, timeout_s,
                           0);
 }
 

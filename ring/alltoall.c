@@ -29,7 +29,7 @@ hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void 
     for (int q = 0; q < n; q++)
         if (q != me)
             list[np++] = q;
-    if ((st = hoop_ring_peers(r, list, np, deadline))) {
+    if ((st = hoop_ring_peers(r, HOOP_PEERS_ALL, list, np, deadline))) {
         hoop_ring_cancel(r);
         if (r->fail_err)
             return st; /* the agreement's own sentence */
@@ -90,28 +90,36 @@ hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void 
     }
     if (!err)
         return HOOP_OK;
-fail:
+fail:;
+    /* Whom it still waits for, before the cancel ends every request. */
+    int waiting = -1;
+    for (int s = 1; s < n && waiting < 0 && err == -ETIMEDOUT; s++) {
+        int p = (me - s + n) % n;
+        if (r->p2p_rreq[p].tp.state == HOOP_REQ_PENDING)
+            waiting = p;
+    }
+    if (waiting < 0)
+        waiting = r->prev; /* its announcement, or nothing sent yet */
     hoop_ring_cancel(r);
     r->fail_err = err;
-    r->fail_peer = bad_peer >= 0 ? bad_peer : r->prev;
+    r->fail_peer = bad_peer >= 0 ? bad_peer : err == -ETIMEDOUT ? waiting : r->prev;
     if ((st = hoop_frame_status(r, err, what)))
         return st;
     if (err == -ETIMEDOUT) {
-        int waiting = -1;
-        for (int p = 0; p < n && waiting < 0; p++)
-            if (p != me && r->p2p_rreq[p].tp.state == HOOP_REQ_PENDING)
-                waiting = p;
-        if (waiting < 0 && hoop_frame_announced(r) == 0)
-            waiting = r->prev;
         return hoop_error(HOOP_ERR_TIMEOUT,
                           "rank %d: alltoall #%llu (%zu x %s per rank) timed out after %.1f s: "
                           "still waiting for data from rank %d (%s)", me, (unsigned long long)seq,
                           count, hoop_dtype_str(dtype), timeout_s, waiting,
-                          waiting >= 0 ? r->peers[waiting].host : "?");
+                          r->peers[waiting].host);
     }
+    if (bad_peer < 0) /* the wait itself failed, not a request */
+        return hoop_error(hoop_status_from_errno(err),
+                          "rank %d: alltoall #%llu (%zu x %s per rank): waiting for the other "
+                          "ranks failed: %s", me, (unsigned long long)seq, count,
+                          hoop_dtype_str(dtype), hoop_ring_errno_str(r, err));
     return hoop_error(hoop_status_from_errno(err),
                       "rank %d: alltoall #%llu (%zu x %s per rank): %s rank %d (%s) failed: %s", me,
                       (unsigned long long)seq, count, hoop_dtype_str(dtype),
-                      dir ? "receive from" : "send to", bad_peer,
-                      bad_peer >= 0 ? r->peers[bad_peer].host : "?", hoop_ring_errno_str(r, err));
+                      dir ? "receive from" : "send to", bad_peer, r->peers[bad_peer].host,
+                      hoop_ring_errno_str(r, err));
 }

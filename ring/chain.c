@@ -5,7 +5,11 @@
  * S/bandwidth + (N-2) chunks, and every link carries the buffer once.
  * reduce: root+1 -> root+2 -> ... -> root; each rank reduces what arrives
  * with its own input (into the work buffer) and forwards it; root reduces
- * into recvbuf. */
+ * into recvbuf.
+ * Only the end of the chain hears from every rank: its confirmation goes
+ * around the ring to the rank before it (pipeline.h), N-1 hops of a bare
+ * header after the end's first chunk, so that a rank that passed another
+ * root or count fails the call on every rank. */
 #include "ring/pipeline.h"
 
 hoop_status_t hoop_ring_broadcast(struct hoop_ring *r, void *buf, size_t count,
@@ -23,8 +27,9 @@ hoop_status_t hoop_ring_broadcast(struct hoop_ring *r, void *buf, size_t count,
         st[nsteps++] = (struct hoop_step){.send_buf = HOOP_BUF_OUTPUT, .send_len = count,
                                           .send_dep = pos > 0, .phase = "broadcast forward",
                                           .phase_steps = 1};
-    struct hoop_pipe p = {.coll = HOOP_COLL_BROADCAST, .root = root, .what = "broadcast", .input = buf, .output = buf, .count = count,
-                          .dtype = dtype, .op = -1, .nsteps = nsteps, .steps = st};
+    struct hoop_pipe p = {.coll = HOOP_COLL_BROADCAST, .root = root, .input = buf, .output = buf, .count = count,
+                          .dtype = dtype, .op = -1, .nsteps = nsteps, .steps = st,
+                          .confirm_from_prev = pos != n - 1, .confirm_to_next = pos != n - 2};
     return hoop_ring_run(r, &p, timeout_s);
 }
 
@@ -51,7 +56,8 @@ hoop_status_t hoop_ring_reduce(struct hoop_ring *r, const void *sendbuf, void *r
         st[nsteps++] = (struct hoop_step){.send_buf = pos == 0 ? HOOP_BUF_INPUT : HOOP_BUF_WORK,
                                           .send_len = count, .send_dep = pos > 0,
                                           .phase = "reduce forward", .phase_steps = 1};
-    struct hoop_pipe p = {.coll = HOOP_COLL_REDUCE, .root = root, .what = "reduce", .input = sendbuf, .output = recvbuf, .count = count,
-                          .dtype = dtype, .op = op, .nsteps = nsteps, .steps = st};
+    struct hoop_pipe p = {.coll = HOOP_COLL_REDUCE, .root = root, .input = sendbuf, .output = recvbuf, .count = count,
+                          .dtype = dtype, .op = op, .nsteps = nsteps, .steps = st,
+                          .confirm_from_prev = pos != n - 1, .confirm_to_next = pos != n - 2};
     return hoop_ring_run(r, &p, timeout_s);
 }

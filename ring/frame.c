@@ -32,6 +32,7 @@ uint64_t hoop_frame_begin(struct hoop_ring *r, int coll, size_t count, hoop_dtyp
         .root = root < 0 ? HOOP_FRAME_NONE : (uint32_t)root, .sender = (uint32_t)r->rank,
         .seq = ++r->seq, .count = count, .chunk_bytes = (uint32_t)r->chunk_bytes};
     r->ann_posted = 0;
+    r->frame_vague = 0;
     r->fail_err = 0;
     r->fail_peer = -1;
     atomic_store_explicit(&r->running_coll, coll, memory_order_relaxed);
@@ -105,6 +106,8 @@ static void frame_where(const struct hoop_frame *f, char *out, size_t n)
 {
     if (f->step == HOOP_FRAME_ANNOUNCE)
         snprintf(out, n, "its announcement");
+    else if (f->step == HOOP_FRAME_CONFIRM)
+        snprintf(out, n, "its confirmation");
     else if (f->step >= HOOP_FRAME_SMALL)
         snprintf(out, n, "round %u of recursive doubling (%llu bytes)",
                  f->step - HOOP_FRAME_SMALL, (unsigned long long)f->len);
@@ -119,6 +122,33 @@ static int frame_blank(const uint8_t *h)
         if (h[i])
             return 0;
     return 1;
+}
+
+/* The arguments of f that differ from g's: "root 0 and count 5". */
+static void frame_args(const struct hoop_frame *f, const struct hoop_frame *g, char *out, size_t n)
+{
+    size_t l = 0;
+    out[0] = 0;
+#define ARG(...)                                                                                  \
+    do {                                                                                          \
+        if (l < n)                                                                                \
+            l += (size_t)snprintf(out + l, n - l, "%s", l ? " and " : "");                        \
+        if (l < n)                                                                                \
+            l += (size_t)snprintf(out + l, n - l, __VA_ARGS__);                                   \
+    } while (0)
+    if (f->root != g->root) {
+        if (f->root == HOOP_FRAME_NONE)
+            ARG("no root");
+        else
+            ARG("root %u", f->root);
+    }
+    if (f->count != g->count)
+        ARG("count %llu", (unsigned long long)f->count);
+    if (f->dtype != g->dtype)
+        ARG("dtype %s", f->dtype < HOOP_DTYPE_COUNT ? hoop_dtype_str((hoop_dtype_t)f->dtype) : "?");
+    if (f->op != g->op)
+        ARG("op %s", f->op < HOOP_OP_COUNT ? hoop_op_str((hoop_op_t)f->op) : "(none)");
+#undef ARG
 }
 
 static int frame_check(struct hoop_tp_req *req)
@@ -138,6 +168,7 @@ static int frame_check(struct hoop_tp_req *req)
                  "in %s, rank %u (%s) sent a longer message than this rank expected: the ranks "
                  "called different collectives, pass different counts, or differ in a setting "
                  "(HOOP_CHUNK_BYTES, HOOP_SMALL_BYTES)", ww, want->sender, p->host);
+        r->frame_vague = 1;
         return -EBADMSG;
     }
     if (rc || got.sender != want->sender) {
@@ -154,13 +185,25 @@ static int frame_check(struct hoop_tp_req *req)
                  h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
         return -EPROTO;
     }
-    if (got.coll != want->coll || got.seq != want->seq || got.count != want->count ||
-        got.dtype != want->dtype || got.op != want->op || got.root != want->root) {
+    if (got.coll != want->coll || got.seq != want->seq) {
         hoop_frame_what(&got, gw, sizeof(gw));
         hoop_frame_what(want, ww, sizeof(ww));
         snprintf(r->frame_why, sizeof(r->frame_why),
                  "ranks called different collectives: rank %u (%s) is in %s, this rank in %s",
                  want->sender, p->host, gw, ww);
+        return -EBADMSG;
+    }
+    if (got.count != want->count || got.dtype != want->dtype || got.op != want->op ||
+        got.root != want->root) {
+        /* The same call with other arguments: say which. */
+        char theirs[96], mine[96];
+        frame_args(&got, want, theirs, sizeof(theirs));
+        frame_args(want, &got, mine, sizeof(mine));
+        hoop_frame_what(&got, gw, sizeof(gw));
+        hoop_frame_what(want, ww, sizeof(ww));
+        snprintf(r->frame_why, sizeof(r->frame_why),
+                 "rank %u (%s) passed %s where this rank passed %s: it is in %s, this rank in %s",
+                 want->sender, p->host, theirs, mine, gw, ww);
         return -EBADMSG;
     }
     if (got.chunk_bytes != want->chunk_bytes) {

@@ -32,6 +32,9 @@ enum hoop_coll_kind {
 
 /* The step of an announcement. */
 #define HOOP_FRAME_ANNOUNCE 0xfffffffeu
+/* The step of a chain's confirmation (pipeline.h): the end of the chain
+ * has heard from every rank, and every rank made the same call. */
+#define HOOP_FRAME_CONFIRM 0xfffffffdu
 /* The steps of the small-message path: this plus its round, so that no
  * frame of it reads as a step of the ring. */
 #define HOOP_FRAME_SMALL 0x80000000u

@@ -8,14 +8,15 @@
 
 #include <errno.h>
 
-hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
+hoop_status_t hoop_ring_peers(struct hoop_ring *r, unsigned set, const int *peers, int npeers,
                               uint64_t deadline_ns)
 {
     hoop_status_t st;
-    int missing = 0;
-    for (int i = 0; i < npeers; i++)
-        missing |= !r->peer_tx[peers[i]] || !r->peer_rx[peers[i]];
-    if (!missing)
+    /* Not "does this rank miss a connection": at N = 3 the small path
+     * leaves rank 0 connected to both others and ranks 1 and 2 not to each
+     * other, and a rank 0 that skipped the agreement would leave them
+     * waiting in it. */
+    if (r->p2p_made & set)
         return HOOP_OK;
     /* The ranks agree on the collective first: a rank whose neighbours are
      * in another collective learns it here, instead of waiting for
@@ -61,5 +62,7 @@ hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
                 return st;
         }
     }
+    /* Every pair covers the small path's pairs too. */
+    r->p2p_made |= set == HOOP_PEERS_ALL ? HOOP_PEERS_ALL | HOOP_PEERS_SMALL : set;
     return HOOP_OK;
 }

@@ -38,6 +38,8 @@ struct run {
     struct cursor spost, rpost, rdone; /* next send, next receive to post, next not in */
     unsigned long long shead, stail, rhead, rtail;
     int failed_dir; /* 0 send, 1 receive, -1 neither */
+    /* The confirmation (pipeline.h): 0 not due, 1 to post, 2 posted. */
+    int cfm_r, cfm_s;
     /* Per receive slot (not cleared: written when a receive is posted). */
     struct rmeta meta[HOOP_RING_DEPTH_MAX];
     unsigned char slot_of[HOOP_RING_DEPTH_MAX];
@@ -138,6 +140,8 @@ static void run_init(struct run *x, struct hoop_ring *r, const struct hoop_pipe 
     normalize(x, &x->rpost, 0);
     x->rdone = x->rpost;
     x->failed_dir = -1;
+    x->cfm_r = p->confirm_from_prev;
+    x->cfm_s = p->confirm_to_next;
 }
 
 /* Received chunks, in order: reduce into place, free the slot. Returns 1
@@ -272,6 +276,58 @@ static int post_sends(struct run *x)
     return moved;
 }
 
+/* The chain's confirmation, after every chunk on the connection, so that
+ * it is the last message either way: received once all receives are
+ * posted, sent once every send is, and by the end once its first chunk is
+ * in. Returns 1 when one was posted, 0 when none, -errno on a failure. */
+static int post_confirm(struct run *x)
+{
+    struct hoop_ring *r = x->r;
+    const struct hoop_pipe *p = x->p;
+    int moved = 0, rc;
+    if (x->cfm_r == 1 && x->rpost.t >= x->nsteps) {
+        r->cfm_r.tp.buf = NULL;
+        r->cfm_r.tp.len = 0;
+        hoop_frame_expect(r, &r->cfm_r, r->prev, HOOP_FRAME_CONFIRM, 0);
+        if ((rc = r->ops->irecv(r->rx, &r->cfm_r.tp))) {
+            x->failed_dir = 1;
+            return rc;
+        }
+        x->cfm_r = 2;
+        moved = 1;
+    }
+    if (x->cfm_r == 2 && r->cfm_r.tp.state < 0) {
+        x->failed_dir = 1;
+        return r->cfm_r.tp.state;
+    }
+    if (x->cfm_s == 1 && x->spost.t >= x->nsteps &&
+        (p->confirm_from_prev ? x->cfm_r == 2 && r->cfm_r.tp.state == 0
+                              : x->rhead > 0 || x->rdone.t >= x->nsteps)) {
+        r->cfm_s.tp.buf = NULL;
+        r->cfm_s.tp.len = 0;
+        hoop_frame_send(r, &r->cfm_s, HOOP_FRAME_CONFIRM, 0);
+        if ((rc = r->ops->isend(r->tx, &r->cfm_s.tp))) {
+            x->failed_dir = 0;
+            return rc;
+        }
+        x->cfm_s = 2;
+        moved = 1;
+    }
+    if (x->cfm_s == 2 && r->cfm_s.tp.state < 0) {
+        x->failed_dir = 0;
+        return r->cfm_s.tp.state;
+    }
+    return moved;
+}
+
+/* Whether the confirmations due have come and gone. */
+static int run_confirmed(const struct run *x)
+{
+    const struct hoop_ring *r = x->r;
+    return (!x->cfm_r || (x->cfm_r == 2 && r->cfm_r.tp.state == 0)) &&
+           (!x->cfm_s || (x->cfm_s == 2 && r->cfm_s.tp.state == 0));
+}
+
 /* One turn of the engine: take in what ended, post what may go. Returns 1
  * when anything moved, 0 when nothing did, -errno on a failure. */
 static int run_turn(struct run *x)
@@ -288,30 +344,41 @@ static int run_turn(struct run *x)
     moved |= rc;
     if ((rc = post_sends(x)) < 0)
         return rc;
+    moved |= rc;
+    if ((rc = post_confirm(x)) < 0)
+        return rc;
     return moved | rc;
 }
 
 /* After err: cancel the transport and say what failed, in which step,
  * with which peer. */
-static hoop_status_t run_failed(struct run *x, int err, uint64_t seq, double timeout_s)
+static hoop_status_t run_failed(struct run *x, int err, double timeout_s)
 {
     struct hoop_ring *r = x->r;
     const struct hoop_pipe *p = x->p;
-    char step[96], what[128];
+    char step[96], what[160];
     int at_t = x->failed_dir == 0 ? x->spost.t : x->rdone.t;
     phase_name(x, at_t, step, sizeof(step));
-    if (p->op >= 0)
-        snprintf(what, sizeof(what), "%s #%llu (%zu x %s %s)", p->what, (unsigned long long)seq,
-                 p->count, hoop_dtype_str(p->dtype), hoop_op_str((hoop_op_t)p->op));
-    else
-        snprintf(what, sizeof(what), "%s #%llu (%zu x %s)", p->what, (unsigned long long)seq,
-                 p->count, hoop_dtype_str(p->dtype));
+    /* The call as its frames say it; a part of a call (keep_frame) adds
+     * what it does there. */
+    hoop_frame_what(&r->cur, what, sizeof(what));
+    if (p->keep_frame && p->what) {
+        size_t wl = strlen(what);
+        snprintf(what + wl, sizeof(what) - wl, ", %s", p->what);
+    }
     hoop_ring_cancel(r);
     r->fail_err = err;
     r->fail_peer = x->failed_dir == 0 ? r->next : r->prev;
     hoop_status_t fst = hoop_frame_status(r, err, what);
     if (fst)
         return fst;
+    if (err == -ETIMEDOUT && x->cfm_r == 2 && x->rdone.t >= x->nsteps && x->shead == x->stail &&
+        r->cfm_r.tp.state != 0)
+        return hoop_error(HOOP_ERR_TIMEOUT,
+                          "rank %d: %s timed out after %.1f s: its part is done, but %s did not "
+                          "pass on the confirmation that every rank made the same call (is a "
+                          "rank stopped, or slower than HOOP_TIMEOUT allows?)",
+                          r->rank, what, timeout_s, r->prev_desc);
     if (err == -ETIMEDOUT) {
         int on_recv = x->rhead < x->rtail || x->rdone.t < x->nsteps;
         return hoop_error(HOOP_ERR_TIMEOUT,
@@ -335,10 +402,10 @@ static hoop_status_t run_failed(struct run *x, int err, uint64_t seq, double tim
 
 hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, double timeout_s)
 {
-    uint64_t seq = p->keep_frame ? r->seq
-                                 : hoop_frame_begin(r, p->coll, p->count, p->dtype, p->op, p->root);
-    if (!p->keep_frame)
+    if (!p->keep_frame) {
+        hoop_frame_begin(r, p->coll, p->count, p->dtype, p->op, p->root);
         r->cur.blocks = p->blocks;
+    }
     uint64_t deadline = hoop_deadline_after(timeout_s);
     struct run x;
     run_init(&x, r, p);
@@ -346,22 +413,23 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
      * so that every rank compares its collective with its predecessor's. */
     int err = hoop_frame_announce(r, x.sbytes_left == 0, x.rbytes_left == 0);
     if (err)
-        return run_failed(&x, err, seq, timeout_s);
+        return run_failed(&x, err, timeout_s);
     for (;;) {
         int moved = run_turn(&x);
         if (moved < 0)
-            return run_failed(&x, moved, seq, timeout_s);
+            return run_failed(&x, moved, timeout_s);
         int ann = hoop_frame_announced(r);
         if (ann < 0)
-            return run_failed(&x, ann, seq, timeout_s);
-        if (x.rdone.t >= x.nsteps && x.spost.t >= x.nsteps && x.shead == x.stail && ann)
+            return run_failed(&x, ann, timeout_s);
+        if (x.rdone.t >= x.nsteps && x.spost.t >= x.nsteps && x.shead == x.stail && ann &&
+            run_confirmed(&x))
             return HOOP_OK;
         if (moved)
             continue;
         int rc = hoop_ring_progress(r, deadline);
         if (rc < 0)
-            return run_failed(&x, rc, seq, timeout_s);
+            return run_failed(&x, rc, timeout_s);
         if (rc == 0 && hoop_now_ns() >= deadline)
-            return run_failed(&x, -ETIMEDOUT, seq, timeout_s);
+            return run_failed(&x, -ETIMEDOUT, timeout_s);
     }
 }

@@ -41,13 +41,21 @@ struct hoop_pipe {
     int coll;         /* enum hoop_coll_kind, for the frames */
     int root;         /* for the frames; -1 for none */
     int keep_frame;   /* part of the collective already begun: its frames, its number */
-    const char *what; /* "allreduce", ... */
+    const char *what; /* keep_frame: what this part does, for sentences; or NULL */
     const void *input;
     void *output;
-    size_t count;     /* for sentences */
+    size_t count;     /* for the frames */
     hoop_dtype_t dtype;
     int op;           /* hoop_op_t, or -1 for none */
     uint64_t blocks;  /* allgatherv: hoop_frame_blocks() of the block counts; 0 */
+    /* A chain (chain.c): only its end hears, through the chunks, from
+     * every rank, so only it knows that every rank made the same call.
+     * Once its first chunk has matched it sends a confirmation to next,
+     * which passes it on once its own chunks are sent, around the ring to
+     * the rank before the end; no rank returns before it has it, so none
+     * returns HOOP_OK while another fails the call. */
+    int confirm_from_prev; /* wait for the confirmation from prev */
+    int confirm_to_next;   /* send it to next (the end: first) */
     int nsteps;
     struct hoop_step *steps; /* the ring's table, filled by the caller */
 };

@@ -29,7 +29,7 @@ hoop_status_t hoop_ring_reduce_scatter(struct hoop_ring *r, const void *sendbuf,
             .avg_n = (op == HOOP_AVG && last) ? n : 0, .phase = "reduce-scatter",
             .phase_step = t + 1, .phase_steps = n - 1};
     }
-    struct hoop_pipe p = {.coll = HOOP_COLL_REDUCE_SCATTER, .root = -1, .what = "reduce_scatter", .input = sendbuf, .output = recvbuf,
+    struct hoop_pipe p = {.coll = HOOP_COLL_REDUCE_SCATTER, .root = -1, .input = sendbuf, .output = recvbuf,
                           .count = recvcount, .dtype = dtype, .op = op, .nsteps = n - 1,
                           .steps = st};
     return hoop_ring_run(r, &p, timeout_s);

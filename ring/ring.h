@@ -42,6 +42,7 @@ struct hoop_ring {
     struct hoop_ring_req *p2p_sreq; /* size entries each */
     struct hoop_ring_req *p2p_rreq;
     int *p2p_list;           /* size entries: scratch for hoop_ring_peers' lists */
+    unsigned p2p_made;       /* the sets of direct connections made (HOOP_PEERS_*) */
     uint8_t *work;           /* partial reductions of reduce_scatter and reduce */
     size_t work_bytes;
     uint64_t seq; /* collectives run so far */
@@ -53,7 +54,9 @@ struct hoop_ring {
     struct hoop_frame cur;   /* what the running collective's frames say */
     struct hoop_ring_req ann_s, ann_r; /* its announcements (frame.h) */
     int ann_posted;          /* bit 0: ann_s, bit 1: ann_r */
+    struct hoop_ring_req cfm_s, cfm_r; /* a chain's confirmation (pipeline.h) */
     char frame_why[640];     /* what the last failed frame check found */
+    int frame_vague;         /* 1: only that a message was longer (its header lost) */
     int fail_err;            /* the last failure's -errno, and the rank it implicates */
     int fail_peer;
     /* Called when a watched descriptor wakes a wait: 0 when what woke it
@@ -91,10 +94,16 @@ void hoop_ring_close(struct hoop_ring *r);
  * neighbours see this rank leave at once; the ring must not be used again. */
 void hoop_ring_cancel(struct hoop_ring *r);
 
+/* The sets of direct connections a collective needs (hoop_ring_peers). */
+enum { HOOP_PEERS_SMALL = 1, HOOP_PEERS_ALL = 2 };
+
 /* Make sure the direct connections (both directions) with each of
- * peers[0..npeers) exist. Collective: each of those peers must make a call
- * that lists this rank. */
-hoop_status_t hoop_ring_peers(struct hoop_ring *r, const int *peers, int npeers,
+ * peers[0..npeers), this rank's part of `set`, exist. Collective: every
+ * rank calls it with the same set, and each of those peers lists this
+ * rank. Whether a set is made yet is the same on every rank (the calls so
+ * far), unlike which connections this rank holds: only that decides
+ * whether the ranks agree and connect, so that all do it or none. */
+hoop_status_t hoop_ring_peers(struct hoop_ring *r, unsigned set, const int *peers, int npeers,
                               uint64_t deadline_ns);
 
 /* Make the work buffer at least `bytes` long. It only grows, and is kept
@@ -141,6 +150,11 @@ hoop_status_t hoop_ring_broadcast(struct hoop_ring *r, void *buf, size_t count,
 hoop_status_t hoop_ring_reduce(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                size_t count, hoop_dtype_t dtype, hoop_op_t op, int root,
                                double timeout_s);
+/* A call of count 0 on this rank (allgather: every block 0): no data, but
+ * matched with the others' call like any other (empty.c). op and root are
+ * -1 where the collective has none; blocks as for allgatherv, else 0. */
+hoop_status_t hoop_ring_empty(struct hoop_ring *r, int coll, hoop_dtype_t dtype, int op, int root,
+                              uint64_t blocks, double timeout_s);
 /* Over direct connections, not the ring. */
 hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                  size_t count, hoop_dtype_t dtype, double timeout_s);

