@@ -27,9 +27,11 @@ LIB_CFLAGS = $(ALL_CFLAGS) -fPIC -fvisibility=hidden $(ISA_FLAGS)
 VERBS_LIBS   := $(shell $(PKG_CONFIG) --libs libibverbs 2>/dev/null || echo -libverbs)
 LDLIBS   := $(URING_LIBS) $(VERBS_LIBS) -pthread -lm
 
-LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c ring/*.c collectives/*.c))
+LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c ring/*.c collectives/*.c \
+                              engine/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
-LIB_HDRS := $(wildcard include/*.h common/*.h bootstrap/*.h transport/*.h ring/*.h collectives/*.h)
+LIB_HDRS := $(wildcard include/*.h common/*.h bootstrap/*.h transport/*.h ring/*.h collectives/*.h \
+                      engine/*.h)
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
@@ -207,6 +209,7 @@ bench: all
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/hoop.h $(DESTDIR)$(PREFIX)/include/hoop.h
+	install -m 644 include/hoop_engine.h $(DESTDIR)$(PREFIX)/include/hoop_engine.h
 	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/libhoop.a
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libhoop.so.$(VERSION)
 	ln -sf libhoop.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)

@@ -1,0 +1,481 @@
+/* test_async.c - the engine of hoop_engine.h (named operations enqueued from
+ * any thread, negotiated, fused, cached) over real processes on loopback.
+ *
+ * (test_engine.c is about the TCP transport's engines, HOOP_TCP_ENGINE.)
+ *
+ * Each rank forms its own engine (a raw child: the engine owns its
+ * communicator), with the case's HOOP_* variables set in the child only.
+ * Inputs are small integers whose sums are exact, known to every rank, so
+ * each rank checks every element it gets without trusting the library.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "hoop.h"
+#include "hoop_engine.h"
+
+#define WAIT_S 30.0
+
+typedef int (*async_body_fn)(hoop_engine_t *e, int rank, int size, void *arg);
+
+typedef struct async_case {
+    async_body_fn body;
+    void *arg;
+    const char *env[8]; /* "NAME=VALUE", NULL-terminated */
+    const char *stderr_path; /* when set, rank 0's stderr goes there (its log) */
+} async_case_t;
+
+static int async_rank(int rank, int size, int port, void *arg)
+{
+    async_case_t *c = arg;
+    for (int i = 0; i < 8 && c->env[i]; i++)
+        putenv((char *)c->env[i]);
+    if (c->stderr_path && rank == 0) {
+        int fd = open(c->stderr_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 2);
+            close(fd);
+        }
+    }
+    hoop_config_t cfg;
+    char root[64], token[64];
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_engine_t *e;
+    hoop_status_t st = hoop_engine_create(&e, &cfg);
+    if (st)
+        return harness_fail(rank, "hoop_engine_create", st);
+    int rc = c->body(e, rank, size, c->arg);
+    hoop_engine_destroy(e);
+    return rc;
+}
+
+static void run_case(int size, async_case_t *c, double deadline_s)
+{
+    char report[8192];
+    bool ok = harness_run_raw(size, async_rank, c, deadline_s, report, sizeof report);
+    cr_assert(ok, "%s", report);
+}
+
+static int wait_ok(hoop_engine_handle_t *h, int rank, const char *what)
+{
+    hoop_status_t st = hoop_engine_wait(h, WAIT_S);
+    if (st)
+        return harness_fail(rank, what, st);
+    return 0;
+}
+
+/* A permutation of 0..n-1 that depends on seed. */
+static void shuffle(int *p, int n, unsigned seed)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        seed = seed * 1103515245u + 12345u;
+        int j = (int)((seed >> 8) % (unsigned)(i + 1));
+        int t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+}
+
+static int32_t val(int rank, int t, size_t i)
+{
+    return (int32_t)(rank * 7 + t * 3 + (int)(i % 13));
+}
+
+/* ---- every operation, enqueued in a different order on every rank -------- */
+
+#define NT 24 /* names: 6 of each of 4 kinds */
+
+static int body_shuffled(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    int order[NT];
+    shuffle(order, NT, 1234u + (unsigned)rank * 7919u);
+    int32_t *in[NT], *out[NT];
+    hoop_engine_handle_t *h[NT];
+    size_t counts[NT];
+    for (int t = 0; t < NT; t++) {
+        counts[t] = 1 + (size_t)t * 37;
+        in[t] = malloc(counts[t] * 4 * (size_t)size);
+        out[t] = malloc(counts[t] * 4 * (size_t)size);
+        if (!in[t] || !out[t])
+            return harness_failf(rank, "out of memory");
+    }
+    for (int k = 0; k < NT; k++) {
+        int t = order[k];
+        char name[32];
+        snprintf(name, sizeof name, "t%d", t);
+        hoop_status_t st = HOOP_OK;
+        switch (t % 4) {
+        case 0: /* allreduce sum */
+            for (size_t i = 0; i < counts[t]; i++)
+                in[t][i] = val(rank, t, i);
+            st = hoop_engine_allreduce(e, name, in[t], out[t], counts[t], HOOP_I32, HOOP_SUM, 1.0,
+                                       1.0, NULL, NULL, &h[t]);
+            break;
+        case 1: /* allgather, rank r gives r + 1 rows of 3 */
+            for (size_t i = 0; i < (size_t)(rank + 1) * 3; i++)
+                in[t][i] = val(rank, t, i);
+            st = hoop_engine_allgather(e, name, in[t], (size_t)rank + 1, 3, HOOP_I32, NULL, NULL,
+                                       &h[t]);
+            break;
+        case 2: /* broadcast from rank t % size */
+            for (size_t i = 0; i < counts[t]; i++)
+                out[t][i] = rank == t % size ? val(rank, t, i) : -1;
+            st = hoop_engine_broadcast(e, name, out[t], counts[t], HOOP_I32, t % size, NULL, NULL,
+                                       &h[t]);
+            break;
+        case 3: { /* alltoall: rank r sends r + j + 1 elements to rank j */
+            size_t splits[HARNESS_MAX_PROCS], off = 0;
+            for (int j = 0; j < size; j++) {
+                splits[j] = (size_t)(rank + j + 1);
+                for (size_t i = 0; i < splits[j]; i++)
+                    in[t][off + i] = val(rank, t, (size_t)j * 100 + i);
+                off += splits[j];
+            }
+            st = hoop_engine_alltoall(e, name, in[t], splits, HOOP_I32, NULL, NULL, &h[t]);
+            break;
+        }
+        }
+        if (st)
+            return harness_fail(rank, name, st);
+    }
+    int bad = 0;
+    for (int t = 0; t < NT && !bad; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%d", t);
+        if (wait_ok(h[t], rank, name))
+            return 1;
+        switch (t % 4) {
+        case 0:
+            for (size_t i = 0; i < counts[t] && !bad; i++) {
+                int32_t want = 0;
+                for (int r = 0; r < size; r++)
+                    want += val(r, t, i);
+                if (out[t][i] != want)
+                    bad = harness_failf(rank, "%s[%zu] = %d, want %d", name, i, out[t][i], want);
+            }
+            break;
+        case 1: {
+            size_t n, rows[HARNESS_MAX_PROCS];
+            int32_t *o = hoop_engine_output(h[t], &n);
+            if (hoop_engine_counts(h[t], rows))
+                return harness_fail(rank, "counts", HOOP_ERR_INVALID);
+            size_t k = 0;
+            for (int r = 0; r < size && !bad; r++) {
+                if (rows[r] != (size_t)r + 1)
+                    bad = harness_failf(rank, "%s: rank %d rows %zu", name, r, rows[r]);
+                for (size_t i = 0; i < (size_t)(r + 1) * 3 && !bad; i++, k++)
+                    if (k >= n || o[k] != val(r, t, i))
+                        bad = harness_failf(rank, "%s: element %zu of rank %d wrong", name, i, r);
+            }
+            if (!bad && k != n)
+                bad = harness_failf(rank, "%s: %zu elements, want %zu", name, n, k);
+            break;
+        }
+        case 2:
+            for (size_t i = 0; i < counts[t] && !bad; i++)
+                if (out[t][i] != val(t % size, t, i))
+                    bad = harness_failf(rank, "%s[%zu] = %d", name, i, out[t][i]);
+            break;
+        case 3: {
+            size_t n, got[HARNESS_MAX_PROCS];
+            int32_t *o = hoop_engine_output(h[t], &n);
+            hoop_engine_counts(h[t], got);
+            size_t k = 0;
+            for (int r = 0; r < size && !bad; r++) {
+                if (got[r] != (size_t)(r + rank + 1))
+                    bad = harness_failf(rank, "%s: %zu from rank %d", name, got[r], r);
+                for (size_t i = 0; i < got[r] && !bad; i++, k++)
+                    if (o[k] != val(r, t, (size_t)rank * 100 + i))
+                        bad = harness_failf(rank, "%s: element %zu from rank %d wrong", name, i,
+                                            r);
+            }
+            if (!bad && k != n)
+                bad = harness_failf(rank, "%s: %zu elements, want %zu", name, n, k);
+            break;
+        }
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        hoop_engine_release(h[t]);
+        free(in[t]);
+        free(out[t]);
+    }
+    return bad;
+}
+
+Test(async, shuffled_orders_every_kind_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_shuffled};
+    run_case(3, &c, 40);
+}
+
+/* ---- scale factors, AVG, reduce_scatter, grouped, barrier ------------------ */
+
+static int body_scaled(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    enum { N = 64 };
+    float a[N], b[N];
+    double g1[N], g2[2 * N], o1[N], o2[2 * N];
+    int32_t rs_in[N * HARNESS_MAX_PROCS], rs_out[N];
+    for (int i = 0; i < N; i++)
+        a[i] = (float)(rank + i);
+    for (int i = 0; i < N; i++)
+        g1[i] = rank + 1;
+    for (int i = 0; i < 2 * N; i++)
+        g2[i] = i;
+    for (int i = 0; i < N * size; i++)
+        rs_in[i] = rank + i;
+    hoop_engine_handle_t *h[5];
+    /* AVG of (rank + i) * 2, then * 0.5: (mean rank + i) */
+    hoop_status_t st =
+        hoop_engine_allreduce(e, "avg", a, b, N, HOOP_F32, HOOP_AVG, 2.0, 0.5, NULL, NULL, &h[0]);
+    const void *gs[2] = {g1, g2};
+    void *gr[2] = {o1, o2};
+    size_t gc[2] = {N, 2 * N};
+    if (!st)
+        st = hoop_engine_grouped_allreduce(e, "group", 2, gs, gr, gc, HOOP_F64, HOOP_SUM, 1.0, 4.0,
+                                           NULL, NULL, &h[1]);
+    if (!st)
+        st = hoop_engine_reduce_scatter(e, "rs", rs_in, rs_out, N, HOOP_I32, HOOP_MAX, 1.0, 1.0,
+                                        NULL, NULL, &h[2]);
+    if (!st)
+        st = hoop_engine_barrier(e, NULL, NULL, &h[3]);
+    if (!st)
+        st = hoop_engine_allreduce(e, "ints", a, b, N, HOOP_I32, HOOP_SUM, 2.0, 1.0, NULL, NULL,
+                                   &h[4]);
+    if (st != HOOP_ERR_INVALID)
+        return harness_failf(rank, "an integer allreduce with prescale 2 gave %s, not invalid",
+                             hoop_status_str(st));
+    for (int k = 0; k < 4; k++)
+        if (wait_ok(h[k], rank, "op"))
+            return 1;
+    double mean = (size - 1) / 2.0;
+    for (int i = 0; i < N; i++)
+        if (b[i] != (float)(mean + i))
+            return harness_failf(rank, "avg[%d] = %g, want %g", i, b[i], mean + i);
+    double sum_r1 = size * (size + 1) / 2.0;
+    for (int i = 0; i < N; i++)
+        if (o1[i] != 4.0 * sum_r1)
+            return harness_failf(rank, "group[0][%d] = %g", i, o1[i]);
+    for (int i = 0; i < 2 * N; i++)
+        if (o2[i] != 4.0 * size * i)
+            return harness_failf(rank, "group[1][%d] = %g", i, o2[i]);
+    for (int i = 0; i < N; i++)
+        if (rs_out[i] != size - 1 + rank * N + i)
+            return harness_failf(rank, "rs[%d] = %d", i, rs_out[i]);
+    for (int k = 0; k < 4; k++)
+        hoop_engine_release(h[k]);
+    return 0;
+}
+
+Test(async, scale_avg_group_reduce_scatter_barrier_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_scaled};
+    run_case(3, &c, 40);
+}
+
+/* ---- fusion: 200 tensors, far fewer collectives ---------------------------- */
+
+#define NF 200
+
+static int body_fused(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    size_t *nmax = arg;
+    int32_t *buf[NF];
+    size_t cnt[NF];
+    hoop_engine_handle_t *h[NF];
+    for (int t = 0; t < NF; t++) {
+        cnt[t] = 1 + (size_t)(t * 7919 % 4000); /* 4 B to 16 KiB */
+        buf[t] = malloc(cnt[t] * 4);
+        if (!buf[t])
+            return harness_failf(rank, "out of memory");
+        for (size_t i = 0; i < cnt[t]; i++)
+            buf[t][i] = val(rank, t, i);
+    }
+    hoop_engine_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
+    hoop_engine_stats(e, &s0);
+    int order[NF];
+    shuffle(order, NF, 99u + (unsigned)rank);
+    for (int k = 0; k < NF; k++) {
+        int t = order[k];
+        char name[32];
+        snprintf(name, sizeof name, "grad.%d", t);
+        hoop_status_t st = hoop_engine_allreduce(e, name, buf[t], buf[t], cnt[t], HOOP_I32,
+                                                 HOOP_SUM, 1.0, 1.0, NULL, NULL, &h[t]);
+        if (st)
+            return harness_fail(rank, name, st);
+    }
+    for (int t = 0; t < NF; t++) {
+        if (wait_ok(h[t], rank, "grad"))
+            return 1;
+        for (size_t i = 0; i < cnt[t]; i++) {
+            int32_t want = 0;
+            for (int r = 0; r < size; r++)
+                want += val(r, t, i);
+            if (buf[t][i] != want)
+                return harness_failf(rank, "grad.%d[%zu] = %d, want %d", t, i, buf[t][i], want);
+        }
+        hoop_engine_release(h[t]);
+        free(buf[t]);
+    }
+    hoop_engine_stats(e, &s1);
+    uint64_t colls = s1.collectives - s0.collectives;
+    fprintf(stderr, "rank %d: %d tensors in %llu collectives (%llu fused), %llu cycles\n", rank,
+            NF, (unsigned long long)colls, (unsigned long long)(s1.fused_ops - s0.fused_ops),
+            (unsigned long long)(s1.cycles - s0.cycles));
+    if (colls > *nmax || colls == 0)
+        return harness_failf(rank, "%d tensors took %llu collectives, want 1..%zu", NF,
+                             (unsigned long long)colls, *nmax);
+    return 0;
+}
+
+Test(async, two_hundred_tensors_fused_n2, .timeout = 60)
+{
+    /* Enqueued within a cycle of 20 ms, the 200 (about 8 MiB) fit one
+     * 64 MiB fusion buffer: a few collectives, not 200. */
+    size_t nmax = 20;
+    async_case_t c = {.body = body_fused, .arg = &nmax, .env = {"HOOP_CYCLE_TIME=20"}};
+    run_case(2, &c, 40);
+}
+
+Test(async, fusion_off_runs_one_collective_each_n2, .timeout = 60)
+{
+    size_t nmax = NF;
+    async_case_t c = {.body = body_fused,
+                      .arg = &nmax,
+                      .env = {"HOOP_CYCLE_TIME=20", "HOOP_FUSION_THRESHOLD=0"}};
+    run_case(2, &c, 40);
+}
+
+/* ---- a name with different counts: an error everywhere, the rest runs ------ */
+
+static int body_mismatch(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    /* Static: a rank that fails returns while its engine may still use them. */
+    static int32_t a[200], b[16];
+    for (int i = 0; i < 16; i++)
+        b[i] = rank;
+    hoop_engine_handle_t *hb, *hg;
+    size_t n = rank == 1 ? 200 : 100;
+    hoop_status_t st = hoop_engine_allreduce(e, "bad", a, a, n, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                             NULL, NULL, &hb);
+    if (!st)
+        st = hoop_engine_allreduce(e, "good", b, b, 16, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                   &hg);
+    if (st)
+        return harness_fail(rank, "enqueue", st);
+    st = hoop_engine_wait(hb, WAIT_S);
+    const char *why = "";
+    hoop_engine_status(hb, &why);
+    fprintf(stderr, "rank %d: bad: %s: %s\n", rank, hoop_status_str(st), why);
+    if (st != HOOP_ERR_MISMATCH)
+        return harness_failf(rank, "'bad' gave %s, not a mismatch", hoop_status_str(st));
+    /* Rank 1 is the odd one: the sentence names it against another rank. */
+    if (!strstr(why, "'bad'") || !strstr(why, "rank 1 gives count 200") ||
+        !strstr(why, "count 100"))
+        return harness_failf(rank, "the sentence does not name the tensor, the ranks and both "
+                             "counts: %s", why);
+    if (wait_ok(hg, rank, "good"))
+        return 1;
+    int want = size * (size - 1) / 2;
+    for (int i = 0; i < 16; i++)
+        if (b[i] != want)
+            return harness_failf(rank, "good[%d] = %d, want %d", i, b[i], want);
+    /* The engine goes on. */
+    hoop_engine_handle_t *h2;
+    b[0] = 1;
+    if (hoop_engine_allreduce(e, "after", b, b, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &h2) ||
+        wait_ok(h2, rank, "after"))
+        return 1;
+    if (b[0] != size)
+        return harness_failf(rank, "after = %d", b[0]);
+    hoop_engine_release(hb);
+    hoop_engine_release(hg);
+    hoop_engine_release(h2);
+    return 0;
+}
+
+Test(async, mismatched_count_fails_on_every_rank_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_mismatch};
+    run_case(3, &c, 40);
+}
+
+/* ---- the cache: the second step is agreed without the gather --------------- */
+
+static int body_cache(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    enum { T = 10 };
+    int32_t buf[T][64];
+    hoop_engine_handle_t *h[T];
+    hoop_engine_stats_t s = {.struct_size = sizeof s};
+    uint64_t hits_before = 0;
+    for (int step = 0; step < 4; step++) {
+        /* Step 3 changes every tensor's count: the entries are stale. */
+        size_t n = step == 3 ? 32 : 64;
+        for (int t = 0; t < T; t++) {
+            char name[16];
+            snprintf(name, sizeof name, "w%d", t);
+            for (size_t i = 0; i < n; i++)
+                buf[t][i] = val(rank, t + step, i);
+            if (hoop_engine_allreduce(e, name, buf[t], buf[t], n, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                      NULL, NULL, &h[t]))
+                return harness_fail(rank, name, HOOP_ERR_INVALID);
+        }
+        for (int t = 0; t < T; t++) {
+            if (wait_ok(h[t], rank, "w"))
+                return 1;
+            hoop_engine_release(h[t]);
+            for (size_t i = 0; i < n; i++) {
+                int32_t want = 0;
+                for (int r = 0; r < size; r++)
+                    want += val(r, t + step, i);
+                if (buf[t][i] != want)
+                    return harness_failf(rank, "step %d w%d[%zu] = %d, want %d", step, t, i,
+                                         buf[t][i], want);
+            }
+        }
+        hoop_engine_stats(e, &s);
+        if (step == 0)
+            hits_before = s.cache_hits;
+        fprintf(stderr, "rank %d step %d: cache hits %llu negotiations %llu\n", rank, step,
+                (unsigned long long)s.cache_hits, (unsigned long long)s.negotiations);
+    }
+    if (hits_before != 0)
+        return harness_failf(rank, "%llu cache hits in the first step",
+                             (unsigned long long)hits_before);
+    if (s.cache_hits < 2 * T)
+        return harness_failf(rank, "%llu cache hits after steps 1 and 2, want at least %d",
+                             (unsigned long long)s.cache_hits, 2 * T);
+    return 0;
+}
+
+Test(async, cache_agrees_after_the_first_step_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_cache};
+    run_case(3, &c, 40);
+}
+
+Test(async, cache_off_still_exact_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_scaled, .env = {"HOOP_CACHE_CAPACITY=0"}};
+    run_case(2, &c, 40);
+}
