@@ -479,3 +479,307 @@ Test(async, cache_off_still_exact_n2, .timeout = 60)
     async_case_t c = {.body = body_scaled, .env = {"HOOP_CACHE_CAPACITY=0"}};
     run_case(2, &c, 40);
 }
+
+/* ---- stalls: rank 0 logs the missing rank; a shutdown time fails it -------- */
+
+static int read_file(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return 0;
+}
+
+static int body_stall(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    const char *log_path = arg;
+    int32_t x = 1;
+    hoop_engine_handle_t *h;
+    if (rank == 1) {
+        struct timespec ts = {2, 500000000};
+        nanosleep(&ts, NULL);
+    }
+    if (hoop_engine_allreduce(e, "late", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &h) ||
+        wait_ok(h, rank, "late"))
+        return 1;
+    hoop_engine_release(h);
+    if (x != size)
+        return harness_failf(rank, "late = %d", x);
+    if (rank == 0) {
+        char text[16384];
+        if (read_file(log_path, text, sizeof text))
+            return harness_failf(rank, "cannot read its log %s", log_path);
+        if (!strstr(text, "'late'") || !strstr(text, "rank(s) 1 "))
+            return harness_failf(rank, "the log does not name 'late' and rank 1:\n%s", text);
+        fprintf(stdout, "%s", ""); /* keep stdout untouched by the library */
+    }
+    return 0;
+}
+
+Test(async, stall_is_logged_with_the_missing_rank_n2, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_stall_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    async_case_t c = {.body = body_stall,
+                      .arg = path,
+                      .env = {"HOOP_STALL_CHECK_TIME=1"},
+                      .stderr_path = path};
+    run_case(2, &c, 40);
+    unlink(path);
+}
+
+static int body_stall_shutdown(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    static int32_t x = 1;
+    hoop_engine_handle_t *h, *b;
+    if (rank == 0) {
+        double t0 = harness_now();
+        if (hoop_engine_allreduce(e, "never", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                  &h))
+            return harness_failf(rank, "enqueue");
+        hoop_status_t st = hoop_engine_wait(h, WAIT_S);
+        const char *why = "";
+        hoop_engine_status(h, &why);
+        fprintf(stderr, "rank 0: never: %s after %.1f s: %s\n", hoop_status_str(st),
+                harness_now() - t0, why);
+        if (st != HOOP_ERR_TIMEOUT || !strstr(why, "'never'") || !strstr(why, "rank(s) 1 "))
+            return harness_failf(rank, "want a timeout naming 'never' and rank 1");
+        hoop_engine_release(h);
+    } else {
+        /* Enqueue the barrier about when rank 0 does, after its 'never'
+         * failed (at 2 s): early, the barrier would stall past 2 s too. */
+        struct timespec ts = {2, 500000000};
+        nanosleep(&ts, NULL);
+    }
+    if (hoop_engine_barrier(e, NULL, NULL, &b) || wait_ok(b, rank, "barrier"))
+        return 1;
+    hoop_engine_release(b);
+    return 0;
+}
+
+Test(async, stall_shutdown_fails_the_name_naming_the_rank_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_stall_shutdown,
+                      .env = {"HOOP_STALL_CHECK_TIME=1", "HOOP_STALL_SHUTDOWN_TIME=2"}};
+    run_case(2, &c, 40);
+}
+
+/* ---- join: uneven step counts ----------------------------------------------- */
+
+static int body_join(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t s[8];
+    static float a[8];
+    int steps = rank + 2;
+    for (int k = 0; k < steps; k++) {
+        char n1[32], n2[32];
+        snprintf(n1, sizeof n1, "sum.%d", k);
+        snprintf(n2, sizeof n2, "avg.%d", k);
+        for (int i = 0; i < 8; i++) {
+            s[i] = 1;
+            a[i] = 3.0f;
+        }
+        hoop_engine_handle_t *h1, *h2;
+        if (hoop_engine_allreduce(e, n1, s, s, 8, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &h1) ||
+            hoop_engine_allreduce(e, n2, a, a, 8, HOOP_F32, HOOP_AVG, 1.0, 1.0, NULL, NULL, &h2) ||
+            wait_ok(h1, rank, n1) || wait_ok(h2, rank, n2))
+            return 1;
+        hoop_engine_release(h1);
+        hoop_engine_release(h2);
+        int active = 0;
+        for (int r = 0; r < size; r++)
+            active += r + 2 > k;
+        /* Joined ranks give zeros; AVG divides by every rank. */
+        for (int i = 0; i < 8; i++)
+            if (s[i] != active || a[i] != 3.0f * (float)active / (float)size)
+                return harness_failf(rank, "step %d: sum %d avg %g, want %d and %g", k, s[i],
+                                     a[i], active, 3.0 * active / size);
+    }
+    if (rank == size - 1) {
+        /* Everyone else has joined: an allgather cannot go on. */
+        static int32_t v = 5;
+        hoop_engine_handle_t *g;
+        if (hoop_engine_allgather(e, "gather_after_join", &v, 1, 1, HOOP_I32, NULL, NULL, &g))
+            return harness_failf(rank, "enqueue allgather");
+        hoop_status_t st = hoop_engine_wait(g, WAIT_S);
+        const char *why = "";
+        hoop_engine_status(g, &why);
+        if (st != HOOP_ERR_INVALID || !strstr(why, "joined"))
+            return harness_failf(rank, "allgather after the others joined: %s: %s",
+                                 hoop_status_str(st), why);
+        hoop_engine_release(g);
+    }
+    hoop_engine_handle_t *j;
+    if (hoop_engine_join(e, NULL, NULL, &j) || wait_ok(j, rank, "join"))
+        return 1;
+    int last = hoop_engine_last_joined(j);
+    hoop_engine_release(j);
+    if (last != size - 1)
+        return harness_failf(rank, "join says rank %d joined last, want %d", last, size - 1);
+    /* Everyone joined: the engine is back to normal. */
+    s[0] = 1;
+    hoop_engine_handle_t *h;
+    if (hoop_engine_allreduce(e, "after_join", s, s, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                              &h) ||
+        wait_ok(h, rank, "after_join"))
+        return 1;
+    hoop_engine_release(h);
+    if (s[0] != size)
+        return harness_failf(rank, "after_join = %d", s[0]);
+    return 0;
+}
+
+Test(async, join_with_uneven_steps_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_join};
+    run_case(3, &c, 40);
+}
+
+/* ---- a rank killed while handles are pending ------------------------------- */
+
+static int body_killed(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t x[4][64];
+    hoop_engine_handle_t *h;
+    if (hoop_engine_allreduce(e, "first", x[0], x[0], 64, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
+                              NULL, &h) ||
+        wait_ok(h, rank, "first"))
+        return 1;
+    hoop_engine_release(h);
+    if (rank == size - 1)
+        raise(SIGKILL);
+    hoop_engine_handle_t *p[3];
+    for (int k = 0; k < 3; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "pending.%d", k);
+        if (hoop_engine_allreduce(e, name, x[k + 1], x[k + 1], 64, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                  NULL, NULL, &p[k]))
+            return harness_failf(rank, "enqueue %s", name);
+    }
+    char dead[32];
+    snprintf(dead, sizeof dead, "rank %d", size - 1);
+    for (int k = 0; k < 3; k++) {
+        hoop_status_t st = hoop_engine_wait(p[k], WAIT_S);
+        const char *why = "";
+        hoop_engine_status(p[k], &why);
+        fprintf(stderr, "rank %d: pending.%d: %s: %s\n", rank, k, hoop_status_str(st), why);
+        if (st == HOOP_OK || st == HOOP_ERR_TIMEOUT || !strstr(why, dead))
+            return harness_failf(rank, "pending.%d: want a failure naming %s", k, dead);
+        hoop_engine_release(p[k]);
+    }
+    /* And so does what comes after. */
+    hoop_status_t st = hoop_engine_allreduce(e, "later", x[0], x[0], 1, HOOP_I32, HOOP_SUM, 1.0,
+                                             1.0, NULL, NULL, &h);
+    if (st == HOOP_OK)
+        return harness_failf(rank, "an enqueue after the failure was taken");
+    return 0;
+}
+
+Test(async, killed_rank_fails_every_pending_handle_n3, .timeout = 60)
+{
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job));
+    async_case_t c = {.body = body_killed};
+    for (int r = 0; r < 3; r++)
+        cr_assert(harness_spawn_raw(&job, r, 3, async_rank, &c) > 0);
+    harness_wait(&job, 40, 20);
+    for (int r = 0; r < 2; r++)
+        cr_expect(!job.procs[r].hung && job.procs[r].signal == 0 && job.procs[r].exit_code == 0,
+                  "survivor %d failed:\n%s", r, job.report);
+    cr_expect(job.procs[2].signal == SIGKILL, "rank 2 was to die by SIGKILL:\n%s", job.report);
+}
+
+/* ---- the timeline ------------------------------------------------------------ */
+
+/* Exit status of python3 checking that path is a JSON array holding every
+ * name of want (comma-separated) among its events' names and its tracks'
+ * names. */
+static int timeline_check(const char *path, const char *want)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import json,sys\n"
+             "ev = json.load(open(sys.argv[1]))\n"
+             "assert isinstance(ev, list), \"not an array\"\n"
+             "names = {e.get(\"name\") for e in ev} | {e.get(\"args\", {}).get(\"name\") for e in ev}\n"
+             "missing = [w for w in sys.argv[2].split(\",\") if w not in names]\n"
+             "assert not missing, \"missing: %%s\" %% missing\n"
+             "print(\"%%d events\" %% len(ev), file=sys.stderr)' %s %s",
+             path, want);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+static int body_timeline(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)size;
+    int kill_at = *(int *)arg;
+    static int32_t w[4][256];
+    for (int step = 0; step < 30; step++) {
+        hoop_engine_handle_t *h[4];
+        for (int t = 0; t < 4; t++) {
+            char name[16];
+            snprintf(name, sizeof name, "w%d", t);
+            if (hoop_engine_allreduce(e, name, w[t], w[t], 256, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
+                                      NULL, &h[t]))
+                return harness_failf(rank, "enqueue");
+        }
+        for (int t = 0; t < 4; t++) {
+            if (wait_ok(h[t], rank, "w"))
+                return 1;
+            hoop_engine_release(h[t]);
+        }
+        if (step == kill_at)
+            raise(SIGKILL);
+    }
+    return 0;
+}
+
+static const char timeline_names[] =
+    "NEGOTIATE_ALLREDUCE,ALLREDUCE,QUEUE,MEMCPY_IN_FUSION_BUFFER,HOOP_ALLREDUCE,"
+    "MEMCPY_OUT_FUSION_BUFFER,w0,w3";
+
+Test(async, timeline_is_json_with_horovods_activities_n2, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_timeline_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    char env[64 + sizeof path];
+    snprintf(env, sizeof env, "HOOP_TIMELINE=%s", path);
+    int never = -1;
+    async_case_t c = {.body = body_timeline, .arg = &never, .env = {env, "HOOP_CYCLE_TIME=5"}};
+    run_case(2, &c, 40);
+    cr_expect(timeline_check(path, timeline_names) == 0, "the timeline %s does not parse or lacks "
+              "events", path);
+    unlink(path);
+}
+
+Test(async, timeline_parses_after_a_kill_n1, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_timeline_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    char env[64 + sizeof path];
+    snprintf(env, sizeof env, "HOOP_TIMELINE=%s", path);
+    int at = 20;
+    async_case_t c = {.body = body_timeline, .arg = &at, .env = {env, "HOOP_CYCLE_TIME=1"}};
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job));
+    cr_assert(harness_spawn_raw(&job, 0, 1, async_rank, &c) > 0);
+    harness_wait(&job, 40, 5);
+    cr_assert(job.procs[0].signal == SIGKILL, "the rank was to die by SIGKILL:\n%s", job.report);
+    cr_expect(timeline_check(path, "NEGOTIATE_ALLREDUCE,w0") == 0,
+              "the timeline %s of a killed rank does not parse", path);
+    unlink(path);
+}
