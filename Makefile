@@ -38,7 +38,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_A    := $(BUILD)/libhoop.a
 LIB_SO   := $(BUILD)/libhoop.so.$(VERSION)
 PROGS    := $(BUILD)/hooprun $(BUILD)/ring_bench
-TOOLS    := $(BUILD)/reduce_bench
+TOOLS    := $(BUILD)/reduce_bench $(BUILD)/engine_bench
 TESTBIN  := $(BUILD)/hoop_tests
 
 .PHONY: all clean install test bench test-asan test-tsan test-valgrind fuzz
@@ -78,6 +78,12 @@ $(BUILD)/ring_bench: bench/ring_bench.c $(LIB_A) include/hoop.h
 
 # Not installed: the reduction kernels beside memcpy (bench/RESULTS.md).
 $(BUILD)/reduce_bench: bench/reduce_bench.c $(LIB_A) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
+
+# Not installed: the engine's step of ResNet-50's gradients beside one
+# blocking allreduce (hooprun -np N build/engine_bench).
+$(BUILD)/engine_bench: bench/engine_bench.c $(LIB_A) include/hoop.h include/hoop_engine.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
 
