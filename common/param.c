@@ -54,6 +54,9 @@ static const struct hoop_param hoop_params[] = {
     {"HOOP_TIMELINE_ALL_RANKS", "0", "Engine: 1 makes every rank write its own timeline, to HOOP_TIMELINE.<rank>."},
     {"HOOP_STALL_CHECK_TIME", "60", "Engine: seconds a name may wait for some ranks to enqueue it before rank 0 logs it with the missing ranks (again every as many seconds); 0 turns the check off."},
     {"HOOP_STALL_SHUTDOWN_TIME", "0", "Engine: seconds after which a name still missing on some ranks fails with HOOP_ERR_TIMEOUT, naming them, on the ranks that enqueued it; 0 waits for ever (with the stall check's warnings)."},
+    {"HOOP_AUTOTUNE", "0", "Engine: 1 makes rank 0 try pairs of fusion threshold and cycle time on the running job (each for a settling sample and two scored ones) and keep the one that reduced the most bytes per second; a variable set by the user is not tuned."},
+    {"HOOP_AUTOTUNE_LOG", "", "Engine, with HOOP_AUTOTUNE=1: CSV file (cycle_time_ms,tensor_fusion_threshold,score,best) with a line per pair tried, score in bytes allreduced per microsecond, and the pair kept (best=1)."},
+    {"HOOP_AUTOTUNE_STEPS_PER_SAMPLE", "10", "Engine, with HOOP_AUTOTUNE=1: a sample lasts until the first allreduce name it saw has completed this many more times (training steps)."},
     {"HOOP_LOG_LEVEL", "warn", "Log on stderr: error, warn, info or debug."},
 };
 

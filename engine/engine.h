@@ -120,6 +120,7 @@ struct eng_cache_slot {
 };
 
 struct eng_timeline;
+struct eng_tune;
 
 #define ENG_HASH 1024
 
@@ -176,6 +177,7 @@ struct hoop_engine {
     int nresp, resp_cap;
     struct eng_timeline *tl;
     uint8_t *inv;          /* per cache slot: this rank holds it stale */
+    struct eng_tune *tune; /* rank 0 with HOOP_AUTOTUNE=1, else NULL */
 };
 
 /* api.c */
@@ -238,5 +240,12 @@ void eng_timeline_end(struct eng_timeline *tl, const char *tensor, const char *a
 void eng_timeline_tick(struct eng_timeline *tl, const char *tensor, int rank);
 /* Write what was recorded this cycle, leaving a valid JSON array. */
 void eng_timeline_flush(struct eng_timeline *tl);
+
+/* autotune.c */
+hoop_status_t eng_tune_init(struct hoop_engine *e);
+/* An allreduce of `bytes` named `name` completed (rank 0 scores samples
+ * and may change e->fusion_threshold and e->cycle_ns). */
+void eng_tune_note(struct hoop_engine *e, const char *name, uint64_t bytes);
+void eng_tune_free(struct hoop_engine *e);
 
 #endif

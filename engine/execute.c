@@ -441,6 +441,8 @@ hoop_status_t eng_execute(struct hoop_engine *e)
                 eng_timeline_end(e->tl, m->p.name, NULL); /* the operation */
             if (!m->from_cache)
                 eng_cache_put(e, m);
+            if (m->p.kind == EK_ALLREDUCE)
+                eng_tune_note(e, m->p.name, m->p.count * hoop_dtype_size(m->p.dtype));
             finish(e, m, HOOP_OK, NULL);
         }
     }

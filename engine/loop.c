@@ -373,6 +373,7 @@ static void engine_free(struct hoop_engine *e)
     free(e->lcounts);
     free(e->fusion);
     eng_timeline_close(e->tl);
+    eng_tune_free(e);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -394,6 +395,11 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
     int tl_all = 0;
     hoop_status_t st = read_params(e, tl_path, sizeof(tl_path), &tl_all);
     if (st) {
+        e->comm = NULL;
+        engine_free(e);
+        return st;
+    }
+    if ((st = eng_tune_init(e))) {
         e->comm = NULL;
         engine_free(e);
         return st;

@@ -783,3 +783,76 @@ Test(async, timeline_parses_after_a_kill_n1, .timeout = 60)
               "the timeline %s of a killed rank does not parse", path);
     unlink(path);
 }
+
+/* ---- autotune ------------------------------------------------------------------ */
+
+static int body_autotune(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    const char *log_path = arg;
+    static int32_t w[4][1024];
+    for (int step = 0; step < 90; step++) {
+        hoop_engine_handle_t *h[4];
+        for (int t = 0; t < 4; t++) {
+            char name[16];
+            snprintf(name, sizeof name, "w%d", t);
+            if (hoop_engine_allreduce(e, name, w[t], w[t], 1024, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                      NULL, NULL, &h[t]))
+                return harness_failf(rank, "enqueue");
+        }
+        for (int t = 0; t < 4; t++) {
+            if (wait_ok(h[t], rank, "w"))
+                return 1;
+            hoop_engine_release(h[t]);
+        }
+    }
+    /* Every rank fuses with rank 0's threshold. */
+    hoop_engine_stats_t s = {.struct_size = sizeof s};
+    hoop_engine_stats(e, &s);
+    static uint64_t thr[2];
+    thr[0] = s.fusion_threshold;
+    thr[1] = ~s.fusion_threshold;
+    hoop_engine_handle_t *h;
+    if (hoop_engine_allreduce(e, "thr", thr, thr, 2, HOOP_U64, HOOP_MAX, 1.0, 1.0, NULL, NULL,
+                              &h) ||
+        wait_ok(h, rank, "thr"))
+        return 1;
+    hoop_engine_release(h);
+    if (thr[0] != s.fusion_threshold || ~thr[1] != s.fusion_threshold)
+        return harness_failf(rank, "ranks fuse up to different thresholds (this one %llu)",
+                             (unsigned long long)s.fusion_threshold);
+    if (rank == 0) {
+        char text[4096];
+        if (read_file(log_path, text, sizeof text))
+            return harness_failf(rank, "no autotune log");
+        int lines = 0;
+        for (char *p = text; (p = strchr(p, '\n')); p++)
+            lines++;
+        int best = strstr(text, ",1\n") != NULL;
+        fprintf(stderr, "autotune log:\n%s", text);
+        if (strncmp(text, "cycle_time_ms,tensor_fusion_threshold,score,best\n", 49) != 0 ||
+            lines != 8 || !best)
+            return harness_failf(rank, "want a header, 6 pairs and the pair kept");
+        char want[64];
+        snprintf(want, sizeof want, ",%llu,", (unsigned long long)s.fusion_threshold);
+        if (!strstr(text, want))
+            return harness_failf(rank, "the threshold in use (%llu) is not in the log",
+                                 (unsigned long long)s.fusion_threshold);
+    }
+    (void)size;
+    return 0;
+}
+
+Test(async, autotune_tries_pairs_and_keeps_one_n2, .timeout = 90)
+{
+    char path[] = "/tmp/hoop_autotune_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    char env[64 + sizeof path];
+    snprintf(env, sizeof env, "HOOP_AUTOTUNE_LOG=%s", path);
+    async_case_t c = {.body = body_autotune,
+                      .arg = path,
+                      .env = {"HOOP_AUTOTUNE=1", env, "HOOP_AUTOTUNE_STEPS_PER_SAMPLE=2"}};
+    run_case(2, &c, 70);
+    unlink(path);
+}
