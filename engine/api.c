@@ -85,15 +85,14 @@ void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, cons
     pthread_mutex_lock(&op->mu);
     op->st = st;
     snprintf(op->msg, sizeof(op->msg), "%s", st == HOOP_OK || !msg ? "" : msg);
-    pthread_mutex_unlock(&op->mu);
-    /* The callback sees the status before any waiter returns: a binding
-     * that both waits and calls back reads one consistent state. */
-    if (op->cb)
-        op->cb(op, st, op->cb_arg);
-    pthread_mutex_lock(&op->mu);
     op->done = 1;
     pthread_cond_broadcast(&op->cv);
     pthread_mutex_unlock(&op->mu);
+    /* Done before the callback, so that it may read the status, the
+     * sentence and the output through the handle; the engine's reference
+     * keeps the handle alive until it returns. */
+    if (op->cb)
+        op->cb(op, st, op->cb_arg);
     op_unref(op);
 }
 

@@ -204,14 +204,21 @@ static hoop_status_t run_allgather(struct hoop_engine *e, struct eng_resp *r)
     if (!counts)
         return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory", e->rank);
     size_t *displs = counts + e->size;
-    size_t total = 0;
+    size_t total = 0, limit = (SIZE_MAX / 4) / es;
+    int too_much = 0;
+    /* Sizes came from the other ranks: refuse what cannot be allocated
+     * (every rank finds the same, so every rank fails it alike). */
     for (int i = 0; i < e->size; i++) {
-        counts[i] = (size_t)(r->rows[i] * r->p.row);
+        if (r->p.row && r->rows[i] > limit / r->p.row)
+            too_much = 1;
+        counts[i] = too_much ? 0 : (size_t)(r->rows[i] * r->p.row);
         displs[i] = total;
-        total += counts[i];
+        if (counts[i] > limit - total)
+            too_much = 1;
+        else
+            total += counts[i];
     }
-    /* Sizes came from the other ranks: refuse what cannot be allocated. */
-    if (total > (SIZE_MAX / 4) / es) {
+    if (too_much) {
         free(counts);
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': the ranks' rows add up to too "
                           "much to allocate", e->rank, r->p.name);
@@ -433,6 +440,17 @@ hoop_status_t eng_execute(struct hoop_engine *e)
             st = run_one(e, r);
         }
         struct eng_resp **members = r->p.kind == EK_ALLREDUCE ? g : &r;
+        if (st == HOOP_ERR_INVALID) {
+            /* Refused before any collective ran, alike on every rank (the
+             * same response, the same sizes): that operation fails, the
+             * engine goes on. */
+            char msg[1024];
+            snprintf(msg, sizeof(msg), "%s", hoop_last_error());
+            for (int k = 0; k < n; k++)
+                finish(e, members[k], st, msg);
+            st = HOOP_OK;
+            continue;
+        }
         for (int k = 0; k < n; k++) {
             struct eng_resp *m = members[k];
             if (st)

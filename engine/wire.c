@@ -133,6 +133,10 @@ hoop_status_t eng_list_parse(struct hoop_engine *e, int from, const uint8_t *buf
                 what = "a request of unknown kind, dtype or op";
                 goto bad;
             }
+            if (p.kind == EK_BROADCAST && (p.root < 0 || p.root >= e->size)) {
+                what = "a broadcast from a root that is not a rank";
+                goto bad;
+            }
             if (p.nvals > ENG_VALS_MAX || (size_t)p.nvals * 8 > r.left ||
                 (p.kind == EK_ALLTOALL && p.nvals != (uint32_t)e->size)) {
                 what = "a request with a bad number of values";

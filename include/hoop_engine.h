@@ -37,8 +37,9 @@ extern "C" {
 typedef struct hoop_engine hoop_engine_t;
 typedef struct hoop_engine_handle hoop_engine_handle_t;
 
-/* Called once on the engine's thread when h completes; h stays valid until
- * released. */
+/* Called once on the engine's thread when h completes, after h is done (it
+ * may read the status and output through h; a waiter may return before it
+ * runs); h stays valid until released, and at least until it returns. */
 typedef void (*hoop_engine_cb_t)(hoop_engine_handle_t *h, hoop_status_t status, void *arg);
 
 /* Names are at most this many bytes (not counting the terminating NUL). */

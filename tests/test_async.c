@@ -856,3 +856,55 @@ Test(async, autotune_tries_pairs_and_keeps_one_n2, .timeout = 90)
     run_case(2, &c, 70);
     unlink(path);
 }
+
+/* ---- callbacks ------------------------------------------------------------------- */
+
+typedef struct cb_seen {
+    int calls;
+    hoop_status_t st;
+    size_t n;
+    int32_t first;
+    int done_inside;
+} cb_seen_t;
+
+static void on_done(hoop_engine_handle_t *h, hoop_status_t st, void *arg)
+{
+    cb_seen_t *s = arg;
+    s->st = st;
+    s->done_inside = hoop_engine_test(h);
+    int32_t *o = hoop_engine_output(h, &s->n);
+    s->first = o && s->n ? o[0] : -1;
+    __atomic_add_fetch(&s->calls, 1, __ATOMIC_RELEASE);
+}
+
+static int body_callback(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t v[2];
+    static cb_seen_t seen;
+    v[0] = rank + 10;
+    v[1] = rank + 20;
+    hoop_engine_handle_t *h;
+    if (hoop_engine_allgather(e, "cb", v, 1, 2, HOOP_I32, on_done, &seen, &h) ||
+        wait_ok(h, rank, "cb"))
+        return 1;
+    /* The callback runs on the engine's thread once the handle is done: a
+     * waiter may return first. */
+    for (int i = 0; i < 1000 && !__atomic_load_n(&seen.calls, __ATOMIC_ACQUIRE); i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    hoop_engine_release(h);
+    if (seen.calls != 1 || seen.st != HOOP_OK || !seen.done_inside || seen.n != (size_t)size * 2 ||
+        seen.first != 10)
+        return harness_failf(rank, "callback: %d calls, %s, done %d, %zu elements, first %d",
+                             seen.calls, hoop_status_str(seen.st), seen.done_inside, seen.n,
+                             seen.first);
+    return 0;
+}
+
+Test(async, callback_sees_status_and_output_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_callback};
+    run_case(2, &c, 40);
+}
