@@ -259,6 +259,8 @@ static hoop_status_t run_alltoall(struct hoop_engine *e, struct eng_resp *r)
 {
     eng_op_t *op = r->op;
     int n = e->size, me = e->rank;
+    if (n < 1)
+        return hoop_error(HOOP_ERR_INVALID, "engine: no ranks");
     size_t es = hoop_dtype_size(r->p.dtype);
     const uint64_t *S = r->splits;
     uint64_t block = 0, mine = 0;

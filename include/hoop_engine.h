@@ -53,9 +53,11 @@ HOOP_API hoop_status_t hoop_engine_create(hoop_engine_t **engine, const hoop_con
  * which no other thread may use any more. On failure comm is not taken. */
 HOOP_API hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm);
 
-/* Stop the engine: the ranks agree to stop (every rank calls it); what is
- * still pending fails with HOOP_ERR_ABORTED. Then the communicator is
- * destroyed. Handles not yet released stay valid. NULL is accepted. */
+/* Stop the engine: the ranks agree to stop (every rank calls it; the first
+ * to do so stops the others' engines too, failing what is pending there
+ * with HOOP_ERR_ABORTED), then the communicator is destroyed. No other
+ * call on this engine may run during or after it; handles not yet released
+ * stay valid. NULL is accepted. */
 HOOP_API hoop_status_t hoop_engine_destroy(hoop_engine_t *engine);
 
 HOOP_API int hoop_engine_rank(const hoop_engine_t *engine);

@@ -908,3 +908,26 @@ Test(async, callback_sees_status_and_output_n2, .timeout = 60)
     async_case_t c = {.body = body_callback};
     run_case(2, &c, 40);
 }
+
+Test(async, timeline_of_every_rank_n2, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_timeline_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    char env[64 + sizeof path];
+    snprintf(env, sizeof env, "HOOP_TIMELINE=%s", path);
+    int never = -1;
+    async_case_t c = {.body = body_timeline,
+                      .arg = &never,
+                      .env = {env, "HOOP_TIMELINE_ALL_RANKS=1", "HOOP_CYCLE_TIME=5"}};
+    run_case(2, &c, 40);
+    for (int r = 0; r < 2; r++) {
+        char p[sizeof path + 8];
+        snprintf(p, sizeof p, "%s.%d", path, r);
+        cr_expect(timeline_check(p, timeline_names) == 0, "rank %d's timeline %s does not parse "
+                  "or lacks events", r, p);
+        unlink(p);
+    }
+    unlink(path);
+}
