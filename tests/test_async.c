@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
 #include "harness.h"
 #include "hoop.h"
 #include "hoop_engine.h"
@@ -930,4 +931,71 @@ Test(async, timeline_of_every_rank_n2, .timeout = 60)
         unlink(p);
     }
     unlink(path);
+}
+
+/* ---- the lists the ranks exchange: bounded, refused when malformed --------- */
+
+static int parsed_reqs;
+static char parsed_name[HOOP_ENGINE_NAME_MAX + 1];
+static uint64_t parsed_vals[4];
+
+static hoop_status_t count_rec(struct hoop_engine *e, int from, int rec,
+                               const struct eng_params *p, const char *name)
+{
+    (void)e;
+    (void)from;
+    if (rec == ER_REQ) {
+        parsed_reqs++;
+        snprintf(parsed_name, sizeof parsed_name, "%s", name);
+        for (uint32_t i = 0; i < p->nvals && i < 4; i++)
+            parsed_vals[i] = p->vals[i];
+    }
+    return HOOP_OK;
+}
+
+Test(async, request_lists_round_trip_and_refuse_garbage)
+{
+    struct hoop_engine e;
+    memset(&e, 0, sizeof e);
+    e.size = 3;
+    uint64_t splits[3] = {7, 8, 9};
+    struct eng_params p = {.kind = EK_ALLTOALL, .dtype = HOOP_F32, .root = -1, .pre = 1.0,
+                           .post = 1.0, .count = 24, .nvals = 3, .vals = splits};
+    snprintf(p.name, sizeof p.name, "layer.weight");
+    cr_assert_eq(eng_list_add_req(&e, &p), 0);
+    cr_assert_eq(eng_list_add_join(&e), 0);
+    size_t len = e.mylist_len;
+    parsed_reqs = 0;
+    cr_assert_eq(eng_list_parse(&e, 1, e.mylist, len, count_rec), HOOP_OK, "%s",
+                 hoop_last_error());
+    cr_expect_eq(parsed_reqs, 1);
+    cr_expect_str_eq(parsed_name, "layer.weight");
+    cr_expect(parsed_vals[0] == 7 && parsed_vals[2] == 9);
+    /* Every cut short of the whole is refused, naming the sender. */
+    for (size_t cut = 1; cut < len - 1; cut++) {
+        hoop_status_t st = eng_list_parse(&e, 1, e.mylist, cut, count_rec);
+        cr_expect(st == HOOP_ERR_PEER, "a list cut to %zu of %zu bytes gave %s", cut, len,
+                  hoop_status_str(st));
+        cr_expect(strstr(hoop_last_error(), "rank 1") != NULL, "%s", hoop_last_error());
+    }
+    /* Random bytes never crash it; what it accepts it accepts whole. */
+    uint8_t junk[256];
+    unsigned seed = 12345;
+    for (int round = 0; round < 2000; round++) {
+        for (size_t i = 0; i < sizeof junk; i++) {
+            seed = seed * 1103515245u + 12345u;
+            junk[i] = (uint8_t)(seed >> 16);
+        }
+        junk[0] = (uint8_t)(1 + round % 3);
+        (void)eng_list_parse(&e, round % 3, junk, 1 + (size_t)round % sizeof junk, count_rec);
+    }
+    /* An alltoall whose splits do not number the ranks is refused. */
+    e.size = 4;
+    cr_expect_eq(eng_list_parse(&e, 0, e.mylist, len, count_rec), HOOP_ERR_PEER);
+    /* Only rank 0 may fail a name. */
+    e.mylist_len = 0;
+    cr_assert_eq(eng_list_add_fail(&e, "x"), 0);
+    cr_expect_eq(eng_list_parse(&e, 0, e.mylist, e.mylist_len, count_rec), HOOP_OK);
+    cr_expect_eq(eng_list_parse(&e, 2, e.mylist, e.mylist_len, count_rec), HOOP_ERR_PEER);
+    free(e.mylist);
 }
