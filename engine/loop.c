@@ -6,7 +6,8 @@
  * it is being destroyed, the length of its list of new requests in its own
  * word, and for each cache slot 1 when it holds that name ready (or size+1
  * when it holds the name with other arguments); rank 0 alone adds the
- * fusion threshold and the cycle time, so that every rank fuses alike.
+ * fusion threshold and the cycle time, so that every rank fuses alike,
+ * and every rank its cache capacity, which must be the same everywhere.
  * A slot summing to size is ready everywhere; one above size is erased
  * everywhere. Then, when some list is not empty, one allgatherv of the
  * lists, applied in rank order to the table. Then the responses run.
@@ -23,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { W_MAGIC = 0, W_STOP, W_THRESH_LO, W_THRESH_HI, W_CYCLE_US, W_HDR };
+enum { W_MAGIC = 0, W_STOP, W_THRESH_LO, W_THRESH_HI, W_CYCLE_US, W_CACHE_CAP, W_HDR };
 
 static void fail_all(struct hoop_engine *e, hoop_status_t st, const char *msg)
 {
@@ -242,6 +243,7 @@ static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
     memset(w, 0, words * 4);
     w[W_MAGIC] = 1;
     w[W_STOP] = stop ? 1 : 0;
+    w[W_CACHE_CAP] = (uint32_t)e->cache_cap;
     if (e->rank == 0) {
         w[W_THRESH_LO] = (uint32_t)e->fusion_threshold;
         w[W_THRESH_HI] = (uint32_t)(e->fusion_threshold >> 32);
@@ -270,6 +272,12 @@ static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
                           "the ranks run different builds of hoop, or a process used the "
                           "engine's communicator",
                           e->rank, w[W_MAGIC], e->size);
+    /* The slots must be the same everywhere: so must their number. */
+    if (w[W_CACHE_CAP] != (uint32_t)e->cache_cap * (uint32_t)e->size)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: HOOP_CACHE_CAPACITY is %d here but not on every rank "
+                          "(the ranks' values add up to %u): set the same value on every rank",
+                          e->rank, e->cache_cap, w[W_CACHE_CAP]);
     if (w[W_STOP]) {
         char msg[256];
         snprintf(msg, sizeof(msg),

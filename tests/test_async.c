@@ -36,6 +36,7 @@ typedef struct async_case {
     void *arg;
     const char *env[8]; /* "NAME=VALUE", NULL-terminated */
     const char *stderr_path; /* when set, rank 0's stderr goes there (its log) */
+    const char *env_rank1;   /* "NAME=VALUE" set on rank 1 only */
 } async_case_t;
 
 static int async_rank(int rank, int size, int port, void *arg)
@@ -43,6 +44,8 @@ static int async_rank(int rank, int size, int port, void *arg)
     async_case_t *c = arg;
     for (int i = 0; i < 8 && c->env[i]; i++)
         putenv((char *)c->env[i]);
+    if (c->env_rank1 && rank == 1)
+        putenv((char *)c->env_rank1);
     if (c->stderr_path && rank == 0) {
         int fd = open(c->stderr_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) {
@@ -998,4 +1001,30 @@ Test(async, request_lists_round_trip_and_refuse_garbage)
     cr_expect_eq(eng_list_parse(&e, 0, e.mylist, e.mylist_len, count_rec), HOOP_OK);
     cr_expect_eq(eng_list_parse(&e, 2, e.mylist, e.mylist_len, count_rec), HOOP_ERR_PEER);
     free(e.mylist);
+}
+
+/* ---- settings that must agree ---------------------------------------------- */
+
+static int body_cache_cap_differs(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    static int32_t x = 1;
+    hoop_engine_handle_t *h;
+    hoop_status_t st = hoop_engine_allreduce(e, "x", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
+                                             NULL, &h);
+    if (!st) {
+        st = hoop_engine_wait(h, WAIT_S);
+        hoop_engine_release(h);
+    }
+    if (st != HOOP_ERR_INVALID || !strstr(hoop_last_error(), "HOOP_CACHE_CAPACITY"))
+        return harness_failf(rank, "want invalid naming HOOP_CACHE_CAPACITY, got %s: %s",
+                             hoop_status_str(st), hoop_last_error());
+    return 0;
+}
+
+Test(async, cache_capacity_must_agree_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_cache_cap_differs, .env_rank1 = "HOOP_CACHE_CAPACITY=10"};
+    run_case(2, &c, 40);
 }
