@@ -436,7 +436,7 @@ static int body_cache(hoop_engine_t *e, int rank, int size, void *arg)
         /* Step 3 changes every tensor's count: the entries are stale. */
         size_t n = step == 3 ? 32 : 64;
         for (int t = 0; t < T; t++) {
-            char name[16];
+            char name[32];
             snprintf(name, sizeof name, "w%d", t);
             for (size_t i = 0; i < n; i++)
                 buf[t][i] = val(rank, t + step, i);
@@ -663,7 +663,7 @@ static int body_killed(hoop_engine_t *e, int rank, int size, void *arg)
         raise(SIGKILL);
     hoop_engine_handle_t *p[3];
     for (int k = 0; k < 3; k++) {
-        char name[16];
+        char name[32];
         snprintf(name, sizeof name, "pending.%d", k);
         if (hoop_engine_allreduce(e, name, x[k + 1], x[k + 1], 64, HOOP_I32, HOOP_SUM, 1.0, 1.0,
                                   NULL, NULL, &p[k]))
@@ -731,7 +731,7 @@ static int body_timeline(hoop_engine_t *e, int rank, int size, void *arg)
     for (int step = 0; step < 30; step++) {
         hoop_engine_handle_t *h[4];
         for (int t = 0; t < 4; t++) {
-            char name[16];
+            char name[32];
             snprintf(name, sizeof name, "w%d", t);
             if (hoop_engine_allreduce(e, name, w[t], w[t], 256, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
                                       NULL, &h[t]))
@@ -797,7 +797,7 @@ static int body_autotune(hoop_engine_t *e, int rank, int size, void *arg)
     for (int step = 0; step < 90; step++) {
         hoop_engine_handle_t *h[4];
         for (int t = 0; t < 4; t++) {
-            char name[16];
+            char name[32];
             snprintf(name, sizeof name, "w%d", t);
             if (hoop_engine_allreduce(e, name, w[t], w[t], 1024, HOOP_I32, HOOP_SUM, 1.0, 1.0,
                                       NULL, NULL, &h[t]))
@@ -927,7 +927,7 @@ Test(async, timeline_of_every_rank_n2, .timeout = 60)
                       .env = {env, "HOOP_TIMELINE_ALL_RANKS=1", "HOOP_CYCLE_TIME=5"}};
     run_case(2, &c, 40);
     for (int r = 0; r < 2; r++) {
-        char p[sizeof path + 8];
+        char p[sizeof path + 16];
         snprintf(p, sizeof p, "%s.%d", path, r);
         cr_expect(timeline_check(p, timeline_names) == 0, "rank %d's timeline %s does not parse "
                   "or lacks events", r, p);
