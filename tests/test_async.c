@@ -579,14 +579,16 @@ Test(async, stall_shutdown_fails_the_name_naming_the_rank_n2, .timeout = 60)
 
 static int body_join(hoop_engine_t *e, int rank, int size, void *arg)
 {
-    (void)arg;
+    /* arg non-NULL: the same names every step, so that after the first
+     * the cache answers, joined ranks saying yes for their zeros. */
+    int same_names = arg != NULL;
     static int32_t s[8];
     static float a[8];
     int steps = rank + 2;
     for (int k = 0; k < steps; k++) {
         char n1[32], n2[32];
-        snprintf(n1, sizeof n1, "sum.%d", k);
-        snprintf(n2, sizeof n2, "avg.%d", k);
+        snprintf(n1, sizeof n1, "sum.%d", same_names ? 0 : k);
+        snprintf(n2, sizeof n2, "avg.%d", same_names ? 0 : k);
         for (int i = 0; i < 8; i++) {
             s[i] = 1;
             a[i] = 3.0f;
@@ -606,6 +608,13 @@ static int body_join(hoop_engine_t *e, int rank, int size, void *arg)
             if (s[i] != active || a[i] != 3.0f * (float)active / (float)size)
                 return harness_failf(rank, "step %d: sum %d avg %g, want %d and %g", k, s[i],
                                      a[i], active, 3.0 * active / size);
+    }
+    if (same_names) {
+        hoop_engine_stats_t st = {.struct_size = sizeof st};
+        hoop_engine_stats(e, &st);
+        if (st.cache_hits < (uint64_t)(2 * (steps - 1)))
+            return harness_failf(rank, "%llu cache hits in %d steps of 2 names",
+                                 (unsigned long long)st.cache_hits, steps);
     }
     if (rank == size - 1) {
         /* Everyone else has joined: an allgather cannot go on. */
@@ -644,6 +653,13 @@ static int body_join(hoop_engine_t *e, int rank, int size, void *arg)
 Test(async, join_with_uneven_steps_n3, .timeout = 60)
 {
     async_case_t c = {.body = body_join};
+    run_case(3, &c, 40);
+}
+
+Test(async, join_with_uneven_steps_through_the_cache_n3, .timeout = 60)
+{
+    static int yes = 1;
+    async_case_t c = {.body = body_join, .arg = &yes};
     run_case(3, &c, 40);
 }
 
