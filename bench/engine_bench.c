@@ -59,16 +59,16 @@ static int resnet50_sizes(size_t *n)
     for (int l = 0; l < 4; l++) {
         size_t w = (size_t)width[l], out = 4 * w;
         for (int b = 0; b < blocks[l]; b++) {
-            n[k++] = w * in;        /* 1x1 */
+            n[k++] = w * in; /* 1x1 */
             n[k++] = w;
             n[k++] = w;
-            n[k++] = w * w * 9;     /* 3x3 */
+            n[k++] = w * w * 9; /* 3x3 */
             n[k++] = w;
             n[k++] = w;
-            n[k++] = out * w;       /* 1x1 */
+            n[k++] = out * w; /* 1x1 */
             n[k++] = out;
             n[k++] = out;
-            if (b == 0) {           /* projection */
+            if (b == 0) { /* projection */
                 n[k++] = out * in;
                 n[k++] = out;
                 n[k++] = out;
@@ -161,8 +161,8 @@ int main(int argc, char **argv)
             int t = nt - 1 - k;
             char name[32];
             snprintf(name, sizeof(name), "grad.%d", t);
-            if ((st = hoop_engine_allreduce(e, name, bufs[t], bufs[t], sizes[t], HOOP_F32,
-                                            HOOP_AVG, 1.0, 1.0, NULL, NULL, &h[t])))
+            if ((st = hoop_engine_allreduce(e, name, bufs[t], bufs[t], sizes[t], HOOP_F32, HOOP_AVG,
+                                            1.0, 1.0, NULL, NULL, &h[t])))
                 return fail(name, st);
         }
         for (int t = 0; t < nt; t++) {
@@ -189,9 +189,8 @@ int main(int argc, char **argv)
     hoop_engine_stats_t s2 = {.struct_size = sizeof(s2)};
     hoop_engine_stats(e, &s2);
     if (rank == 0) {
-        printf("# engine_bench: N=%d, transport %s, fusion threshold %llu B, cycle %.3g ms\n",
-               size, transport, (unsigned long long)s1.fusion_threshold,
-               s1.cycle_time_ms);
+        printf("# engine_bench: N=%d, transport %s, fusion threshold %llu B, cycle %.3g ms\n", size,
+               transport, (unsigned long long)s1.fusion_threshold, s1.cycle_time_ms);
         printf("resnet50 step: %d tensors, %zu f32 (%.1f MB)\n", nt, total,
                (double)total * 4 / 1e6);
         printf("  engine, 161 allreduces     %9.2f ms  (%.1f collectives, %.1f cycles, %.1f "

@@ -20,16 +20,16 @@ unsigned eng_hash(const char *name)
 
 const char *eng_kind_name(int kind)
 {
-    static const char *const n[EK_KIND_COUNT] = {"none",      "allreduce",      "allgather",
-                                                 "broadcast", "alltoall",       "reduce_scatter",
+    static const char *const n[EK_KIND_COUNT] = {"none",      "allreduce", "allgather",
+                                                 "broadcast", "alltoall",  "reduce_scatter",
                                                  "barrier",   "join"};
     return kind >= 0 && kind < EK_KIND_COUNT ? n[kind] : "unknown";
 }
 
 const char *eng_kind_upper(int kind)
 {
-    static const char *const n[EK_KIND_COUNT] = {"NONE",      "ALLREDUCE",    "ALLGATHER",
-                                                 "BROADCAST", "ALLTOALL",     "REDUCESCATTER",
+    static const char *const n[EK_KIND_COUNT] = {"NONE",      "ALLREDUCE", "ALLGATHER",
+                                                 "BROADCAST", "ALLTOALL",  "REDUCESCATTER",
                                                  "BARRIER",   "JOIN"};
     return kind >= 0 && kind < EK_KIND_COUNT ? n[kind] : "UNKNOWN";
 }
@@ -112,11 +112,13 @@ static hoop_status_t check_common(hoop_engine_t *e, const char *name, int dtype,
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': unknown dtype %d", e->rank, name,
                           dtype);
     if (has_op && (op < 0 || op >= HOOP_OP_COUNT))
-        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': unknown op %d", e->rank, name, op);
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': unknown op %d", e->rank, name,
+                          op);
     if (!isfinite(pre) || !isfinite(post))
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': scale factors must be finite",
                           e->rank, name);
-    int floating = dtype == HOOP_F16 || dtype == HOOP_BF16 || dtype == HOOP_F32 || dtype == HOOP_F64;
+    int floating =
+        dtype == HOOP_F16 || dtype == HOOP_BF16 || dtype == HOOP_F32 || dtype == HOOP_F64;
     if (!floating && (pre != 1.0 || post != 1.0))
         return hoop_error(HOOP_ERR_INVALID,
                           "engine rank %d: '%s': prescale %g and postscale %g on %s: scale factors "
@@ -258,7 +260,8 @@ hoop_status_t hoop_engine_grouped_allreduce(hoop_engine_t *e, const char *name, 
 
 hoop_status_t hoop_engine_allgather(hoop_engine_t *e, const char *name, const void *sendbuf,
                                     size_t rows, size_t row_elems, hoop_dtype_t dtype,
-                                    hoop_engine_cb_t cb, void *cb_arg, hoop_engine_handle_t **handle)
+                                    hoop_engine_cb_t cb, void *cb_arg,
+                                    hoop_engine_handle_t **handle)
 {
     hoop_status_t st = check_common(e, name, dtype, 0, 0, 1.0, 1.0, handle);
     if (st)
@@ -338,9 +341,8 @@ hoop_status_t hoop_engine_alltoall(hoop_engine_t *e, const char *name, const voi
 
 hoop_status_t hoop_engine_reduce_scatter(hoop_engine_t *e, const char *name, const void *sendbuf,
                                          void *recvbuf, size_t recvcount, hoop_dtype_t dtype,
-                                         hoop_op_t op, double pre, double post,
-                                         hoop_engine_cb_t cb, void *cb_arg,
-                                         hoop_engine_handle_t **handle)
+                                         hoop_op_t op, double pre, double post, hoop_engine_cb_t cb,
+                                         void *cb_arg, hoop_engine_handle_t **handle)
 {
     hoop_status_t st = check_common(e, name, dtype, 1, op, pre, post, handle);
     if (st)
@@ -350,7 +352,8 @@ hoop_status_t hoop_engine_reduce_scatter(hoop_engine_t *e, const char *name, con
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': recvcount too large", e->rank,
                           name);
     if (recvcount && (!sendbuf || !recvbuf))
-        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': a buffer is NULL", e->rank, name);
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': a buffer is NULL", e->rank,
+                          name);
     eng_op_t *o = op_new(EK_REDUCE_SCATTER, name, dtype, op, pre, post, cb, cb_arg);
     if (!o)
         return no_memory(e, name);

@@ -74,8 +74,10 @@ hoop_status_t eng_tune_init(struct hoop_engine *e)
         if (!t->log) {
             int err = errno;
             free(t);
-            return hoop_error(HOOP_ERR_INVALID, "engine rank 0: HOOP_AUTOTUNE_LOG: cannot open %s: "
-                              "%s", path, strerror(err));
+            return hoop_error(HOOP_ERR_INVALID,
+                              "engine rank 0: HOOP_AUTOTUNE_LOG: cannot open %s: "
+                              "%s",
+                              path, strerror(err));
         }
         fprintf(t->log, "cycle_time_ms,tensor_fusion_threshold,score,best\n");
         fflush(t->log);
@@ -132,9 +134,10 @@ void eng_tune_note(struct hoop_engine *e, const char *name, uint64_t bytes)
     t->done = 1;
     apply(e, t->best);
     log_line(t, e, t->best_score, 1);
-    hoop_log(HOOP_LOG_INFO, "engine rank 0: autotune keeps a fusion threshold of %llu bytes and "
-             "a cycle of %g ms (%.1f bytes/us)", (unsigned long long)e->fusion_threshold,
-             (double)e->cycle_ns / 1e6, t->best_score);
+    hoop_log(HOOP_LOG_INFO,
+             "engine rank 0: autotune keeps a fusion threshold of %llu bytes and "
+             "a cycle of %g ms (%.1f bytes/us)",
+             (unsigned long long)e->fusion_threshold, (double)e->cycle_ns / 1e6, t->best_score);
 }
 
 void eng_tune_free(struct hoop_engine *e)

@@ -34,8 +34,8 @@ enum eng_kind {
 };
 
 /* Bounds on what a list from another rank may hold. */
-#define ENG_LIST_MAX (16u << 20)   /* bytes of one rank's list in one cycle */
-#define ENG_VALS_MAX (1u << 16)    /* segments of a group, or ranks of an alltoall */
+#define ENG_LIST_MAX (16u << 20) /* bytes of one rank's list in one cycle */
+#define ENG_VALS_MAX (1u << 16)  /* segments of a group, or ranks of an alltoall */
 
 /* What every rank must agree on for one name (for an allgather `count` is
  * this rank's rows and may differ). */
@@ -56,23 +56,23 @@ enum eng_state { ES_QUEUED = 0, ES_NEW, ES_SENT, ES_CACHED };
 /* An operation, which is also the handle the caller holds. */
 struct hoop_engine_handle {
     struct eng_params p;
-    const void **send;   /* nseg each (one but for a group) */
+    const void **send; /* nseg each (one but for a group) */
     void **recv;
-    const void *send1;   /* storage for the one-segment case */
+    const void *send1; /* storage for the one-segment case */
     void *recv1;
     hoop_engine_cb_t cb;
     void *cb_arg;
     /* the engine's thread only */
     int state;
-    int slot;            /* cache slot, ES_CACHED */
+    int slot; /* cache slot, ES_CACHED */
     uint64_t t_enq_ns;
-    struct hoop_engine_handle *next; /* queue, then pending list */
+    struct hoop_engine_handle *next;  /* queue, then pending list */
     struct hoop_engine_handle *hnext; /* names in flight */
     /* completion, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int done;
-    int refs;            /* the caller's and the engine's */
+    int refs; /* the caller's and the engine's */
     hoop_status_t st;
     char msg[1024];
     void *out;
@@ -85,37 +85,37 @@ typedef struct hoop_engine_handle eng_op_t;
 
 /* A name some rank has announced and not all have (negotiate.c). */
 struct eng_entry {
-    struct eng_params p;   /* the first announcement */
+    struct eng_params p; /* the first announcement */
     int first_rank;
-    uint8_t *got;          /* per rank */
-    uint64_t *rows;        /* allgather: per rank rows */
-    uint64_t *splits;      /* alltoall: size x size */
-    char *mismatch;        /* the first disagreement, a sentence */
-    int timed_out;         /* rank 0's list said: fail it (stall shutdown) */
-    int fail_asked;        /* rank 0: put in its next list */
+    uint8_t *got;     /* per rank */
+    uint64_t *rows;   /* allgather: per rank rows */
+    uint64_t *splits; /* alltoall: size x size */
+    char *mismatch;   /* the first disagreement, a sentence */
+    int timed_out;    /* rank 0's list said: fail it (stall shutdown) */
+    int fail_asked;   /* rank 0: put in its next list */
     uint64_t first_ns;
     uint64_t last_warn_ns;
 };
 
 /* One operation to run, the same on every rank. */
 struct eng_resp {
-    struct eng_params p;   /* p.vals owned */
-    hoop_status_t err;     /* != OK: fail it with msg */
+    struct eng_params p; /* p.vals owned */
+    hoop_status_t err;   /* != OK: fail it with msg */
     char *msg;
-    uint64_t *rows;        /* allgather: per rank rows (owned) */
-    uint64_t *splits;      /* alltoall: size x size (owned) */
+    uint64_t *rows;   /* allgather: per rank rows (owned) */
+    uint64_t *splits; /* alltoall: size x size (owned) */
     int last_joined;
     int from_cache;
     int cacheable;
     uint64_t neg_start_ns;
-    eng_op_t *op;          /* this rank's, or NULL (joined) */
+    eng_op_t *op; /* this rank's, or NULL (joined) */
     int done;
 };
 
 struct eng_cache_slot {
     int used;
-    struct eng_params p;   /* count: this rank's rows for an allgather */
-    uint64_t *rows;        /* allgather: per rank rows */
+    struct eng_params p; /* count: this rank's rows for an allgather */
+    uint64_t *rows;      /* allgather: per rank rows */
     uint64_t last_use;
 };
 
@@ -134,32 +134,32 @@ struct hoop_engine {
     pthread_mutex_t mu;
     eng_op_t *q_head, *q_tail;
     eng_op_t *inflight[ENG_HASH];
-    int stop;              /* destroy asked */
-    int stopped;           /* the thread has ended */
-    hoop_status_t dead;    /* != OK: every enqueue fails with dead_msg */
+    int stop;           /* destroy asked */
+    int stopped;        /* the thread has ended */
+    hoop_status_t dead; /* != OK: every enqueue fails with dead_msg */
     char dead_msg[1024];
     uint64_t barrier_seq, join_seq;
     hoop_engine_stats_t stats;
 
     /* The engine's thread only. */
-    eng_op_t *pending;     /* ES_NEW, ES_SENT, ES_CACHED */
+    eng_op_t *pending; /* ES_NEW, ES_SENT, ES_CACHED */
     uint64_t cycle_ns;
     uint64_t fusion_threshold;
     int cache_cap;
     double stall_check_s, stall_shutdown_s;
-    uint8_t *fusion;       /* fusion_cap bytes, kept */
+    uint8_t *fusion; /* fusion_cap bytes, kept */
     size_t fusion_cap;
     /* negotiation table, in the order names were first announced */
     struct eng_entry **tab;
     int ntab, tab_cap;
-    uint8_t *joined;       /* per rank */
+    uint8_t *joined; /* per rank */
     int njoined;
     int last_joined;
     int self_joined;
     eng_op_t *join_op;
     /* cache */
     struct eng_cache_slot *cache;
-    int cache_used;        /* slots 0..cache_used-1 exist */
+    int cache_used; /* slots 0..cache_used-1 exist */
     uint64_t use_clock;
     /* the sync vector and lists */
     uint32_t *sync;
@@ -186,8 +186,8 @@ void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, cons
 void eng_forget_name(struct hoop_engine *e, eng_op_t *op);
 eng_op_t *eng_find_inflight(struct hoop_engine *e, const char *name);
 unsigned eng_hash(const char *name);
-const char *eng_kind_name(int kind);    /* "allreduce", ... */
-const char *eng_kind_upper(int kind);   /* "ALLREDUCE", ... (timeline) */
+const char *eng_kind_name(int kind);  /* "allreduce", ... */
+const char *eng_kind_upper(int kind); /* "ALLREDUCE", ... (timeline) */
 
 /* wire.c: a rank's list of records. */
 enum eng_rec { ER_REQ = 1, ER_JOIN = 2, ER_FAIL = 3 };
@@ -202,15 +202,15 @@ hoop_status_t eng_list_parse(struct hoop_engine *e, int from, const uint8_t *buf
                              eng_rec_fn fn);
 
 /* negotiate.c */
-hoop_status_t eng_table_record(struct hoop_engine *e, int from, int rec,
-                               const struct eng_params *p, const char *name);
+hoop_status_t eng_table_record(struct hoop_engine *e, int from, int rec, const struct eng_params *p,
+                               const char *name);
 /* Turn every entry now complete into a response (in table order). */
 int eng_table_collect(struct hoop_engine *e);
 /* Rank 0: warn of stalls, mark names past the shutdown time for its list. */
 void eng_table_stall_check(struct hoop_engine *e, uint64_t now);
 void eng_table_free(struct hoop_engine *e);
-int eng_params_equal(const struct eng_params *a, const struct eng_params *b, int size,
-                     char *why, size_t why_len, int ra, int rb);
+int eng_params_equal(const struct eng_params *a, const struct eng_params *b, int size, char *why,
+                     size_t why_len, int ra, int rb);
 int eng_params_copy(struct eng_params *dst, const struct eng_params *src);
 struct eng_resp *eng_resp_add(struct hoop_engine *e);
 void eng_resp_clear(struct hoop_engine *e);

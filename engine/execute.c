@@ -81,8 +81,7 @@ static void scale(void *buf, size_t n, int dtype, double f)
             p[i] = hoop_f32_to_bf16(hoop_bf16_to_f32(p[i]) * (float)f);
         break;
     }
-    default:
-        break; /* refused at enqueue */
+    default: break; /* refused at enqueue */
     }
 }
 
@@ -220,8 +219,10 @@ static hoop_status_t run_allgather(struct hoop_engine *e, struct eng_resp *r)
     }
     if (too_much) {
         free(counts);
-        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': the ranks' rows add up to too "
-                          "much to allocate", e->rank, r->p.name);
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: '%s': the ranks' rows add up to too "
+                          "much to allocate",
+                          e->rank, r->p.name);
     }
     uint8_t *out = malloc(total ? total * es : 1);
     uint64_t *rows = malloc(8 * (size_t)e->size);
@@ -229,16 +230,18 @@ static hoop_status_t run_allgather(struct hoop_engine *e, struct eng_resp *r)
         free(counts);
         free(out);
         free(rows);
-        return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of memory for %zu bytes of "
-                          "output", e->rank, r->p.name, total * es);
+        return hoop_error(HOOP_ERR_SYSTEM,
+                          "engine rank %d: '%s': out of memory for %zu bytes of "
+                          "output",
+                          e->rank, r->p.name, total * es);
     }
     memcpy(rows, r->rows, 8 * (size_t)e->size);
     static const uint8_t dummy[16];
     const void *send = counts[e->rank] ? op->send[0] : dummy;
     struct eng_resp *g[1] = {r};
     tl_all(e, g, 1, "HOOP_ALLGATHERV");
-    hoop_status_t st = total ? hoop_allgatherv(e->comm, send, out, counts, displs, r->p.dtype)
-                             : HOOP_OK;
+    hoop_status_t st =
+        total ? hoop_allgatherv(e->comm, send, out, counts, displs, r->p.dtype) : HOOP_OK;
     tl_all(e, g, 1, NULL);
     if (total)
         count_collective(e, 1);
@@ -361,22 +364,16 @@ static hoop_status_t run_one(struct hoop_engine *e, struct eng_resp *r)
                           "it: the ranks' negotiation tables differ (a bug)",
                           e->rank, r->p.name, eng_kind_name(r->p.kind));
     switch (r->p.kind) {
-    case EK_ALLGATHER:
-        st = run_allgather(e, r);
-        break;
+    case EK_ALLGATHER: st = run_allgather(e, r); break;
     case EK_BROADCAST:
         tl_all(e, g, 1, "HOOP_BROADCAST");
-        st = hoop_broadcast(e->comm, r->op->recv[0], r->op->recv[0], (size_t)r->p.count,
-                            r->p.dtype, r->p.root);
+        st = hoop_broadcast(e->comm, r->op->recv[0], r->op->recv[0], (size_t)r->p.count, r->p.dtype,
+                            r->p.root);
         tl_all(e, g, 1, NULL);
         count_collective(e, 1);
         break;
-    case EK_ALLTOALL:
-        st = run_alltoall(e, r);
-        break;
-    case EK_REDUCE_SCATTER:
-        st = run_reduce_scatter(e, r);
-        break;
+    case EK_ALLTOALL: st = run_alltoall(e, r); break;
+    case EK_REDUCE_SCATTER: st = run_reduce_scatter(e, r); break;
     case EK_BARRIER:
         tl_all(e, g, 1, "HOOP_BARRIER");
         st = hoop_barrier(e->comm);
@@ -387,8 +384,7 @@ static hoop_status_t run_one(struct hoop_engine *e, struct eng_resp *r)
         if (r->op)
             r->op->last_joined = r->last_joined;
         break;
-    default:
-        break;
+    default: break;
     }
     return st;
 }

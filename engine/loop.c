@@ -185,13 +185,17 @@ static hoop_status_t gather_lists(struct hoop_engine *e, const uint32_t *lens)
         total += lens[r];
     }
     if (e->lcounts[e->rank] != e->mylist_len)
-        return hoop_error(HOOP_ERR_PEER, "engine rank %d: the sync words do not hold this rank's "
-                          "own list length: the ranks run different builds of hoop", e->rank);
+        return hoop_error(HOOP_ERR_PEER,
+                          "engine rank %d: the sync words do not hold this rank's "
+                          "own list length: the ranks run different builds of hoop",
+                          e->rank);
     if (total > e->lists_cap) {
         uint8_t *p = realloc(e->lists, total);
         if (!p)
-            return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory for %zu bytes of "
-                              "requests", e->rank, total);
+            return hoop_error(HOOP_ERR_SYSTEM,
+                              "engine rank %d: out of memory for %zu bytes of "
+                              "requests",
+                              e->rank, total);
         e->lists = p;
         e->lists_cap = total;
     }
@@ -204,8 +208,7 @@ static hoop_status_t gather_lists(struct hoop_engine *e, const uint32_t *lens)
     e->stats.negotiations++;
     pthread_mutex_unlock(&e->mu);
     for (int r = 0; r < e->size; r++)
-        if ((st = eng_list_parse(e, r, e->lists + e->ldispls[r], e->lcounts[r],
-                                 eng_table_record)))
+        if ((st = eng_list_parse(e, r, e->lists + e->ldispls[r], e->lcounts[r], eng_table_record)))
             return st;
     return HOOP_OK;
 }

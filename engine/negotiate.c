@@ -35,11 +35,11 @@ int eng_params_equal(const struct eng_params *a, const struct eng_params *b, int
                      size_t why_len, int ra, int rb)
 {
     (void)size;
-#define DIFF(fmt, va, vb, what)                                                                   \
-    do {                                                                                          \
+#define DIFF(fmt, va, vb, what)                                                                    \
+    do {                                                                                           \
         snprintf(why, why_len, "rank %d gives %s " fmt " but rank %d gives %s " fmt, ra, what, va, \
-                 rb, what, vb);                                                                   \
-        return 0;                                                                                 \
+                 rb, what, vb);                                                                    \
+        return 0;                                                                                  \
     } while (0)
     if (a->kind != b->kind)
         DIFF("%s", eng_kind_name(a->kind), eng_kind_name(b->kind), "operation");
@@ -66,8 +66,10 @@ int eng_params_equal(const struct eng_params *a, const struct eng_params *b, int
             DIFF("%u", (unsigned)a->nvals, (unsigned)b->nvals, "tensors in the group");
         for (uint32_t i = 0; i < a->nvals; i++)
             if (a->vals[i] != b->vals[i]) {
-                snprintf(why, why_len, "rank %d gives tensor %u of the group %llu elements but rank "
-                         "%d gives %llu", ra, (unsigned)i, (unsigned long long)a->vals[i], rb,
+                snprintf(why, why_len,
+                         "rank %d gives tensor %u of the group %llu elements but rank "
+                         "%d gives %llu",
+                         ra, (unsigned)i, (unsigned long long)a->vals[i], rb,
                          (unsigned long long)b->vals[i]);
                 return 0;
             }
@@ -270,11 +272,11 @@ int eng_table_collect(struct hoop_engine *e)
             char miss[256];
             missing_ranks(e, en, miss, sizeof(miss));
             r->err = HOOP_ERR_TIMEOUT;
-            r->msg = sentence("engine rank %d: '%s' (%s) waited more than %g s "
-                              "(HOOP_STALL_SHUTDOWN_TIME) for rank(s) %s to enqueue it; it fails on "
-                              "the ranks that did",
-                              e->rank, r->p.name, eng_kind_name(r->p.kind), e->stall_shutdown_s,
-                              miss);
+            r->msg =
+                sentence("engine rank %d: '%s' (%s) waited more than %g s "
+                         "(HOOP_STALL_SHUTDOWN_TIME) for rank(s) %s to enqueue it; it fails on "
+                         "the ranks that did",
+                         e->rank, r->p.name, eng_kind_name(r->p.kind), e->stall_shutdown_s, miss);
         } else if (en->mismatch) {
             r->err = HOOP_ERR_MISMATCH;
             r->msg = en->mismatch;

@@ -27,7 +27,7 @@ struct tl_name {
 
 struct eng_timeline {
     int fd;
-    off_t end;          /* where the closing "\n]" starts */
+    off_t end; /* where the closing "\n]" starts */
     uint64_t t0_ns;
     char *buf;
     size_t len, cap;

@@ -77,9 +77,9 @@ HOOP_API hoop_status_t hoop_engine_allreduce(hoop_engine_t *engine, const char *
  * tensor i is counts[i] elements from sendbufs[i] to recvbufs[i]. One
  * handle for the group, named `name`. */
 HOOP_API hoop_status_t hoop_engine_grouped_allreduce(
-    hoop_engine_t *engine, const char *name, int n, const void *const *sendbufs, void *const *recvbufs,
-    const size_t *counts, hoop_dtype_t dtype, hoop_op_t op, double prescale, double postscale,
-    hoop_engine_cb_t cb, void *cb_arg, hoop_engine_handle_t **handle);
+    hoop_engine_t *engine, const char *name, int n, const void *const *sendbufs,
+    void *const *recvbufs, const size_t *counts, hoop_dtype_t dtype, hoop_op_t op, double prescale,
+    double postscale, hoop_engine_cb_t cb, void *cb_arg, hoop_engine_handle_t **handle);
 
 /* Allgather along the first dimension: this rank gives `rows` rows of
  * row_elems elements each (rows may differ between ranks, row_elems may
@@ -119,8 +119,8 @@ HOOP_API hoop_status_t hoop_engine_reduce_scatter(hoop_engine_t *engine, const c
 
 /* Completes once every rank has enqueued its barrier (the k-th barrier of
  * each rank meets the k-th of the others). */
-HOOP_API hoop_status_t hoop_engine_barrier(hoop_engine_t *engine, hoop_engine_cb_t cb,
-                                           void *cb_arg, hoop_engine_handle_t **handle);
+HOOP_API hoop_status_t hoop_engine_barrier(hoop_engine_t *engine, hoop_engine_cb_t cb, void *cb_arg,
+                                           hoop_engine_handle_t **handle);
 
 /* This rank has no more work: until every rank has joined, it takes part in
  * the others' allreduces with zeros (HOOP_AVG still divides by every rank);
@@ -160,15 +160,15 @@ HOOP_API void hoop_engine_release(hoop_engine_handle_t *h);
 
 /* What the engine's thread has done so far. */
 typedef struct hoop_engine_stats {
-    size_t struct_size;          /* set by the caller to sizeof(hoop_engine_stats_t) */
-    uint64_t cycles;             /* cycles run */
-    uint64_t negotiations;       /* cycles that gathered requests (not answered by the cache) */
-    uint64_t cache_hits;         /* operations agreed through the cache */
-    uint64_t collectives;        /* data collectives run (fused ones count once) */
-    uint64_t fused_ops;          /* operations that ran inside a fused collective of several */
-    uint64_t ops_done;           /* operations completed, with any status */
-    uint64_t fusion_threshold;   /* bytes, now (autotune changes it) */
-    double cycle_time_ms;        /* now */
+    size_t struct_size;        /* set by the caller to sizeof(hoop_engine_stats_t) */
+    uint64_t cycles;           /* cycles run */
+    uint64_t negotiations;     /* cycles that gathered requests (not answered by the cache) */
+    uint64_t cache_hits;       /* operations agreed through the cache */
+    uint64_t collectives;      /* data collectives run (fused ones count once) */
+    uint64_t fused_ops;        /* operations that ran inside a fused collective of several */
+    uint64_t ops_done;         /* operations completed, with any status */
+    uint64_t fusion_threshold; /* bytes, now (autotune changes it) */
+    double cycle_time_ms;      /* now */
 } hoop_engine_stats_t;
 
 HOOP_API hoop_status_t hoop_engine_stats(hoop_engine_t *engine, hoop_engine_stats_t *stats);

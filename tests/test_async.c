@@ -34,7 +34,7 @@ typedef int (*async_body_fn)(hoop_engine_t *e, int rank, int size, void *arg);
 typedef struct async_case {
     async_body_fn body;
     void *arg;
-    const char *env[8]; /* "NAME=VALUE", NULL-terminated */
+    const char *env[8];      /* "NAME=VALUE", NULL-terminated */
     const char *stderr_path; /* when set, rank 0's stderr goes there (its log) */
     const char *env_rank1;   /* "NAME=VALUE" set on rank 1 only */
 } async_case_t;
@@ -205,8 +205,7 @@ static int body_shuffled(hoop_engine_t *e, int rank, int size, void *arg)
                     bad = harness_failf(rank, "%s: %zu from rank %d", name, got[r], r);
                 for (size_t i = 0; i < got[r] && !bad; i++, k++)
                     if (o[k] != val(r, t, (size_t)rank * 100 + i))
-                        bad = harness_failf(rank, "%s: element %zu from rank %d wrong", name, i,
-                                            r);
+                        bad = harness_failf(rank, "%s: element %zu from rank %d wrong", name, i, r);
             }
             if (!bad && k != n)
                 bad = harness_failf(rank, "%s: %zu elements, want %zu", name, n, k);
@@ -340,8 +339,8 @@ static int body_fused(hoop_engine_t *e, int rank, int size, void *arg)
     }
     hoop_engine_stats(e, &s1);
     uint64_t colls = s1.collectives - s0.collectives;
-    fprintf(stderr, "rank %d: %d tensors in %llu collectives (%llu fused), %llu cycles\n", rank,
-            NF, (unsigned long long)colls, (unsigned long long)(s1.fused_ops - s0.fused_ops),
+    fprintf(stderr, "rank %d: %d tensors in %llu collectives (%llu fused), %llu cycles\n", rank, NF,
+            (unsigned long long)colls, (unsigned long long)(s1.fused_ops - s0.fused_ops),
             (unsigned long long)(s1.cycles - s0.cycles));
     if (colls > *nmax || colls == 0)
         return harness_failf(rank, "%d tensors took %llu collectives, want 1..%zu", NF,
@@ -361,9 +360,8 @@ Test(async, two_hundred_tensors_fused_n2, .timeout = 60)
 Test(async, fusion_off_runs_one_collective_each_n2, .timeout = 60)
 {
     size_t nmax = NF;
-    async_case_t c = {.body = body_fused,
-                      .arg = &nmax,
-                      .env = {"HOOP_CYCLE_TIME=20", "HOOP_FUSION_THRESHOLD=0"}};
+    async_case_t c = {
+        .body = body_fused, .arg = &nmax, .env = {"HOOP_CYCLE_TIME=20", "HOOP_FUSION_THRESHOLD=0"}};
     run_case(2, &c, 40);
 }
 
@@ -378,8 +376,8 @@ static int body_mismatch(hoop_engine_t *e, int rank, int size, void *arg)
         b[i] = rank;
     hoop_engine_handle_t *hb, *hg;
     size_t n = rank == 1 ? 200 : 100;
-    hoop_status_t st = hoop_engine_allreduce(e, "bad", a, a, n, HOOP_I32, HOOP_SUM, 1.0, 1.0,
-                                             NULL, NULL, &hb);
+    hoop_status_t st =
+        hoop_engine_allreduce(e, "bad", a, a, n, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &hb);
     if (!st)
         st = hoop_engine_allreduce(e, "good", b, b, 16, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
                                    &hg);
@@ -394,8 +392,10 @@ static int body_mismatch(hoop_engine_t *e, int rank, int size, void *arg)
     /* Rank 1 is the odd one: the sentence names it against another rank. */
     if (!strstr(why, "'bad'") || !strstr(why, "rank 1 gives count 200") ||
         !strstr(why, "count 100"))
-        return harness_failf(rank, "the sentence does not name the tensor, the ranks and both "
-                             "counts: %s", why);
+        return harness_failf(rank,
+                             "the sentence does not name the tensor, the ranks and both "
+                             "counts: %s",
+                             why);
     if (wait_ok(hg, rank, "good"))
         return 1;
     int want = size * (size - 1) / 2;
@@ -529,10 +529,8 @@ Test(async, stall_is_logged_with_the_missing_rank_n2, .timeout = 60)
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
     close(fd);
-    async_case_t c = {.body = body_stall,
-                      .arg = path,
-                      .env = {"HOOP_STALL_CHECK_TIME=1"},
-                      .stderr_path = path};
+    async_case_t c = {
+        .body = body_stall, .arg = path, .env = {"HOOP_STALL_CHECK_TIME=1"}, .stderr_path = path};
     run_case(2, &c, 40);
     unlink(path);
 }
@@ -606,8 +604,8 @@ static int body_join(hoop_engine_t *e, int rank, int size, void *arg)
         /* Joined ranks give zeros; AVG divides by every rank. */
         for (int i = 0; i < 8; i++)
             if (s[i] != active || a[i] != 3.0f * (float)active / (float)size)
-                return harness_failf(rank, "step %d: sum %d avg %g, want %d and %g", k, s[i],
-                                     a[i], active, 3.0 * active / size);
+                return harness_failf(rank, "step %d: sum %d avg %g, want %d and %g", k, s[i], a[i],
+                                     active, 3.0 * active / size);
     }
     if (same_names) {
         hoop_engine_stats_t st = {.struct_size = sizeof st};
@@ -670,8 +668,8 @@ static int body_killed(hoop_engine_t *e, int rank, int size, void *arg)
     (void)arg;
     static int32_t x[4][64];
     hoop_engine_handle_t *h;
-    if (hoop_engine_allreduce(e, "first", x[0], x[0], 64, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
-                              NULL, &h) ||
+    if (hoop_engine_allreduce(e, "first", x[0], x[0], 64, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                              &h) ||
         wait_ok(h, rank, "first"))
         return 1;
     hoop_engine_release(h);
@@ -726,15 +724,16 @@ Test(async, killed_rank_fails_every_pending_handle_n3, .timeout = 60)
 static int timeline_check(const char *path, const char *want)
 {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "python3 -c 'import json,sys\n"
-             "ev = json.load(open(sys.argv[1]))\n"
-             "assert isinstance(ev, list), \"not an array\"\n"
-             "names = {e.get(\"name\") for e in ev} | {e.get(\"args\", {}).get(\"name\") for e in ev}\n"
-             "missing = [w for w in sys.argv[2].split(\",\") if w not in names]\n"
-             "assert not missing, \"missing: %%s\" %% missing\n"
-             "print(\"%%d events\" %% len(ev), file=sys.stderr)' %s %s",
-             path, want);
+    snprintf(
+        cmd, sizeof cmd,
+        "python3 -c 'import json,sys\n"
+        "ev = json.load(open(sys.argv[1]))\n"
+        "assert isinstance(ev, list), \"not an array\"\n"
+        "names = {e.get(\"name\") for e in ev} | {e.get(\"args\", {}).get(\"name\") for e in ev}\n"
+        "missing = [w for w in sys.argv[2].split(\",\") if w not in names]\n"
+        "assert not missing, \"missing: %%s\" %% missing\n"
+        "print(\"%%d events\" %% len(ev), file=sys.stderr)' %s %s",
+        path, want);
     int rc = system(cmd);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
@@ -779,8 +778,10 @@ Test(async, timeline_is_json_with_horovods_activities_n2, .timeout = 60)
     int never = -1;
     async_case_t c = {.body = body_timeline, .arg = &never, .env = {env, "HOOP_CYCLE_TIME=5"}};
     run_case(2, &c, 40);
-    cr_expect(timeline_check(path, timeline_names) == 0, "the timeline %s does not parse or lacks "
-              "events", path);
+    cr_expect(timeline_check(path, timeline_names) == 0,
+              "the timeline %s does not parse or lacks "
+              "events",
+              path);
     unlink(path);
 }
 
@@ -815,8 +816,8 @@ static int body_autotune(hoop_engine_t *e, int rank, int size, void *arg)
         for (int t = 0; t < 4; t++) {
             char name[32];
             snprintf(name, sizeof name, "w%d", t);
-            if (hoop_engine_allreduce(e, name, w[t], w[t], 1024, HOOP_I32, HOOP_SUM, 1.0, 1.0,
-                                      NULL, NULL, &h[t]))
+            if (hoop_engine_allreduce(e, name, w[t], w[t], 1024, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
+                                      NULL, &h[t]))
                 return harness_failf(rank, "enqueue");
         }
         for (int t = 0; t < 4; t++) {
@@ -945,8 +946,10 @@ Test(async, timeline_of_every_rank_n2, .timeout = 60)
     for (int r = 0; r < 2; r++) {
         char p[sizeof path + 16];
         snprintf(p, sizeof p, "%s.%d", path, r);
-        cr_expect(timeline_check(p, timeline_names) == 0, "rank %d's timeline %s does not parse "
-                  "or lacks events", r, p);
+        cr_expect(timeline_check(p, timeline_names) == 0,
+                  "rank %d's timeline %s does not parse "
+                  "or lacks events",
+                  r, p);
         unlink(p);
     }
     unlink(path);
@@ -958,8 +961,8 @@ static int parsed_reqs;
 static char parsed_name[HOOP_ENGINE_NAME_MAX + 1];
 static uint64_t parsed_vals[4];
 
-static hoop_status_t count_rec(struct hoop_engine *e, int from, int rec,
-                               const struct eng_params *p, const char *name)
+static hoop_status_t count_rec(struct hoop_engine *e, int from, int rec, const struct eng_params *p,
+                               const char *name)
 {
     (void)e;
     (void)from;
@@ -978,15 +981,20 @@ Test(async, request_lists_round_trip_and_refuse_garbage)
     memset(&e, 0, sizeof e);
     e.size = 3;
     uint64_t splits[3] = {7, 8, 9};
-    struct eng_params p = {.kind = EK_ALLTOALL, .dtype = HOOP_F32, .root = -1, .pre = 1.0,
-                           .post = 1.0, .count = 24, .nvals = 3, .vals = splits};
+    struct eng_params p = {.kind = EK_ALLTOALL,
+                           .dtype = HOOP_F32,
+                           .root = -1,
+                           .pre = 1.0,
+                           .post = 1.0,
+                           .count = 24,
+                           .nvals = 3,
+                           .vals = splits};
     snprintf(p.name, sizeof p.name, "layer.weight");
     cr_assert_eq(eng_list_add_req(&e, &p), 0);
     cr_assert_eq(eng_list_add_join(&e), 0);
     size_t len = e.mylist_len;
     parsed_reqs = 0;
-    cr_assert_eq(eng_list_parse(&e, 1, e.mylist, len, count_rec), HOOP_OK, "%s",
-                 hoop_last_error());
+    cr_assert_eq(eng_list_parse(&e, 1, e.mylist, len, count_rec), HOOP_OK, "%s", hoop_last_error());
     cr_expect_eq(parsed_reqs, 1);
     cr_expect_str_eq(parsed_name, "layer.weight");
     cr_expect(parsed_vals[0] == 7 && parsed_vals[2] == 9);
@@ -1027,8 +1035,8 @@ static int body_cache_cap_differs(hoop_engine_t *e, int rank, int size, void *ar
     (void)arg;
     static int32_t x = 1;
     hoop_engine_handle_t *h;
-    hoop_status_t st = hoop_engine_allreduce(e, "x", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
-                                             NULL, &h);
+    hoop_status_t st =
+        hoop_engine_allreduce(e, "x", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &h);
     if (!st) {
         st = hoop_engine_wait(h, WAIT_S);
         hoop_engine_release(h);
