@@ -673,8 +673,16 @@ static int body_killed(hoop_engine_t *e, int rank, int size, void *arg)
         wait_ok(h, rank, "first"))
         return 1;
     hoop_engine_release(h);
-    if (rank == size - 1)
+    if (rank == size - 1) {
+        /* Not at once: a process killed just as a collective ends may
+         * reset its connections before the others have read the end of
+         * that collective (unread bytes make the kernel send a reset), so
+         * "first" could fail on them. 300 ms later the engines are in their
+         * cycles, with handles pending on the others. */
+        struct timespec ts = {0, 300000000};
+        nanosleep(&ts, NULL);
         raise(SIGKILL);
+    }
     hoop_engine_handle_t *p[3];
     for (int k = 0; k < 3; k++) {
         char name[32];
