@@ -189,6 +189,8 @@ static hoop_status_t submit(hoop_engine_t *e, eng_op_t *op, hoop_engine_handle_t
     else
         e->q_head = op;
     e->q_tail = op;
+    if (e->quiet)
+        pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->mu);
     *handle = op;
     return HOOP_OK;

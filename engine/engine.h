@@ -139,6 +139,8 @@ struct hoop_engine {
     hoop_status_t dead; /* != OK: every enqueue fails with dead_msg */
     char dead_msg[1024];
     uint64_t barrier_seq, join_seq;
+    pthread_cond_t wake; /* the thread's sleep while quiet (CLOCK_MONOTONIC) */
+    int quiet;           /* it sleeps long: an enqueue or destroy wakes it */
     hoop_engine_stats_t stats;
 
     /* The engine's thread only. */
@@ -177,6 +179,7 @@ struct hoop_engine {
     int nresp, resp_cap;
     struct eng_timeline *tl;
     uint8_t *inv;          /* per cache slot: this rank holds it stale */
+    int idle_cycles;       /* cycles in a row in which no rank had anything */
     struct eng_tune *tune; /* rank 0 with HOOP_AUTOTUNE=1, else NULL */
 };
 

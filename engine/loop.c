@@ -24,6 +24,9 @@
 #include <string.h>
 #include <time.h>
 
+#define ENG_IDLE_CYCLES 100
+#define ENG_QUIET_NS 50000000ull
+
 enum { W_MAGIC = 0, W_STOP, W_THRESH_LO, W_THRESH_HI, W_CYCLE_US, W_CACHE_CAP, W_HDR };
 
 static void fail_all(struct hoop_engine *e, hoop_status_t st, const char *msg)
@@ -307,6 +310,10 @@ static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
     eng_resp_clear(e);
     if (st)
         return st;
+    int idle = e->ntab == 0 && e->njoined == 0;
+    for (size_t i = W_HDR; i < words && idle; i++)
+        idle = w[i] == 0;
+    e->idle_cycles = idle ? e->idle_cycles + 1 : 0;
     if (e->rank == 0)
         eng_table_stall_check(e, hoop_now_ns());
     eng_timeline_flush(e->tl);
@@ -318,18 +325,36 @@ static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
     return HOOP_OK;
 }
 
+/* Sleep until `until` (CLOCK_MONOTONIC, ns); while quiet, an enqueue or a
+ * destroy ends it early. */
+static void engine_sleep(struct hoop_engine *e, uint64_t until, int quiet)
+{
+    struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+    pthread_mutex_lock(&e->mu);
+    e->quiet = quiet;
+    while (hoop_now_ns() < until && !(quiet && (e->q_head || e->stop)))
+        if (pthread_cond_timedwait(&e->wake, &e->mu, &ts) == ETIMEDOUT)
+            break;
+    e->quiet = 0;
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void *engine_thread(void *arg)
 {
     struct hoop_engine *e = arg;
     uint64_t next = hoop_now_ns();
     for (;;) {
-        uint64_t now = hoop_now_ns();
-        if (now < next) {
-            uint64_t d = next - now;
-            struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
-            while (nanosleep(&ts, &ts) && errno == EINTR)
-                ;
-        }
+        /* Busy, the cycle time batches what is enqueued meanwhile (fusion).
+         * After ENG_IDLE_CYCLES in which no rank had anything, the cycles
+         * slow to one per ENG_QUIET_NS, and an enqueue starts the next at
+         * once: an idle job then costs a small allreduce every 50 ms
+         * instead of every cycle. The ranks see the same sync words, so
+         * they go quiet together; one woken early waits in the sync
+         * allreduce for the others, woken by their own enqueues or their
+         * timers. */
+        int quiet = e->idle_cycles >= ENG_IDLE_CYCLES;
+        uint64_t start = quiet ? hoop_now_ns() : next;
+        engine_sleep(e, quiet ? start + ENG_QUIET_NS : next, quiet);
         next = hoop_now_ns() + e->cycle_ns;
         int stop = take_queue(e);
         int stopped = 0;
@@ -385,6 +410,7 @@ static void engine_free(struct hoop_engine *e)
     free(e->fusion);
     eng_timeline_close(e->tl);
     eng_tune_free(e);
+    pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -398,6 +424,11 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
     if (!e)
         return hoop_error(HOOP_ERR_SYSTEM, "engine: out of memory");
     pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->wake, &ca);
+    pthread_condattr_destroy(&ca);
     e->comm = comm;
     e->rank = hoop_comm_rank(comm);
     e->size = hoop_comm_size(comm);
@@ -477,6 +508,7 @@ hoop_status_t hoop_engine_destroy(hoop_engine_t *e)
         return HOOP_OK;
     pthread_mutex_lock(&e->mu);
     e->stop = 1;
+    pthread_cond_signal(&e->wake);
     pthread_mutex_unlock(&e->mu);
     if (e->thread_started)
         pthread_join(e->thread, NULL);

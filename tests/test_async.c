@@ -1060,3 +1060,42 @@ Test(async, cache_capacity_must_agree_n2, .timeout = 60)
     async_case_t c = {.body = body_cache_cap_differs, .env_rank1 = "HOOP_CACHE_CAPACITY=10"};
     run_case(2, &c, 40);
 }
+
+/* ---- an idle engine slows its cycles, an enqueue wakes it -------------------- */
+
+static int body_quiet(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t x;
+    hoop_engine_handle_t *h;
+    hoop_engine_stats_t a = {.struct_size = sizeof a}, b = {.struct_size = sizeof b};
+    struct timespec settle = {0, 500000000}, second = {1, 0};
+    nanosleep(&settle, NULL); /* over 100 idle cycles of 1 ms */
+    hoop_engine_stats(e, &a);
+    nanosleep(&second, NULL);
+    hoop_engine_stats(e, &b);
+    uint64_t idle = b.cycles - a.cycles;
+    fprintf(stderr, "rank %d: %llu cycles in an idle second\n", rank, (unsigned long long)idle);
+    /* Quiet: one per 50 ms (20); cycling: up to 1000. */
+    if (idle > 60)
+        return harness_failf(rank, "%llu cycles in an idle second, want at most 60",
+                             (unsigned long long)idle);
+    for (int k = 0; k < 3; k++) {
+        x = rank + 1;
+        if (hoop_engine_allreduce(e, "wake", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                  &h) ||
+            wait_ok(h, rank, "wake"))
+            return 1;
+        hoop_engine_release(h);
+        if (x != size * (size + 1) / 2)
+            return harness_failf(rank, "wake = %d", x);
+        nanosleep(&settle, NULL);
+    }
+    return 0;
+}
+
+Test(async, idle_engine_goes_quiet_and_wakes_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_quiet, .env = {"HOOP_CYCLE_TIME=1"}};
+    run_case(3, &c, 40);
+}
