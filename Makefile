@@ -29,17 +29,17 @@ VERBS_LIBS   := $(shell $(PKG_CONFIG) --libs libibverbs 2>/dev/null || echo -lib
 LDLIBS   := $(URING_LIBS) $(VERBS_LIBS) -pthread -lm
 
 LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c transport/*/*.c reduce/*.c \
-                               ring/*.c collectives/*.c))
+                               ring/*.c collectives/*.c engine/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_HDRS := $(wildcard include/*.h common/*.h bootstrap/*.h transport/*.h transport/*/*.h reduce/*.h \
-                       ring/*.h collectives/*.h)
+                       ring/*.h collectives/*.h engine/*.h)
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
 LIB_A    := $(BUILD)/libhoop.a
 LIB_SO   := $(BUILD)/libhoop.so.$(VERSION)
 PROGS    := $(BUILD)/hooprun $(BUILD)/ring_bench
-TOOLS    := $(BUILD)/reduce_bench
+TOOLS    := $(BUILD)/reduce_bench $(BUILD)/engine_bench
 TESTBIN  := $(BUILD)/hoop_tests
 
 .PHONY: all clean install check test bench build-asan build-tsan test-asan test-tsan test-valgrind fuzz
@@ -81,6 +81,12 @@ $(BUILD)/ring_bench: $(RING_BENCH_SRCS) bench/ring_bench/ring_bench.h $(LIB_A) i
 
 # Not installed: the reduction kernels beside memcpy (bench/RESULTS.md).
 $(BUILD)/reduce_bench: bench/reduce_bench.c $(LIB_A) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
+
+# Not installed: the engine's step of ResNet-50's gradients beside one
+# blocking allreduce (hooprun -np N build/engine_bench).
+$(BUILD)/engine_bench: bench/engine_bench.c $(LIB_A) include/hoop.h include/hoop_engine.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
 
@@ -252,6 +258,7 @@ bench: all
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/hoop.h $(DESTDIR)$(PREFIX)/include/hoop.h
+	install -m 644 include/hoop_engine.h $(DESTDIR)$(PREFIX)/include/hoop_engine.h
 	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/libhoop.a
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libhoop.so.$(VERSION)
 	ln -sf libhoop.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)

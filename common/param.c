@@ -47,6 +47,16 @@ static const struct hoop_param hoop_params[] = {
     {"HOOP_URING_ENTRIES", "64", "Submission queue entries of each io_uring."},
     {"HOOP_URING_SETUP", "coop", "How the TCP engine's io_uring is made: coop (COOP_TASKRUN: completions run at the next entry into the kernel), plain (no flags), defer (SINGLE_ISSUER|DEFER_TASKRUN: only the thread that made the communicator may drive it), sqpoll (a kernel thread polls submissions; costs a CPU). Refused flags fall back to plain."},
     {"HOOP_URING_SUBMIT", "batch", "When the TCP engine's io_uring transfers enter the kernel: batch (once per progress call, every one queued since) or each (as soon as it is queued)."},
+    {"HOOP_CYCLE_TIME", "1", "Engine (hoop_engine.h): milliseconds between the starts of two cycles of its thread, each of which agrees on what the ranks have enqueued (one small allreduce) and runs what is ready. Rank 0's value is used by every rank."},
+    {"HOOP_FUSION_THRESHOLD", "64M", "Engine: ready allreduces of the same dtype, op and scale factors are packed into one buffer of at most this many bytes and reduced by one collective; 0 turns fusion off. Rank 0's value is used by every rank."},
+    {"HOOP_CACHE_CAPACITY", "1024", "Engine: names remembered after they ran, so that the next time the ranks agree on them with one word each in the cycle's allreduce instead of sending the request again; 0 turns the cache off. The same on every rank."},
+    {"HOOP_TIMELINE", "", "Engine: path of a Chrome trace-event JSON file (chrome://tracing, Perfetto) of every operation's negotiation, queue, copies and collective, one track per name, written by rank 0; valid JSON at every moment."},
+    {"HOOP_TIMELINE_ALL_RANKS", "0", "Engine: 1 makes every rank write its own timeline, to HOOP_TIMELINE.<rank>."},
+    {"HOOP_STALL_CHECK_TIME", "60", "Engine: seconds a name may wait for some ranks to enqueue it before rank 0 logs it with the missing ranks (again every as many seconds); 0 turns the check off."},
+    {"HOOP_STALL_SHUTDOWN_TIME", "0", "Engine: seconds after which a name still missing on some ranks fails with HOOP_ERR_TIMEOUT, naming them, on the ranks that enqueued it; 0 waits for ever (with the stall check's warnings)."},
+    {"HOOP_AUTOTUNE", "0", "Engine: 1 makes rank 0 try pairs of fusion threshold and cycle time on the running job (each for a settling sample and two scored ones) and keep the one that reduced the most bytes per second; a variable set by the user is not tuned."},
+    {"HOOP_AUTOTUNE_LOG", "", "Engine, with HOOP_AUTOTUNE=1: CSV file (cycle_time_ms,tensor_fusion_threshold,score,best) with a line per pair tried, score in bytes allreduced per microsecond, and the pair kept (best=1)."},
+    {"HOOP_AUTOTUNE_STEPS_PER_SAMPLE", "10", "Engine, with HOOP_AUTOTUNE=1: a sample lasts until the first allreduce name it saw has completed this many more times (training steps)."},
     {"HOOP_LOG_LEVEL", "warn", "Log on stderr: error, warn, info or debug."},
 };
 

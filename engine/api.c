@@ -1,0 +1,523 @@
+/* api.c - the public functions of hoop_engine.h: checks, enqueue, handles. */
+#include "engine/engine.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/clock.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+unsigned eng_hash(const char *name)
+{
+    unsigned h = 2166136261u;
+    for (const unsigned char *s = (const unsigned char *)name; *s; s++)
+        h = (h ^ *s) * 16777619u;
+    return h % ENG_HASH;
+}
+
+const char *eng_kind_name(int kind)
+{
+    static const char *const n[EK_KIND_COUNT] = {"none",      "allreduce", "allgather",
+                                                 "broadcast", "alltoall",  "reduce_scatter",
+                                                 "barrier",   "join"};
+    return kind >= 0 && kind < EK_KIND_COUNT ? n[kind] : "unknown";
+}
+
+const char *eng_kind_upper(int kind)
+{
+    static const char *const n[EK_KIND_COUNT] = {"NONE",      "ALLREDUCE", "ALLGATHER",
+                                                 "BROADCAST", "ALLTOALL",  "REDUCESCATTER",
+                                                 "BARRIER",   "JOIN"};
+    return kind >= 0 && kind < EK_KIND_COUNT ? n[kind] : "UNKNOWN";
+}
+
+eng_op_t *eng_find_inflight(struct hoop_engine *e, const char *name)
+{
+    for (eng_op_t *o = e->inflight[eng_hash(name)]; o; o = o->hnext)
+        if (strcmp(o->p.name, name) == 0)
+            return o;
+    return NULL;
+}
+
+void eng_forget_name(struct hoop_engine *e, eng_op_t *op)
+{
+    pthread_mutex_lock(&e->mu);
+    eng_op_t **pp = &e->inflight[eng_hash(op->p.name)];
+    while (*pp && *pp != op)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = op->hnext;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void op_free(eng_op_t *op)
+{
+    if (op->send != &op->send1)
+        free((void *)op->send);
+    if (op->recv != &op->recv1)
+        free(op->recv);
+    free(op->p.vals);
+    free(op->out);
+    free(op->counts);
+    pthread_mutex_destroy(&op->mu);
+    pthread_cond_destroy(&op->cv);
+    free(op);
+}
+
+static void op_unref(eng_op_t *op)
+{
+    pthread_mutex_lock(&op->mu);
+    int left = --op->refs;
+    pthread_mutex_unlock(&op->mu);
+    if (!left)
+        op_free(op);
+}
+
+void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, const char *msg)
+{
+    eng_forget_name(e, op);
+    pthread_mutex_lock(&e->mu);
+    e->stats.ops_done++;
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&op->mu);
+    op->st = st;
+    snprintf(op->msg, sizeof(op->msg), "%s", st == HOOP_OK || !msg ? "" : msg);
+    op->done = 1;
+    pthread_cond_broadcast(&op->cv);
+    pthread_mutex_unlock(&op->mu);
+    /* Done before the callback, so that it may read the status, the
+     * sentence and the output through the handle; the engine's reference
+     * keeps the handle alive until it returns. */
+    if (op->cb)
+        op->cb(op, st, op->cb_arg);
+    op_unref(op);
+}
+
+/* ---- enqueue ------------------------------------------------------------- */
+
+static hoop_status_t check_common(hoop_engine_t *e, const char *name, int dtype, int has_op, int op,
+                                  double pre, double post, hoop_engine_handle_t **handle)
+{
+    if (!e || !handle)
+        return hoop_error(HOOP_ERR_INVALID, "engine: %s is NULL", !e ? "the engine" : "handle");
+    *handle = NULL;
+    if (!name || !*name || strlen(name) > HOOP_ENGINE_NAME_MAX)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: an operation needs a name of 1 to %d bytes (got %s)",
+                          e->rank, HOOP_ENGINE_NAME_MAX, name ? "a longer one" : "NULL");
+    if (dtype < 0 || dtype >= HOOP_DTYPE_COUNT)
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': unknown dtype %d", e->rank, name,
+                          dtype);
+    if (has_op && (op < 0 || op >= HOOP_OP_COUNT))
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': unknown op %d", e->rank, name,
+                          op);
+    if (!isfinite(pre) || !isfinite(post))
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': scale factors must be finite",
+                          e->rank, name);
+    int floating =
+        dtype == HOOP_F16 || dtype == HOOP_BF16 || dtype == HOOP_F32 || dtype == HOOP_F64;
+    if (!floating && (pre != 1.0 || post != 1.0))
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: '%s': prescale %g and postscale %g on %s: scale factors "
+                          "other than 1 need a floating dtype (f16, bf16, f32, f64)",
+                          e->rank, name, pre, post, hoop_dtype_str((hoop_dtype_t)dtype));
+    return HOOP_OK;
+}
+
+static eng_op_t *op_new(int kind, const char *name, int dtype, int op, double pre, double post,
+                        hoop_engine_cb_t cb, void *cb_arg)
+{
+    eng_op_t *o = calloc(1, sizeof(*o));
+    if (!o)
+        return NULL;
+    o->p.kind = (uint8_t)kind;
+    o->p.dtype = (uint8_t)dtype;
+    o->p.op = (uint8_t)op;
+    o->p.root = -1;
+    o->p.pre = pre;
+    o->p.post = post;
+    snprintf(o->p.name, sizeof(o->p.name), "%s", name);
+    o->send = &o->send1;
+    o->recv = &o->recv1;
+    o->cb = cb;
+    o->cb_arg = cb_arg;
+    o->refs = 2;
+    o->last_joined = -1;
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_cond_init(&o->cv, NULL);
+    return o;
+}
+
+static hoop_status_t no_memory(hoop_engine_t *e, const char *name)
+{
+    return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of memory to enqueue it", e->rank,
+                      name);
+}
+
+/* Hand op to the engine's thread, or refuse it (and free it) when the name
+ * is already in flight or the engine has stopped. */
+static hoop_status_t submit(hoop_engine_t *e, eng_op_t *op, hoop_engine_handle_t **handle)
+{
+    op->t_enq_ns = hoop_now_ns();
+    pthread_mutex_lock(&e->mu);
+    hoop_status_t st = HOOP_OK;
+    if (e->dead)
+        st = hoop_error(e->dead, "%s", e->dead_msg);
+    else if (e->stop || e->stopped)
+        st = hoop_error(HOOP_ERR_ABORTED, "engine rank %d: '%s' enqueued after the engine stopped",
+                        e->rank, op->p.name);
+    else if (eng_find_inflight(e, op->p.name))
+        st = hoop_error(HOOP_ERR_INVALID,
+                        "engine rank %d: '%s' is already in flight: a name may be enqueued again "
+                        "only once its previous operation has completed",
+                        e->rank, op->p.name);
+    if (st) {
+        pthread_mutex_unlock(&e->mu);
+        op->refs = 1;
+        op_unref(op);
+        return st;
+    }
+    unsigned h = eng_hash(op->p.name);
+    op->hnext = e->inflight[h];
+    e->inflight[h] = op;
+    op->next = NULL;
+    if (e->q_tail)
+        e->q_tail->next = op;
+    else
+        e->q_head = op;
+    e->q_tail = op;
+    if (e->quiet)
+        pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->mu);
+    *handle = op;
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_engine_allreduce(hoop_engine_t *e, const char *name, const void *sendbuf,
+                                    void *recvbuf, size_t count, hoop_dtype_t dtype, hoop_op_t op,
+                                    double pre, double post, hoop_engine_cb_t cb, void *cb_arg,
+                                    hoop_engine_handle_t **handle)
+{
+    const void *s[1] = {sendbuf};
+    void *r[1] = {recvbuf};
+    return hoop_engine_grouped_allreduce(e, name, -1, s, r, &count, dtype, op, pre, post, cb,
+                                         cb_arg, handle);
+}
+
+/* n < 0: a plain allreduce (one segment, no group). */
+hoop_status_t hoop_engine_grouped_allreduce(hoop_engine_t *e, const char *name, int n,
+                                            const void *const *sendbufs, void *const *recvbufs,
+                                            const size_t *counts, hoop_dtype_t dtype, hoop_op_t op,
+                                            double pre, double post, hoop_engine_cb_t cb,
+                                            void *cb_arg, hoop_engine_handle_t **handle)
+{
+    hoop_status_t st = check_common(e, name, dtype, 1, op, pre, post, handle);
+    if (st)
+        return st;
+    int grouped = n >= 0;
+    int nseg = grouped ? n : 1;
+    if (nseg < 1 || nseg > (int)ENG_VALS_MAX || !sendbufs || !recvbufs || !counts)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: '%s': a group needs 1 to %u tensors and their buffers "
+                          "and counts (got %d)",
+                          e->rank, name, ENG_VALS_MAX, n);
+    size_t es = hoop_dtype_size(dtype);
+    uint64_t total = 0;
+    for (int i = 0; i < nseg; i++) {
+        if (counts[i] > (SIZE_MAX / 2) / es - total)
+            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': counts too large", e->rank,
+                              name);
+        total += counts[i];
+        if (counts[i] && (!sendbufs[i] || !recvbufs[i]))
+            return hoop_error(HOOP_ERR_INVALID,
+                              "engine rank %d: '%s': tensor %d has %zu elements and a NULL buffer",
+                              e->rank, name, i, counts[i]);
+    }
+    eng_op_t *o = op_new(EK_ALLREDUCE, name, dtype, op, pre, post, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    o->p.count = total;
+    if (grouped) {
+        o->p.nvals = (uint32_t)nseg;
+        o->p.vals = malloc(sizeof(uint64_t) * (size_t)nseg);
+        o->send = malloc(sizeof(void *) * (size_t)nseg);
+        o->recv = malloc(sizeof(void *) * (size_t)nseg);
+        if (!o->p.vals || !o->send || !o->recv) {
+            o->refs = 1;
+            op_unref(o);
+            return no_memory(e, name);
+        }
+    }
+    for (int i = 0; i < nseg; i++) {
+        if (grouped)
+            o->p.vals[i] = counts[i];
+        o->send[i] = sendbufs[i];
+        o->recv[i] = recvbufs[i];
+    }
+    return submit(e, o, handle);
+}
+
+hoop_status_t hoop_engine_allgather(hoop_engine_t *e, const char *name, const void *sendbuf,
+                                    size_t rows, size_t row_elems, hoop_dtype_t dtype,
+                                    hoop_engine_cb_t cb, void *cb_arg,
+                                    hoop_engine_handle_t **handle)
+{
+    hoop_status_t st = check_common(e, name, dtype, 0, 0, 1.0, 1.0, handle);
+    if (st)
+        return st;
+    size_t es = hoop_dtype_size(dtype);
+    if (row_elems && rows > (SIZE_MAX / 4) / es / row_elems)
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': %zu rows of %zu are too many",
+                          e->rank, name, rows, row_elems);
+    if (rows && row_elems && !sendbuf)
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': sendbuf is NULL", e->rank, name);
+    eng_op_t *o = op_new(EK_ALLGATHER, name, dtype, 0, 1.0, 1.0, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    o->p.count = rows;
+    o->p.row = row_elems;
+    o->send1 = sendbuf;
+    return submit(e, o, handle);
+}
+
+hoop_status_t hoop_engine_broadcast(hoop_engine_t *e, const char *name, void *buf, size_t count,
+                                    hoop_dtype_t dtype, int root, hoop_engine_cb_t cb, void *cb_arg,
+                                    hoop_engine_handle_t **handle)
+{
+    hoop_status_t st = check_common(e, name, dtype, 0, 0, 1.0, 1.0, handle);
+    if (st)
+        return st;
+    if (root < 0 || root >= e->size)
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': root %d is not a rank (0..%d)",
+                          e->rank, name, root, e->size - 1);
+    if (count && !buf)
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': buf is NULL", e->rank, name);
+    eng_op_t *o = op_new(EK_BROADCAST, name, dtype, 0, 1.0, 1.0, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    o->p.count = count;
+    o->p.root = root;
+    o->send1 = buf;
+    o->recv1 = buf;
+    return submit(e, o, handle);
+}
+
+hoop_status_t hoop_engine_alltoall(hoop_engine_t *e, const char *name, const void *sendbuf,
+                                   const size_t *splits, hoop_dtype_t dtype, hoop_engine_cb_t cb,
+                                   void *cb_arg, hoop_engine_handle_t **handle)
+{
+    hoop_status_t st = check_common(e, name, dtype, 0, 0, 1.0, 1.0, handle);
+    if (st)
+        return st;
+    if (!splits)
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': splits is NULL", e->rank, name);
+    size_t es = hoop_dtype_size(dtype);
+    uint64_t total = 0;
+    for (int j = 0; j < e->size; j++) {
+        if (splits[j] > (SIZE_MAX / 4) / es - total)
+            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': splits too large", e->rank,
+                              name);
+        total += splits[j];
+    }
+    if (total && !sendbuf)
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': sendbuf is NULL", e->rank, name);
+    eng_op_t *o = op_new(EK_ALLTOALL, name, dtype, 0, 1.0, 1.0, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    o->p.count = total;
+    o->p.nvals = (uint32_t)e->size;
+    o->p.vals = malloc(sizeof(uint64_t) * (size_t)e->size);
+    if (!o->p.vals) {
+        o->refs = 1;
+        op_unref(o);
+        return no_memory(e, name);
+    }
+    for (int j = 0; j < e->size; j++)
+        o->p.vals[j] = splits[j];
+    o->send1 = sendbuf;
+    return submit(e, o, handle);
+}
+
+hoop_status_t hoop_engine_reduce_scatter(hoop_engine_t *e, const char *name, const void *sendbuf,
+                                         void *recvbuf, size_t recvcount, hoop_dtype_t dtype,
+                                         hoop_op_t op, double pre, double post, hoop_engine_cb_t cb,
+                                         void *cb_arg, hoop_engine_handle_t **handle)
+{
+    hoop_status_t st = check_common(e, name, dtype, 1, op, pre, post, handle);
+    if (st)
+        return st;
+    size_t es = hoop_dtype_size(dtype);
+    if (recvcount > (SIZE_MAX / 4) / es / (size_t)e->size)
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': recvcount too large", e->rank,
+                          name);
+    if (recvcount && (!sendbuf || !recvbuf))
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': a buffer is NULL", e->rank,
+                          name);
+    eng_op_t *o = op_new(EK_REDUCE_SCATTER, name, dtype, op, pre, post, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    o->p.count = recvcount;
+    o->send1 = sendbuf;
+    o->recv1 = recvbuf;
+    return submit(e, o, handle);
+}
+
+hoop_status_t hoop_engine_barrier(hoop_engine_t *e, hoop_engine_cb_t cb, void *cb_arg,
+                                  hoop_engine_handle_t **handle)
+{
+    if (!e || !handle)
+        return hoop_error(HOOP_ERR_INVALID, "engine: %s is NULL", !e ? "the engine" : "handle");
+    char name[64];
+    pthread_mutex_lock(&e->mu);
+    unsigned long long k = (unsigned long long)e->barrier_seq++;
+    pthread_mutex_unlock(&e->mu);
+    snprintf(name, sizeof(name), "hoop.barrier.%llu", k);
+    eng_op_t *o = op_new(EK_BARRIER, name, HOOP_U8, 0, 1.0, 1.0, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    return submit(e, o, handle);
+}
+
+hoop_status_t hoop_engine_join(hoop_engine_t *e, hoop_engine_cb_t cb, void *cb_arg,
+                               hoop_engine_handle_t **handle)
+{
+    if (!e || !handle)
+        return hoop_error(HOOP_ERR_INVALID, "engine: %s is NULL", !e ? "the engine" : "handle");
+    char name[64];
+    pthread_mutex_lock(&e->mu);
+    unsigned long long k = (unsigned long long)e->join_seq++;
+    pthread_mutex_unlock(&e->mu);
+    snprintf(name, sizeof(name), "hoop.join.%llu", k);
+    eng_op_t *o = op_new(EK_JOIN, name, HOOP_U8, 0, 1.0, 1.0, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    return submit(e, o, handle);
+}
+
+/* ---- handles ------------------------------------------------------------- */
+
+int hoop_engine_test(hoop_engine_handle_t *h)
+{
+    if (!h)
+        return 0;
+    pthread_mutex_lock(&h->mu);
+    int d = h->done;
+    pthread_mutex_unlock(&h->mu);
+    return d;
+}
+
+hoop_status_t hoop_engine_wait(hoop_engine_handle_t *h, double timeout_s)
+{
+    if (!h)
+        return hoop_error(HOOP_ERR_INVALID, "engine: wait on a NULL handle");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (timeout_s >= 0) {
+        double s = timeout_s > 1e9 ? 1e9 : timeout_s;
+        ts.tv_sec += (time_t)s;
+        ts.tv_nsec += (long)((s - (double)(time_t)s) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&h->mu);
+    while (!h->done) {
+        if (timeout_s < 0)
+            pthread_cond_wait(&h->cv, &h->mu);
+        else if (pthread_cond_timedwait(&h->cv, &h->mu, &ts) == ETIMEDOUT)
+            break;
+    }
+    hoop_status_t st;
+    if (!h->done)
+        st = hoop_error(HOOP_ERR_TIMEOUT, "engine: '%s' still pending after %g s", h->p.name,
+                        timeout_s);
+    else if (h->st)
+        st = hoop_error(h->st, "%s", h->msg);
+    else
+        st = HOOP_OK;
+    pthread_mutex_unlock(&h->mu);
+    return st;
+}
+
+hoop_status_t hoop_engine_status(hoop_engine_handle_t *h, const char **sentence)
+{
+    if (!h)
+        return hoop_error(HOOP_ERR_INVALID, "engine: status of a NULL handle");
+    pthread_mutex_lock(&h->mu);
+    int d = h->done;
+    pthread_mutex_unlock(&h->mu);
+    if (!d)
+        return hoop_error(HOOP_ERR_INVALID, "engine: '%s' is still pending", h->p.name);
+    if (sentence)
+        *sentence = h->msg;
+    return h->st;
+}
+
+void *hoop_engine_output(hoop_engine_handle_t *h, size_t *count)
+{
+    if (!h || !hoop_engine_test(h)) {
+        if (count)
+            *count = 0;
+        return NULL;
+    }
+    if (count)
+        *count = h->out_count;
+    return h->out;
+}
+
+void *hoop_engine_take_output(hoop_engine_handle_t *h, size_t *count)
+{
+    void *p = hoop_engine_output(h, count);
+    if (p)
+        h->out = NULL;
+    return p;
+}
+
+hoop_status_t hoop_engine_counts(hoop_engine_handle_t *h, size_t *counts)
+{
+    if (!h || !counts || !hoop_engine_test(h) || !h->counts)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine: counts are known once an allgather or alltoall has completed");
+    for (int i = 0; i < h->ncounts; i++)
+        counts[i] = (size_t)h->counts[i];
+    return HOOP_OK;
+}
+
+int hoop_engine_last_joined(hoop_engine_handle_t *h)
+{
+    return h && hoop_engine_test(h) ? h->last_joined : -1;
+}
+
+void hoop_engine_release(hoop_engine_handle_t *h)
+{
+    if (h)
+        op_unref(h);
+}
+
+int hoop_engine_rank(const hoop_engine_t *e)
+{
+    return e ? e->rank : -1;
+}
+
+int hoop_engine_size(const hoop_engine_t *e)
+{
+    return e ? e->size : -1;
+}
+
+hoop_status_t hoop_engine_stats(hoop_engine_t *e, hoop_engine_stats_t *stats)
+{
+    if (!e || !stats || stats->struct_size < sizeof(size_t))
+        return hoop_error(HOOP_ERR_INVALID, "engine: stats needs an engine and struct_size set");
+    hoop_engine_stats_t s;
+    pthread_mutex_lock(&e->mu);
+    s = e->stats;
+    pthread_mutex_unlock(&e->mu);
+    size_t n = stats->struct_size < sizeof(s) ? stats->struct_size : sizeof(s);
+    s.struct_size = n;
+    memcpy(stats, &s, n);
+    return HOOP_OK;
+}

@@ -1,0 +1,467 @@
+/* execute.c - run a cycle's responses, in their order, on the engine's
+ * thread: allreduces of the same dtype, op and scale factors fused into the
+ * fusion buffer up to the threshold, everything else one collective each.
+ * Only hoop.h's collectives are called.
+ */
+#include "engine/engine.h"
+#include "common/log.h"
+#include "common/status.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void unlink_pending(struct hoop_engine *e, eng_op_t *op)
+{
+    for (eng_op_t **pp = &e->pending; *pp; pp = &(*pp)->next)
+        if (*pp == op) {
+            *pp = op->next;
+            op->next = NULL;
+            return;
+        }
+}
+
+static void finish(struct hoop_engine *e, struct eng_resp *r, hoop_status_t st, const char *msg)
+{
+    r->done = 1;
+    if (!r->op)
+        return;
+    unlink_pending(e, r->op);
+    eng_op_complete(e, r->op, st, msg);
+    r->op = NULL;
+}
+
+static void tl_all(struct hoop_engine *e, struct eng_resp **g, int n, const char *activity)
+{
+    if (!e->tl)
+        return;
+    for (int i = 0; i < n; i++) {
+        if (activity)
+            eng_timeline_begin(e->tl, g[i]->p.name, activity);
+        else
+            eng_timeline_end(e->tl, g[i]->p.name, NULL);
+    }
+}
+
+static void count_collective(struct hoop_engine *e, int fused)
+{
+    pthread_mutex_lock(&e->mu);
+    e->stats.collectives++;
+    if (fused > 1)
+        e->stats.fused_ops += (uint64_t)fused;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void scale(void *buf, size_t n, int dtype, double f)
+{
+    if (f == 1.0)
+        return;
+    switch (dtype) {
+    case HOOP_F32: {
+        float *p = buf;
+        float ff = (float)f;
+        for (size_t i = 0; i < n; i++)
+            p[i] *= ff;
+        break;
+    }
+    case HOOP_F64: {
+        double *p = buf;
+        for (size_t i = 0; i < n; i++)
+            p[i] *= f;
+        break;
+    }
+    case HOOP_F16: {
+        unsigned short *p = buf;
+        for (size_t i = 0; i < n; i++)
+            p[i] = hoop_f32_to_f16(hoop_f16_to_f32(p[i]) * (float)f);
+        break;
+    }
+    case HOOP_BF16: {
+        unsigned short *p = buf;
+        for (size_t i = 0; i < n; i++)
+            p[i] = hoop_f32_to_bf16(hoop_bf16_to_f32(p[i]) * (float)f);
+        break;
+    }
+    default: break; /* refused at enqueue */
+    }
+}
+
+static hoop_status_t scratch(struct hoop_engine *e, size_t bytes, uint8_t **buf, int *temp)
+{
+    *temp = 0;
+    if (bytes <= e->fusion_threshold) {
+        if (bytes > e->fusion_cap || !e->fusion) {
+            size_t cap = e->fusion_threshold > bytes ? (size_t)e->fusion_threshold : bytes;
+            uint8_t *p = realloc(e->fusion, cap ? cap : 1);
+            if (!p)
+                return hoop_error(HOOP_ERR_SYSTEM,
+                                  "engine rank %d: out of memory for a fusion buffer of %zu bytes "
+                                  "(HOOP_FUSION_THRESHOLD)",
+                                  e->rank, cap);
+            e->fusion = p;
+            e->fusion_cap = cap;
+        }
+        *buf = e->fusion;
+        return HOOP_OK;
+    }
+    *buf = malloc(bytes ? bytes : 1);
+    if (!*buf)
+        return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory for %zu bytes", e->rank,
+                          bytes);
+    *temp = 1;
+    return HOOP_OK;
+}
+
+static int nseg(const struct eng_resp *r)
+{
+    return r->p.nvals ? (int)r->p.nvals : 1;
+}
+
+static uint64_t seg_count(const struct eng_resp *r, int i)
+{
+    return r->p.nvals ? r->p.vals[i] : r->p.count;
+}
+
+/* Responses g[0..n-1]: allreduces of one dtype, op and scale factors. */
+static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, int n)
+{
+    struct eng_resp *r0 = g[0];
+    size_t es = hoop_dtype_size(r0->p.dtype);
+    hoop_status_t st;
+    tl_all(e, g, n, NULL); /* QUEUE */
+    if (n == 1 && !r0->p.nvals && r0->op) {
+        /* One tensor: no copy through the fusion buffer. */
+        eng_op_t *op = r0->op;
+        const void *src = op->send[0];
+        if (r0->p.pre != 1.0 && r0->p.count) {
+            if (op->send[0] != op->recv[0])
+                memcpy(op->recv[0], op->send[0], r0->p.count * es);
+            scale(op->recv[0], r0->p.count, r0->p.dtype, r0->p.pre);
+            src = op->recv[0];
+        }
+        tl_all(e, g, n, "HOOP_ALLREDUCE");
+        st = hoop_allreduce(e->comm, src, op->recv[0], r0->p.count, r0->p.dtype, r0->p.op);
+        tl_all(e, g, n, NULL);
+        count_collective(e, 1);
+        if (st)
+            return st;
+        scale(op->recv[0], r0->p.count, r0->p.dtype, r0->p.post);
+        return HOOP_OK;
+    }
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += g[i]->p.count;
+    uint8_t *buf;
+    int temp;
+    if ((st = scratch(e, total * es, &buf, &temp)))
+        return st;
+    tl_all(e, g, n, "MEMCPY_IN_FUSION_BUFFER");
+    size_t off = 0;
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < nseg(g[i]); s++) {
+            size_t b = seg_count(g[i], s) * es;
+            if (!g[i]->op)
+                memset(buf + off, 0, b); /* a joined rank gives zeros */
+            else if (b)
+                memcpy(buf + off, g[i]->op->send[s], b);
+            off += b;
+        }
+    scale(buf, total, r0->p.dtype, r0->p.pre);
+    tl_all(e, g, n, NULL);
+    tl_all(e, g, n, "HOOP_ALLREDUCE");
+    st = hoop_allreduce(e->comm, buf, buf, total, r0->p.dtype, r0->p.op);
+    tl_all(e, g, n, NULL);
+    count_collective(e, n);
+    if (!st) {
+        scale(buf, total, r0->p.dtype, r0->p.post);
+        tl_all(e, g, n, "MEMCPY_OUT_FUSION_BUFFER");
+        off = 0;
+        for (int i = 0; i < n; i++)
+            for (int s = 0; s < nseg(g[i]); s++) {
+                size_t b = seg_count(g[i], s) * es;
+                if (g[i]->op && b)
+                    memcpy(g[i]->op->recv[s], buf + off, b);
+                off += b;
+            }
+        tl_all(e, g, n, NULL);
+    }
+    if (temp)
+        free(buf);
+    return st;
+}
+
+static int same_fusion(const struct eng_resp *a, const struct eng_resp *b)
+{
+    return !b->done && !b->err && b->p.kind == EK_ALLREDUCE && a->p.dtype == b->p.dtype &&
+           a->p.op == b->p.op && a->p.pre == b->p.pre && a->p.post == b->p.post;
+}
+
+static hoop_status_t run_allgather(struct hoop_engine *e, struct eng_resp *r)
+{
+    eng_op_t *op = r->op;
+    size_t es = hoop_dtype_size(r->p.dtype);
+    size_t *counts = malloc(sizeof(size_t) * 2 * (size_t)e->size);
+    if (!counts)
+        return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory", e->rank);
+    size_t *displs = counts + e->size;
+    size_t total = 0, limit = (SIZE_MAX / 4) / es;
+    int too_much = 0;
+    /* Sizes came from the other ranks: refuse what cannot be allocated
+     * (every rank finds the same, so every rank fails it alike). */
+    for (int i = 0; i < e->size; i++) {
+        if (r->p.row && r->rows[i] > limit / r->p.row)
+            too_much = 1;
+        counts[i] = too_much ? 0 : (size_t)(r->rows[i] * r->p.row);
+        displs[i] = total;
+        if (counts[i] > limit - total)
+            too_much = 1;
+        else
+            total += counts[i];
+    }
+    if (too_much) {
+        free(counts);
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: '%s': the ranks' rows add up to too "
+                          "much to allocate",
+                          e->rank, r->p.name);
+    }
+    uint8_t *out = malloc(total ? total * es : 1);
+    uint64_t *rows = malloc(8 * (size_t)e->size);
+    if (!out || !rows) {
+        free(counts);
+        free(out);
+        free(rows);
+        return hoop_error(HOOP_ERR_SYSTEM,
+                          "engine rank %d: '%s': out of memory for %zu bytes of "
+                          "output",
+                          e->rank, r->p.name, total * es);
+    }
+    memcpy(rows, r->rows, 8 * (size_t)e->size);
+    static const uint8_t dummy[16];
+    const void *send = counts[e->rank] ? op->send[0] : dummy;
+    struct eng_resp *g[1] = {r};
+    tl_all(e, g, 1, "HOOP_ALLGATHERV");
+    hoop_status_t st =
+        total ? hoop_allgatherv(e->comm, send, out, counts, displs, r->p.dtype) : HOOP_OK;
+    tl_all(e, g, 1, NULL);
+    if (total)
+        count_collective(e, 1);
+    free(counts);
+    if (st) {
+        free(out);
+        free(rows);
+        return st;
+    }
+    op->out = out;
+    op->out_count = total;
+    op->counts = rows;
+    op->ncounts = e->size;
+    return HOOP_OK;
+}
+
+static hoop_status_t run_alltoall(struct hoop_engine *e, struct eng_resp *r)
+{
+    eng_op_t *op = r->op;
+    int n = e->size, me = e->rank;
+    if (n < 1)
+        return hoop_error(HOOP_ERR_INVALID, "engine: no ranks");
+    size_t es = hoop_dtype_size(r->p.dtype);
+    const uint64_t *S = r->splits;
+    uint64_t block = 0, mine = 0;
+    for (int i = 0; i < n * n; i++)
+        if (S[i] > block)
+            block = S[i];
+    for (int i = 0; i < n; i++)
+        mine += S[(size_t)i * n + me];
+    if (block > (SIZE_MAX / 4) / es / (size_t)n) {
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': splits too large to pack",
+                          e->rank, r->p.name);
+    }
+    size_t bb = (size_t)block * es;
+    uint8_t *sp = calloc((size_t)n, bb ? bb : 1);
+    uint8_t *rp = malloc((size_t)n * (bb ? bb : 1));
+    uint8_t *out = malloc(mine ? (size_t)mine * es : 1);
+    uint64_t *counts = malloc(8 * (size_t)n);
+    if (!sp || !rp || !out || !counts) {
+        free(sp);
+        free(rp);
+        free(out);
+        free(counts);
+        return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of memory", e->rank,
+                          r->p.name);
+    }
+    /* Blocks padded to the largest split: hoop_alltoall moves equal blocks. */
+    size_t off = 0;
+    for (int j = 0; j < n; j++) {
+        size_t b = (size_t)S[(size_t)me * n + j] * es;
+        if (b)
+            memcpy(sp + (size_t)j * bb, (const uint8_t *)op->send[0] + off, b);
+        off += b;
+    }
+    struct eng_resp *g[1] = {r};
+    tl_all(e, g, 1, "HOOP_ALLTOALL");
+    hoop_status_t st = block ? hoop_alltoall(e->comm, sp, rp, (size_t)block, r->p.dtype) : HOOP_OK;
+    tl_all(e, g, 1, NULL);
+    if (block)
+        count_collective(e, 1);
+    if (!st) {
+        off = 0;
+        for (int i = 0; i < n; i++) {
+            counts[i] = S[(size_t)i * n + me];
+            size_t b = (size_t)counts[i] * es;
+            if (b)
+                memcpy(out + off, rp + (size_t)i * bb, b);
+            off += b;
+        }
+        op->out = out;
+        op->out_count = (size_t)mine;
+        op->counts = counts;
+        op->ncounts = n;
+    } else {
+        free(out);
+        free(counts);
+    }
+    free(sp);
+    free(rp);
+    return st;
+}
+
+static hoop_status_t run_reduce_scatter(struct hoop_engine *e, struct eng_resp *r)
+{
+    eng_op_t *op = r->op;
+    size_t es = hoop_dtype_size(r->p.dtype);
+    size_t all = (size_t)r->p.count * (size_t)e->size;
+    const void *src = op->send[0];
+    void *tmp = NULL;
+    if (r->p.pre != 1.0 && all) {
+        tmp = malloc(all * es);
+        if (!tmp)
+            return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of memory", e->rank,
+                              r->p.name);
+        memcpy(tmp, src, all * es);
+        scale(tmp, all, r->p.dtype, r->p.pre);
+        src = tmp;
+    }
+    struct eng_resp *g[1] = {r};
+    tl_all(e, g, 1, "HOOP_REDUCESCATTER");
+    hoop_status_t st =
+        hoop_reduce_scatter(e->comm, src, op->recv[0], (size_t)r->p.count, r->p.dtype, r->p.op);
+    tl_all(e, g, 1, NULL);
+    count_collective(e, 1);
+    free(tmp);
+    if (!st)
+        scale(op->recv[0], (size_t)r->p.count, r->p.dtype, r->p.post);
+    return st;
+}
+
+static hoop_status_t run_one(struct hoop_engine *e, struct eng_resp *r)
+{
+    struct eng_resp *g[1] = {r};
+    hoop_status_t st = HOOP_OK;
+    tl_all(e, g, 1, NULL); /* QUEUE */
+    if (!r->op && r->p.kind != EK_JOIN)
+        return hoop_error(HOOP_ERR_PEER,
+                          "engine rank %d: '%s' (%s) is to run here but this rank never enqueued "
+                          "it: the ranks' negotiation tables differ (a bug)",
+                          e->rank, r->p.name, eng_kind_name(r->p.kind));
+    switch (r->p.kind) {
+    case EK_ALLGATHER: st = run_allgather(e, r); break;
+    case EK_BROADCAST:
+        tl_all(e, g, 1, "HOOP_BROADCAST");
+        st = hoop_broadcast(e->comm, r->op->recv[0], r->op->recv[0], (size_t)r->p.count, r->p.dtype,
+                            r->p.root);
+        tl_all(e, g, 1, NULL);
+        count_collective(e, 1);
+        break;
+    case EK_ALLTOALL: st = run_alltoall(e, r); break;
+    case EK_REDUCE_SCATTER: st = run_reduce_scatter(e, r); break;
+    case EK_BARRIER:
+        tl_all(e, g, 1, "HOOP_BARRIER");
+        st = hoop_barrier(e->comm);
+        tl_all(e, g, 1, NULL);
+        count_collective(e, 1);
+        break;
+    case EK_JOIN:
+        if (r->op)
+            r->op->last_joined = r->last_joined;
+        break;
+    default: break;
+    }
+    return st;
+}
+
+hoop_status_t eng_execute(struct hoop_engine *e)
+{
+    struct eng_resp **g = NULL;
+    int gcap = 0;
+    hoop_status_t st = HOOP_OK;
+    for (int i = 0; i < e->nresp && !st; i++) {
+        struct eng_resp *r = &e->resp[i];
+        if (r->done)
+            continue;
+        if (hoop_log_enabled(HOOP_LOG_DEBUG))
+            hoop_log(HOOP_LOG_DEBUG, "engine rank %d: runs '%s' (%s%s%s)", e->rank, r->p.name,
+                     eng_kind_name(r->p.kind), r->from_cache ? ", cached" : "",
+                     r->err ? ", an error" : "");
+        if (r->err) {
+            if (e->tl) {
+                eng_timeline_end(e->tl, r->p.name, NULL); /* QUEUE */
+                eng_timeline_end(e->tl, r->p.name, "{\"error\": true}");
+            }
+            finish(e, r, r->err, r->msg);
+            continue;
+        }
+        int n = 1;
+        if (r->p.kind == EK_ALLREDUCE) {
+            if (gcap < e->nresp) {
+                struct eng_resp **ng = realloc(g, sizeof(*g) * (size_t)e->nresp);
+                if (!ng) {
+                    st = hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory", e->rank);
+                    break;
+                }
+                g = ng;
+                gcap = e->nresp;
+            }
+            g[0] = r;
+            size_t es = hoop_dtype_size(r->p.dtype);
+            uint64_t bytes = r->p.count * es;
+            /* Later responses that fit join this one, skipping those that
+             * do not match (Horovod's look-ahead), in list order. */
+            for (int j = i + 1; j < e->nresp && e->fusion_threshold; j++) {
+                struct eng_resp *q = &e->resp[j];
+                if (!same_fusion(r, q) || bytes + q->p.count * es > e->fusion_threshold)
+                    continue;
+                bytes += q->p.count * es;
+                g[n++] = q;
+            }
+            st = run_allreduce(e, g, n);
+        } else {
+            st = run_one(e, r);
+        }
+        struct eng_resp **members = r->p.kind == EK_ALLREDUCE ? g : &r;
+        if (st == HOOP_ERR_INVALID) {
+            /* Refused before any collective ran, alike on every rank (the
+             * same response, the same sizes): that operation fails, the
+             * engine goes on. */
+            char msg[1024];
+            snprintf(msg, sizeof(msg), "%s", hoop_last_error());
+            for (int k = 0; k < n; k++)
+                finish(e, members[k], st, msg);
+            st = HOOP_OK;
+            continue;
+        }
+        for (int k = 0; k < n; k++) {
+            struct eng_resp *m = members[k];
+            if (st)
+                break;
+            if (e->tl)
+                eng_timeline_end(e->tl, m->p.name, NULL); /* the operation */
+            if (!m->from_cache)
+                eng_cache_put(e, m);
+            if (m->p.kind == EK_ALLREDUCE)
+                eng_tune_note(e, m->p.name, m->p.count * hoop_dtype_size(m->p.dtype));
+            finish(e, m, HOOP_OK, NULL);
+        }
+    }
+    free(g);
+    return st;
+}

@@ -1,0 +1,519 @@
+/* loop.c - the engine's life: create, the background thread's cycles,
+ * destroy.
+ *
+ * A cycle: take what the callers enqueued; one allreduce (sum) of the sync
+ * words, where each rank adds 1 to the magic word, 1 to the stop word when
+ * it is being destroyed, the length of its list of new requests in its own
+ * word, and for each cache slot 1 when it holds that name ready (or size+1
+ * when it holds the name with other arguments); rank 0 alone adds the
+ * fusion threshold and the cycle time, so that every rank fuses alike,
+ * and every rank its cache capacity, which must be the same everywhere.
+ * A slot summing to size is ready everywhere; one above size is erased
+ * everywhere. Then, when some list is not empty, one allgatherv of the
+ * lists, applied in rank order to the table. Then the responses run.
+ */
+#include "engine/engine.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/param.h"
+#include "common/status.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define ENG_IDLE_CYCLES 100
+#define ENG_QUIET_NS 50000000ull
+
+enum { W_MAGIC = 0, W_STOP, W_THRESH_LO, W_THRESH_HI, W_CYCLE_US, W_CACHE_CAP, W_HDR };
+
+static void fail_all(struct hoop_engine *e, hoop_status_t st, const char *msg)
+{
+    while (e->pending) {
+        eng_op_t *o = e->pending;
+        e->pending = o->next;
+        o->next = NULL;
+        eng_op_complete(e, o, st, msg);
+    }
+    e->join_op = NULL;
+}
+
+/* Mark the engine stopped, and fail what is left, queued included. */
+static void engine_end(struct hoop_engine *e, hoop_status_t st, const char *msg)
+{
+    pthread_mutex_lock(&e->mu);
+    if (st != HOOP_ERR_ABORTED || !e->dead) {
+        e->dead = st;
+        snprintf(e->dead_msg, sizeof(e->dead_msg), "%s", msg);
+    }
+    e->stopped = 1;
+    eng_op_t *q = e->q_head;
+    e->q_head = e->q_tail = NULL;
+    pthread_mutex_unlock(&e->mu);
+    while (q) {
+        eng_op_t *n = q->next;
+        q->next = e->pending;
+        e->pending = q;
+        q = n;
+    }
+    fail_all(e, st, msg);
+}
+
+static void die(struct hoop_engine *e, hoop_status_t st)
+{
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "%s", hoop_last_error());
+    hoop_log(HOOP_LOG_WARN, "engine rank %d stops: %s", e->rank, msg);
+    engine_end(e, st, msg);
+}
+
+static void append_pending(struct hoop_engine *e, eng_op_t **tail, eng_op_t *o)
+{
+    o->next = NULL;
+    if (*tail)
+        (*tail)->next = o;
+    else
+        e->pending = o;
+    *tail = o;
+}
+
+/* Move what the callers enqueued to the pending list, each in the state the
+ * cache gives it. */
+static int take_queue(struct hoop_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    eng_op_t *q = e->q_head;
+    e->q_head = e->q_tail = NULL;
+    int stop = e->stop;
+    pthread_mutex_unlock(&e->mu);
+    eng_op_t *tail = e->pending;
+    while (tail && tail->next)
+        tail = tail->next;
+    while (q) {
+        eng_op_t *o = q;
+        q = q->next;
+        o->slot = -1;
+        o->state = ES_NEW;
+        if (o->p.kind == EK_JOIN) {
+            if (e->self_joined) {
+                eng_op_complete(e, o, HOOP_ERR_INVALID,
+                                "engine: this rank has already joined; join again once every "
+                                "rank has joined");
+                continue;
+            }
+            e->self_joined = 1;
+            e->join_op = o;
+        } else if (e->cache_cap > 0 && eng_cacheable(o->p.kind)) {
+            int s = eng_cache_find(e, o->p.name);
+            if (s >= 0) {
+                if (eng_cache_matches(e, s, o)) {
+                    o->state = ES_CACHED;
+                    o->slot = s;
+                } else {
+                    e->inv[s] = 1;
+                }
+            }
+        }
+        append_pending(e, &tail, o);
+    }
+    return stop;
+}
+
+static hoop_status_t sync_reserve(struct hoop_engine *e, size_t words)
+{
+    if (words <= e->sync_cap)
+        return HOOP_OK;
+    uint32_t *p = realloc(e->sync, words * 4);
+    if (!p)
+        return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory", e->rank);
+    e->sync = p;
+    e->sync_cap = words;
+    return HOOP_OK;
+}
+
+/* Responses for the cache slots every rank holds ready, in slot order. */
+static hoop_status_t cache_responses(struct hoop_engine *e, const uint32_t *slots)
+{
+    uint32_t n = (uint32_t)e->size;
+    for (int s = 0; s < e->cache_used; s++) {
+        if (slots[s] > n) {
+            eng_cache_erase(e, s);
+            e->inv[s] = 0;
+            continue;
+        }
+        if (slots[s] != n || !e->cache[s].used)
+            continue;
+        struct eng_cache_slot *c = &e->cache[s];
+        struct eng_resp *r = eng_resp_add(e);
+        if (!r || eng_params_copy(&r->p, &c->p))
+            return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory", e->rank);
+        if (c->rows) {
+            r->rows = malloc(8 * (size_t)e->size);
+            if (!r->rows)
+                return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory", e->rank);
+            memcpy(r->rows, c->rows, 8 * (size_t)e->size);
+        }
+        r->from_cache = 1;
+        c->last_use = ++e->use_clock;
+        for (eng_op_t *o = e->pending; o; o = o->next)
+            if (o->state == ES_CACHED && o->slot == s) {
+                r->op = o;
+                o->state = ES_SENT;
+                break;
+            }
+        if (r->op) {
+            pthread_mutex_lock(&e->mu);
+            e->stats.cache_hits++;
+            pthread_mutex_unlock(&e->mu);
+        }
+        if (e->tl)
+            eng_resp_queued(e, r);
+    }
+    return HOOP_OK;
+}
+
+static hoop_status_t gather_lists(struct hoop_engine *e, const uint32_t *lens)
+{
+    size_t total = 0;
+    for (int r = 0; r < e->size; r++) {
+        if (lens[r] > ENG_LIST_MAX)
+            return hoop_error(HOOP_ERR_PEER,
+                              "engine rank %d: rank %d announces a list of %u bytes, more than "
+                              "the %u a cycle allows: the ranks run different builds of hoop",
+                              e->rank, r, lens[r], ENG_LIST_MAX);
+        e->lcounts[r] = lens[r];
+        e->ldispls[r] = total;
+        total += lens[r];
+    }
+    if (e->lcounts[e->rank] != e->mylist_len)
+        return hoop_error(HOOP_ERR_PEER,
+                          "engine rank %d: the sync words do not hold this rank's "
+                          "own list length: the ranks run different builds of hoop",
+                          e->rank);
+    if (total > e->lists_cap) {
+        uint8_t *p = realloc(e->lists, total);
+        if (!p)
+            return hoop_error(HOOP_ERR_SYSTEM,
+                              "engine rank %d: out of memory for %zu bytes of "
+                              "requests",
+                              e->rank, total);
+        e->lists = p;
+        e->lists_cap = total;
+    }
+    static const uint8_t dummy[1];
+    hoop_status_t st = hoop_allgatherv(e->comm, e->mylist_len ? e->mylist : dummy, e->lists,
+                                       e->lcounts, e->ldispls, HOOP_U8);
+    if (st)
+        return st;
+    pthread_mutex_lock(&e->mu);
+    e->stats.negotiations++;
+    pthread_mutex_unlock(&e->mu);
+    for (int r = 0; r < e->size; r++)
+        if ((st = eng_list_parse(e, r, e->lists + e->ldispls[r], e->lcounts[r], eng_table_record)))
+            return st;
+    return HOOP_OK;
+}
+
+static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
+{
+    uint64_t now = hoop_now_ns();
+    uint64_t stall_ns = e->stall_check_s > 0 ? (uint64_t)(e->stall_check_s * 1e9) : 0;
+    /* My list: the new requests, then (rank 0) the names to fail. */
+    e->mylist_len = 0;
+    for (eng_op_t *o = e->pending; o; o = o->next) {
+        if (o->state != ES_NEW)
+            continue;
+        if (o->p.kind == EK_JOIN ? eng_list_add_join(e) : eng_list_add_req(e, &o->p))
+            break; /* the rest go next cycle */
+        o->state = ES_SENT;
+    }
+    for (int i = 0; i < e->nfail; i++) {
+        if (eng_list_add_fail(e, e->fail_names[i]))
+            break;
+        free(e->fail_names[i]);
+        e->fail_names[i] = NULL;
+    }
+    int kept = 0;
+    for (int i = 0; i < e->nfail; i++)
+        if (e->fail_names[i])
+            e->fail_names[kept++] = e->fail_names[i];
+    e->nfail = kept;
+
+    size_t words = W_HDR + (size_t)e->size + (size_t)e->cache_used;
+    hoop_status_t st = sync_reserve(e, words);
+    if (st)
+        return st;
+    uint32_t *w = e->sync;
+    memset(w, 0, words * 4);
+    w[W_MAGIC] = 1;
+    w[W_STOP] = stop ? 1 : 0;
+    w[W_CACHE_CAP] = (uint32_t)e->cache_cap;
+    if (e->rank == 0) {
+        w[W_THRESH_LO] = (uint32_t)e->fusion_threshold;
+        w[W_THRESH_HI] = (uint32_t)(e->fusion_threshold >> 32);
+        w[W_CYCLE_US] = (uint32_t)(e->cycle_ns / 1000);
+    }
+    w[W_HDR + e->rank] = (uint32_t)e->mylist_len;
+    uint32_t *slots = w + W_HDR + e->size;
+    uint32_t inv = (uint32_t)e->size + 1;
+    for (eng_op_t *o = e->pending; o; o = o->next)
+        if (o->state == ES_CACHED) {
+            /* A cached name stalled: erase it, so that it goes through the
+             * table, where the missing ranks show. */
+            slots[o->slot] = stall_ns && now - o->t_enq_ns > stall_ns ? inv : 1;
+        }
+    for (int s = 0; s < e->cache_used; s++) {
+        if (e->inv[s])
+            slots[s] = inv;
+        else if (e->self_joined && e->cache[s].used && !slots[s])
+            slots[s] = e->cache[s].p.kind == EK_ALLREDUCE ? 1 : inv;
+    }
+    if ((st = hoop_allreduce(e->comm, w, w, words, HOOP_U32, HOOP_SUM)))
+        return st;
+    if (w[W_MAGIC] != (uint32_t)e->size)
+        return hoop_error(HOOP_ERR_PEER,
+                          "engine rank %d: the sync words of a cycle add up to %u ranks, not %d: "
+                          "the ranks run different builds of hoop, or a process used the "
+                          "engine's communicator",
+                          e->rank, w[W_MAGIC], e->size);
+    /* The slots must be the same everywhere: so must their number. */
+    if (w[W_CACHE_CAP] != (uint32_t)e->cache_cap * (uint32_t)e->size)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: HOOP_CACHE_CAPACITY is %d here but not on every rank "
+                          "(the ranks' values add up to %u): set the same value on every rank",
+                          e->rank, e->cache_cap, w[W_CACHE_CAP]);
+    if (w[W_STOP]) {
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "engine rank %d: %u rank(s) stopped the engine (hoop_engine_destroy) while this "
+                 "operation was pending",
+                 e->rank, w[W_STOP]);
+        engine_end(e, HOOP_ERR_ABORTED, msg);
+        *stopped = 1;
+        return HOOP_OK;
+    }
+    e->fusion_threshold = (uint64_t)w[W_THRESH_LO] | ((uint64_t)w[W_THRESH_HI] << 32);
+    e->cycle_ns = (uint64_t)w[W_CYCLE_US] * 1000;
+
+    if ((st = cache_responses(e, slots)))
+        return st;
+    int any = 0;
+    for (int r = 0; r < e->size; r++)
+        any |= w[W_HDR + r] != 0;
+    if (any && (st = gather_lists(e, w + W_HDR)))
+        return st;
+    if (eng_table_collect(e))
+        return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory", e->rank);
+    st = eng_execute(e);
+    eng_resp_clear(e);
+    if (st)
+        return st;
+    int idle = e->ntab == 0 && e->njoined == 0;
+    for (size_t i = W_HDR; i < words && idle; i++)
+        idle = w[i] == 0;
+    e->idle_cycles = idle ? e->idle_cycles + 1 : 0;
+    if (e->rank == 0)
+        eng_table_stall_check(e, hoop_now_ns());
+    eng_timeline_flush(e->tl);
+    pthread_mutex_lock(&e->mu);
+    e->stats.cycles++;
+    e->stats.fusion_threshold = e->fusion_threshold;
+    e->stats.cycle_time_ms = (double)e->cycle_ns / 1e6;
+    pthread_mutex_unlock(&e->mu);
+    return HOOP_OK;
+}
+
+/* Sleep until `until` (CLOCK_MONOTONIC, ns); while quiet, an enqueue or a
+ * destroy ends it early. */
+static void engine_sleep(struct hoop_engine *e, uint64_t until, int quiet)
+{
+    struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
+    pthread_mutex_lock(&e->mu);
+    e->quiet = quiet;
+    while (hoop_now_ns() < until && !(quiet && (e->q_head || e->stop)))
+        if (pthread_cond_timedwait(&e->wake, &e->mu, &ts) == ETIMEDOUT)
+            break;
+    e->quiet = 0;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *engine_thread(void *arg)
+{
+    struct hoop_engine *e = arg;
+    uint64_t next = hoop_now_ns();
+    for (;;) {
+        /* Busy, the cycle time batches what is enqueued meanwhile (fusion).
+         * After ENG_IDLE_CYCLES in which no rank had anything, the cycles
+         * slow to one per ENG_QUIET_NS, and an enqueue starts the next at
+         * once: an idle job then costs a small allreduce every 50 ms
+         * instead of every cycle. The ranks see the same sync words, so
+         * they go quiet together; one woken early waits in the sync
+         * allreduce for the others, woken by their own enqueues or their
+         * timers. */
+        int quiet = e->idle_cycles >= ENG_IDLE_CYCLES;
+        uint64_t start = quiet ? hoop_now_ns() : next;
+        engine_sleep(e, quiet ? start + ENG_QUIET_NS : next, quiet);
+        next = hoop_now_ns() + e->cycle_ns;
+        int stop = take_queue(e);
+        int stopped = 0;
+        hoop_status_t st = cycle(e, stop, &stopped);
+        if (st) {
+            die(e, st);
+            break;
+        }
+        if (stopped)
+            break;
+    }
+    eng_timeline_close(e->tl);
+    e->tl = NULL;
+    return NULL;
+}
+
+/* ---- create and destroy ---------------------------------------------------- */
+
+static hoop_status_t read_params(struct hoop_engine *e, char *tl_path, size_t tl_len, int *tl_all)
+{
+    hoop_status_t st;
+    double cycle_ms, stall, shut;
+    unsigned long long thr, cap, all;
+    if ((st = hoop_param_double("HOOP_CYCLE_TIME", 0.0, 60000.0, &cycle_ms)) ||
+        (st = hoop_param_u64("HOOP_FUSION_THRESHOLD", 0, 1ull << 40, &thr)) ||
+        (st = hoop_param_u64("HOOP_CACHE_CAPACITY", 0, 1u << 20, &cap)) ||
+        (st = hoop_param_double("HOOP_STALL_CHECK_TIME", 0.0, 1e6, &stall)) ||
+        (st = hoop_param_double("HOOP_STALL_SHUTDOWN_TIME", 0.0, 1e6, &shut)) ||
+        (st = hoop_param_u64("HOOP_TIMELINE_ALL_RANKS", 0, 1, &all)))
+        return st;
+    e->cycle_ns = (uint64_t)(cycle_ms * 1e6);
+    e->fusion_threshold = thr;
+    e->cache_cap = (int)cap;
+    e->stall_check_s = stall;
+    e->stall_shutdown_s = shut;
+    snprintf(tl_path, tl_len, "%s", hoop_param_str("HOOP_TIMELINE"));
+    *tl_all = (int)all;
+    return HOOP_OK;
+}
+
+static void engine_free(struct hoop_engine *e)
+{
+    eng_table_free(e);
+    eng_cache_free(e);
+    eng_resp_clear(e);
+    free(e->resp);
+    free(e->inv);
+    free(e->joined);
+    free(e->sync);
+    free(e->mylist);
+    free(e->lists);
+    free(e->lcounts);
+    free(e->fusion);
+    eng_timeline_close(e->tl);
+    eng_tune_free(e);
+    pthread_cond_destroy(&e->wake);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
+{
+    if (!engine || !comm)
+        return hoop_error(HOOP_ERR_INVALID, "engine: create needs %s",
+                          !engine ? "somewhere to put the engine" : "a communicator");
+    struct hoop_engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return hoop_error(HOOP_ERR_SYSTEM, "engine: out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    e->comm = comm;
+    e->rank = hoop_comm_rank(comm);
+    e->size = hoop_comm_size(comm);
+    e->last_joined = -1;
+    char tl_path[4096];
+    int tl_all = 0;
+    hoop_status_t st = read_params(e, tl_path, sizeof(tl_path), &tl_all);
+    if (st) {
+        e->comm = NULL;
+        engine_free(e);
+        return st;
+    }
+    if ((st = eng_tune_init(e))) {
+        e->comm = NULL;
+        engine_free(e);
+        return st;
+    }
+    e->stats.struct_size = sizeof(e->stats);
+    e->stats.fusion_threshold = e->fusion_threshold;
+    e->stats.cycle_time_ms = (double)e->cycle_ns / 1e6;
+    e->joined = calloc((size_t)e->size, 1);
+    e->lcounts = malloc(sizeof(size_t) * 2 * (size_t)e->size);
+    e->cache = calloc((size_t)(e->cache_cap ? e->cache_cap : 1), sizeof(*e->cache));
+    e->inv = calloc((size_t)(e->cache_cap ? e->cache_cap : 1), 1);
+    if (!e->joined || !e->lcounts || !e->cache || !e->inv) {
+        engine_free(e);
+        return hoop_error(HOOP_ERR_SYSTEM, "engine: out of memory");
+    }
+    e->ldispls = e->lcounts + e->size;
+    if (tl_path[0] && (e->rank == 0 || tl_all)) {
+        char path[4200], err[256];
+        if (tl_all)
+            snprintf(path, sizeof(path), "%s.%d", tl_path, e->rank);
+        else
+            snprintf(path, sizeof(path), "%s", tl_path);
+        e->tl = eng_timeline_open(path, e->rank, err, sizeof(err));
+        if (!e->tl) {
+            engine_free(e);
+            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: HOOP_TIMELINE: %s", e->rank, err);
+        }
+    }
+    /* The engine's thread takes no signal: those are the application's. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&e->thread, NULL, engine_thread, e);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        engine_free(e);
+        return hoop_error(HOOP_ERR_SYSTEM, "engine: cannot start its thread: %s", strerror(rc));
+    }
+    e->thread_started = 1;
+    *engine = e;
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_engine_create(hoop_engine_t **engine, const hoop_config_t *cfg)
+{
+    if (!engine)
+        return hoop_error(HOOP_ERR_INVALID, "engine: create needs somewhere to put the engine");
+    hoop_comm_t *comm;
+    hoop_status_t st = hoop_comm_init(&comm, cfg);
+    if (st)
+        return st;
+    if ((st = hoop_engine_create_with(engine, comm))) {
+        char msg[2048];
+        snprintf(msg, sizeof(msg), "%s", hoop_last_error());
+        hoop_comm_destroy(comm);
+        return hoop_error(st, "%s", msg);
+    }
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_engine_destroy(hoop_engine_t *e)
+{
+    if (!e)
+        return HOOP_OK;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_signal(&e->wake);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thread_started)
+        pthread_join(e->thread, NULL);
+    hoop_status_t st = hoop_comm_destroy(e->comm);
+    e->comm = NULL;
+    engine_free(e);
+    return st;
+}

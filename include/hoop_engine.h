@@ -1,0 +1,179 @@
+/* hoop_engine.h - named collectives enqueued from any thread, Horovod-style.
+ *
+ * An engine owns one communicator and one background thread that runs every
+ * collective on it. Any thread enqueues a named operation and gets a handle
+ * at once; the ranks may enqueue the same names in different orders. Each
+ * cycle (HOOP_CYCLE_TIME) the engines agree on which names every rank has
+ * enqueued, check that the ranks agree on what each one is (a disagreement
+ * fails that name on every rank with HOOP_ERR_MISMATCH), pack ready
+ * allreduces of the same dtype, op and scale factors into one fusion buffer
+ * (HOOP_FUSION_THRESHOLD) and run them in one order on every rank. Names that
+ * ran before are agreed by one small allreduce (HOOP_CACHE_CAPACITY).
+ *
+ * ("engine" here is this layer; HOOP_TCP_ENGINE is something else: how the
+ * TCP transport moves bytes.)
+ *
+ * A handle completes once: poll it (hoop_engine_test), wait for it
+ * (hoop_engine_wait) or be called back (the callback runs on the engine's
+ * thread and must not block or enqueue-and-wait). Every handle is released
+ * once with hoop_engine_release, before or after it completed.
+ *
+ * After a collective fails (a peer died, a deadline passed, an abort) the
+ * communicator is broken: every pending handle fails with that collective's
+ * status and sentence, and so does every later enqueue.
+ */
+#ifndef HOOP_ENGINE_H
+#define HOOP_ENGINE_H
+
+#include "hoop.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hoop_engine hoop_engine_t;
+typedef struct hoop_engine_handle hoop_engine_handle_t;
+
+/* Called once on the engine's thread when h completes, after h is done (it
+ * may read the status and output through h; a waiter may return before it
+ * runs); h stays valid until released, and at least until it returns. */
+typedef void (*hoop_engine_cb_t)(hoop_engine_handle_t *h, hoop_status_t status, void *arg);
+
+/* Names are at most this many bytes (not counting the terminating NUL). */
+#define HOOP_ENGINE_NAME_MAX 200
+
+/* Create an engine over a new communicator (cfg as for hoop_comm_init; NULL:
+ * from the environment). Every rank calls it. */
+HOOP_API hoop_status_t hoop_engine_create(hoop_engine_t **engine, const hoop_config_t *cfg);
+
+/* Create an engine over comm, which the engine then owns (destroys it), and
+ * which no other thread may use any more. On failure comm is not taken. */
+HOOP_API hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm);
+
+/* Stop the engine: the ranks agree to stop (every rank calls it; the first
+ * to do so stops the others' engines too, failing what is pending there
+ * with HOOP_ERR_ABORTED), then the communicator is destroyed. No other
+ * call on this engine may run during or after it; handles not yet released
+ * stay valid. NULL is accepted. */
+HOOP_API hoop_status_t hoop_engine_destroy(hoop_engine_t *engine);
+
+HOOP_API int hoop_engine_rank(const hoop_engine_t *engine);
+HOOP_API int hoop_engine_size(const hoop_engine_t *engine);
+
+/* Allreduce of count elements, sendbuf to recvbuf (in place when equal):
+ * each element is multiplied by prescale before the reduction and by
+ * postscale after it (floating dtypes only; integers need 1.0). HOOP_AVG
+ * divides the sum by the number of ranks, joined ranks included. */
+HOOP_API hoop_status_t hoop_engine_allreduce(hoop_engine_t *engine, const char *name,
+                                             const void *sendbuf, void *recvbuf, size_t count,
+                                             hoop_dtype_t dtype, hoop_op_t op, double prescale,
+                                             double postscale, hoop_engine_cb_t cb, void *cb_arg,
+                                             hoop_engine_handle_t **handle);
+
+/* n allreduces that run together, fused, once all are ready on all ranks:
+ * tensor i is counts[i] elements from sendbufs[i] to recvbufs[i]. One
+ * handle for the group, named `name`. */
+HOOP_API hoop_status_t hoop_engine_grouped_allreduce(
+    hoop_engine_t *engine, const char *name, int n, const void *const *sendbufs,
+    void *const *recvbufs, const size_t *counts, hoop_dtype_t dtype, hoop_op_t op, double prescale,
+    double postscale, hoop_engine_cb_t cb, void *cb_arg, hoop_engine_handle_t **handle);
+
+/* Allgather along the first dimension: this rank gives `rows` rows of
+ * row_elems elements each (rows may differ between ranks, row_elems may
+ * not). The engine allocates the output, sized from what every rank
+ * announced: hoop_engine_output gives it, rank r's rows first for r = 0, 1,
+ * ..., and hoop_engine_counts each rank's rows. */
+HOOP_API hoop_status_t hoop_engine_allgather(hoop_engine_t *engine, const char *name,
+                                             const void *sendbuf, size_t rows, size_t row_elems,
+                                             hoop_dtype_t dtype, hoop_engine_cb_t cb, void *cb_arg,
+                                             hoop_engine_handle_t **handle);
+
+/* root's buf (count elements) lands in every rank's buf. */
+HOOP_API hoop_status_t hoop_engine_broadcast(hoop_engine_t *engine, const char *name, void *buf,
+                                             size_t count, hoop_dtype_t dtype, int root,
+                                             hoop_engine_cb_t cb, void *cb_arg,
+                                             hoop_engine_handle_t **handle);
+
+/* Alltoall with split sizes: splits[j] elements of sendbuf (in rank order,
+ * one after the other) go to rank j; splits has hoop_engine_size entries.
+ * The engine allocates the output (hoop_engine_output: what rank i sent here,
+ * for i = 0, 1, ...) and hoop_engine_counts gives how many elements came
+ * from each rank. */
+HOOP_API hoop_status_t hoop_engine_alltoall(hoop_engine_t *engine, const char *name,
+                                            const void *sendbuf, const size_t *splits,
+                                            hoop_dtype_t dtype, hoop_engine_cb_t cb, void *cb_arg,
+                                            hoop_engine_handle_t **handle);
+
+/* Every rank gets block `rank` (recvcount elements) of the reduction of
+ * every rank's sendbuf (size * recvcount elements); scale factors as for
+ * allreduce. */
+HOOP_API hoop_status_t hoop_engine_reduce_scatter(hoop_engine_t *engine, const char *name,
+                                                  const void *sendbuf, void *recvbuf,
+                                                  size_t recvcount, hoop_dtype_t dtype,
+                                                  hoop_op_t op, double prescale, double postscale,
+                                                  hoop_engine_cb_t cb, void *cb_arg,
+                                                  hoop_engine_handle_t **handle);
+
+/* Completes once every rank has enqueued its barrier (the k-th barrier of
+ * each rank meets the k-th of the others). */
+HOOP_API hoop_status_t hoop_engine_barrier(hoop_engine_t *engine, hoop_engine_cb_t cb, void *cb_arg,
+                                           hoop_engine_handle_t **handle);
+
+/* This rank has no more work: until every rank has joined, it takes part in
+ * the others' allreduces with zeros (HOOP_AVG still divides by every rank);
+ * the others' allgathers, broadcasts, alltoalls and reduce_scatters fail
+ * with HOOP_ERR_INVALID. Completes on every rank once the last has joined;
+ * hoop_engine_last_joined then names that rank. */
+HOOP_API hoop_status_t hoop_engine_join(hoop_engine_t *engine, hoop_engine_cb_t cb, void *cb_arg,
+                                        hoop_engine_handle_t **handle);
+
+/* 1 once h has completed, else 0. */
+HOOP_API int hoop_engine_test(hoop_engine_handle_t *h);
+
+/* Wait for h at most timeout_s seconds (< 0: no limit); its status, or
+ * HOOP_ERR_TIMEOUT with "still pending" when it has not completed (then it
+ * still may: test or wait again). */
+HOOP_API hoop_status_t hoop_engine_wait(hoop_engine_handle_t *h, double timeout_s);
+
+/* Status of a completed handle (HOOP_ERR_INVALID while pending) and its
+ * sentence ("" on success), valid until release. */
+HOOP_API hoop_status_t hoop_engine_status(hoop_engine_handle_t *h, const char **sentence);
+
+/* Output the engine allocated (allgather, alltoall), of *count elements:
+ * owned by the handle (freed at release) unless taken, then the caller
+ * frees it with free(). NULL for other operations or none yet. */
+HOOP_API void *hoop_engine_output(hoop_engine_handle_t *h, size_t *count);
+HOOP_API void *hoop_engine_take_output(hoop_engine_handle_t *h, size_t *count);
+
+/* Per rank counts of a completed allgather (rows) or alltoall (elements
+ * received from each rank), into counts[hoop_engine_size] entries. */
+HOOP_API hoop_status_t hoop_engine_counts(hoop_engine_handle_t *h, size_t *counts);
+
+/* The last rank to join, for a completed join; -1 otherwise. */
+HOOP_API int hoop_engine_last_joined(hoop_engine_handle_t *h);
+
+/* Let go of h: freed once it has also completed. NULL is accepted. */
+HOOP_API void hoop_engine_release(hoop_engine_handle_t *h);
+
+/* What the engine's thread has done so far. */
+typedef struct hoop_engine_stats {
+    size_t struct_size;        /* set by the caller to sizeof(hoop_engine_stats_t) */
+    uint64_t cycles;           /* cycles run */
+    uint64_t negotiations;     /* cycles that gathered requests (not answered by the cache) */
+    uint64_t cache_hits;       /* operations agreed through the cache */
+    uint64_t collectives;      /* data collectives run (fused ones count once) */
+    uint64_t fused_ops;        /* operations that ran inside a fused collective of several */
+    uint64_t ops_done;         /* operations completed, with any status */
+    uint64_t fusion_threshold; /* bytes, now (autotune changes it) */
+    double cycle_time_ms;      /* now */
+} hoop_engine_stats_t;
+
+HOOP_API hoop_status_t hoop_engine_stats(hoop_engine_t *engine, hoop_engine_stats_t *stats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* HOOP_ENGINE_H */

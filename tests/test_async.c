@@ -1,0 +1,1101 @@
+/* test_async.c - the engine of hoop_engine.h (named operations enqueued from
+ * any thread, negotiated, fused, cached) over real processes on loopback.
+ *
+ * (test_engine.c is about the TCP transport's engines, HOOP_TCP_ENGINE.)
+ *
+ * Each rank forms its own engine (a raw child: the engine owns its
+ * communicator), with the case's HOOP_* variables set in the child only.
+ * Inputs are small integers whose sums are exact, known to every rank, so
+ * each rank checks every element it gets without trusting the library.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "harness.h"
+#include "hoop.h"
+#include "hoop_engine.h"
+
+#define WAIT_S 30.0
+
+typedef int (*async_body_fn)(hoop_engine_t *e, int rank, int size, void *arg);
+
+typedef struct async_case {
+    async_body_fn body;
+    void *arg;
+    const char *env[8];      /* "NAME=VALUE", NULL-terminated */
+    const char *stderr_path; /* when set, rank 0's stderr goes there (its log) */
+    const char *env_rank1;   /* "NAME=VALUE" set on rank 1 only */
+} async_case_t;
+
+static int async_rank(int rank, int size, int port, void *arg)
+{
+    async_case_t *c = arg;
+    for (int i = 0; i < 8 && c->env[i]; i++)
+        putenv((char *)c->env[i]);
+    if (c->env_rank1 && rank == 1)
+        putenv((char *)c->env_rank1);
+    if (c->stderr_path && rank == 0) {
+        int fd = open(c->stderr_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 2);
+            close(fd);
+        }
+    }
+    hoop_config_t cfg;
+    char root[64], token[64];
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_engine_t *e;
+    hoop_status_t st = hoop_engine_create(&e, &cfg);
+    if (st)
+        return harness_fail(rank, "hoop_engine_create", st);
+    int rc = c->body(e, rank, size, c->arg);
+    hoop_engine_destroy(e);
+    return rc;
+}
+
+static void run_case(int size, async_case_t *c, double deadline_s)
+{
+    char report[8192];
+    bool ok = harness_run_raw(size, async_rank, c, deadline_s, report, sizeof report);
+    cr_assert(ok, "%s", report);
+}
+
+static int wait_ok(hoop_engine_handle_t *h, int rank, const char *what)
+{
+    hoop_status_t st = hoop_engine_wait(h, WAIT_S);
+    if (st)
+        return harness_fail(rank, what, st);
+    return 0;
+}
+
+/* A permutation of 0..n-1 that depends on seed. */
+static void shuffle(int *p, int n, unsigned seed)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        seed = seed * 1103515245u + 12345u;
+        int j = (int)((seed >> 8) % (unsigned)(i + 1));
+        int t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+}
+
+static int32_t val(int rank, int t, size_t i)
+{
+    return (int32_t)(rank * 7 + t * 3 + (int)(i % 13));
+}
+
+/* ---- every operation, enqueued in a different order on every rank -------- */
+
+#define NT 24 /* names: 6 of each of 4 kinds */
+
+static int body_shuffled(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    int order[NT];
+    shuffle(order, NT, 1234u + (unsigned)rank * 7919u);
+    int32_t *in[NT], *out[NT];
+    hoop_engine_handle_t *h[NT];
+    size_t counts[NT];
+    for (int t = 0; t < NT; t++) {
+        counts[t] = 1 + (size_t)t * 37;
+        in[t] = malloc(counts[t] * 4 * (size_t)size);
+        out[t] = malloc(counts[t] * 4 * (size_t)size);
+        if (!in[t] || !out[t])
+            return harness_failf(rank, "out of memory");
+    }
+    for (int k = 0; k < NT; k++) {
+        int t = order[k];
+        char name[32];
+        snprintf(name, sizeof name, "t%d", t);
+        hoop_status_t st = HOOP_OK;
+        switch (t % 4) {
+        case 0: /* allreduce sum */
+            for (size_t i = 0; i < counts[t]; i++)
+                in[t][i] = val(rank, t, i);
+            st = hoop_engine_allreduce(e, name, in[t], out[t], counts[t], HOOP_I32, HOOP_SUM, 1.0,
+                                       1.0, NULL, NULL, &h[t]);
+            break;
+        case 1: /* allgather, rank r gives r + 1 rows of 3 */
+            for (size_t i = 0; i < (size_t)(rank + 1) * 3; i++)
+                in[t][i] = val(rank, t, i);
+            st = hoop_engine_allgather(e, name, in[t], (size_t)rank + 1, 3, HOOP_I32, NULL, NULL,
+                                       &h[t]);
+            break;
+        case 2: /* broadcast from rank t % size */
+            for (size_t i = 0; i < counts[t]; i++)
+                out[t][i] = rank == t % size ? val(rank, t, i) : -1;
+            st = hoop_engine_broadcast(e, name, out[t], counts[t], HOOP_I32, t % size, NULL, NULL,
+                                       &h[t]);
+            break;
+        case 3: { /* alltoall: rank r sends r + j + 1 elements to rank j */
+            size_t splits[HARNESS_MAX_PROCS], off = 0;
+            for (int j = 0; j < size; j++) {
+                splits[j] = (size_t)(rank + j + 1);
+                for (size_t i = 0; i < splits[j]; i++)
+                    in[t][off + i] = val(rank, t, (size_t)j * 100 + i);
+                off += splits[j];
+            }
+            st = hoop_engine_alltoall(e, name, in[t], splits, HOOP_I32, NULL, NULL, &h[t]);
+            break;
+        }
+        }
+        if (st)
+            return harness_fail(rank, name, st);
+    }
+    int bad = 0;
+    for (int t = 0; t < NT && !bad; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%d", t);
+        if (wait_ok(h[t], rank, name))
+            return 1;
+        switch (t % 4) {
+        case 0:
+            for (size_t i = 0; i < counts[t] && !bad; i++) {
+                int32_t want = 0;
+                for (int r = 0; r < size; r++)
+                    want += val(r, t, i);
+                if (out[t][i] != want)
+                    bad = harness_failf(rank, "%s[%zu] = %d, want %d", name, i, out[t][i], want);
+            }
+            break;
+        case 1: {
+            size_t n, rows[HARNESS_MAX_PROCS];
+            int32_t *o = hoop_engine_output(h[t], &n);
+            if (hoop_engine_counts(h[t], rows))
+                return harness_fail(rank, "counts", HOOP_ERR_INVALID);
+            size_t k = 0;
+            for (int r = 0; r < size && !bad; r++) {
+                if (rows[r] != (size_t)r + 1)
+                    bad = harness_failf(rank, "%s: rank %d rows %zu", name, r, rows[r]);
+                for (size_t i = 0; i < (size_t)(r + 1) * 3 && !bad; i++, k++)
+                    if (k >= n || o[k] != val(r, t, i))
+                        bad = harness_failf(rank, "%s: element %zu of rank %d wrong", name, i, r);
+            }
+            if (!bad && k != n)
+                bad = harness_failf(rank, "%s: %zu elements, want %zu", name, n, k);
+            break;
+        }
+        case 2:
+            for (size_t i = 0; i < counts[t] && !bad; i++)
+                if (out[t][i] != val(t % size, t, i))
+                    bad = harness_failf(rank, "%s[%zu] = %d", name, i, out[t][i]);
+            break;
+        case 3: {
+            size_t n, got[HARNESS_MAX_PROCS];
+            int32_t *o = hoop_engine_output(h[t], &n);
+            hoop_engine_counts(h[t], got);
+            size_t k = 0;
+            for (int r = 0; r < size && !bad; r++) {
+                if (got[r] != (size_t)(r + rank + 1))
+                    bad = harness_failf(rank, "%s: %zu from rank %d", name, got[r], r);
+                for (size_t i = 0; i < got[r] && !bad; i++, k++)
+                    if (o[k] != val(r, t, (size_t)rank * 100 + i))
+                        bad = harness_failf(rank, "%s: element %zu from rank %d wrong", name, i, r);
+            }
+            if (!bad && k != n)
+                bad = harness_failf(rank, "%s: %zu elements, want %zu", name, n, k);
+            break;
+        }
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        hoop_engine_release(h[t]);
+        free(in[t]);
+        free(out[t]);
+    }
+    return bad;
+}
+
+Test(async, shuffled_orders_every_kind_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_shuffled};
+    run_case(3, &c, 40);
+}
+
+/* ---- scale factors, AVG, reduce_scatter, grouped, barrier ------------------ */
+
+static int body_scaled(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    enum { N = 64 };
+    float a[N], b[N];
+    double g1[N], g2[2 * N], o1[N], o2[2 * N];
+    int32_t rs_in[N * HARNESS_MAX_PROCS], rs_out[N];
+    for (int i = 0; i < N; i++)
+        a[i] = (float)(rank + i);
+    for (int i = 0; i < N; i++)
+        g1[i] = rank + 1;
+    for (int i = 0; i < 2 * N; i++)
+        g2[i] = i;
+    for (int i = 0; i < N * size; i++)
+        rs_in[i] = rank + i;
+    hoop_engine_handle_t *h[5];
+    /* AVG of (rank + i) * 2, then * 0.5: (mean rank + i) */
+    hoop_status_t st =
+        hoop_engine_allreduce(e, "avg", a, b, N, HOOP_F32, HOOP_AVG, 2.0, 0.5, NULL, NULL, &h[0]);
+    const void *gs[2] = {g1, g2};
+    void *gr[2] = {o1, o2};
+    size_t gc[2] = {N, 2 * N};
+    if (!st)
+        st = hoop_engine_grouped_allreduce(e, "group", 2, gs, gr, gc, HOOP_F64, HOOP_SUM, 1.0, 4.0,
+                                           NULL, NULL, &h[1]);
+    if (!st)
+        st = hoop_engine_reduce_scatter(e, "rs", rs_in, rs_out, N, HOOP_I32, HOOP_MAX, 1.0, 1.0,
+                                        NULL, NULL, &h[2]);
+    if (!st)
+        st = hoop_engine_barrier(e, NULL, NULL, &h[3]);
+    if (!st)
+        st = hoop_engine_allreduce(e, "ints", a, b, N, HOOP_I32, HOOP_SUM, 2.0, 1.0, NULL, NULL,
+                                   &h[4]);
+    if (st != HOOP_ERR_INVALID)
+        return harness_failf(rank, "an integer allreduce with prescale 2 gave %s, not invalid",
+                             hoop_status_str(st));
+    for (int k = 0; k < 4; k++)
+        if (wait_ok(h[k], rank, "op"))
+            return 1;
+    double mean = (size - 1) / 2.0;
+    for (int i = 0; i < N; i++)
+        if (b[i] != (float)(mean + i))
+            return harness_failf(rank, "avg[%d] = %g, want %g", i, b[i], mean + i);
+    double sum_r1 = size * (size + 1) / 2.0;
+    for (int i = 0; i < N; i++)
+        if (o1[i] != 4.0 * sum_r1)
+            return harness_failf(rank, "group[0][%d] = %g", i, o1[i]);
+    for (int i = 0; i < 2 * N; i++)
+        if (o2[i] != 4.0 * size * i)
+            return harness_failf(rank, "group[1][%d] = %g", i, o2[i]);
+    for (int i = 0; i < N; i++)
+        if (rs_out[i] != size - 1 + rank * N + i)
+            return harness_failf(rank, "rs[%d] = %d", i, rs_out[i]);
+    for (int k = 0; k < 4; k++)
+        hoop_engine_release(h[k]);
+    return 0;
+}
+
+Test(async, scale_avg_group_reduce_scatter_barrier_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_scaled};
+    run_case(3, &c, 40);
+}
+
+/* ---- fusion: 200 tensors, far fewer collectives ---------------------------- */
+
+#define NF 200
+
+static int body_fused(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    size_t *nmax = arg;
+    int32_t *buf[NF];
+    size_t cnt[NF];
+    hoop_engine_handle_t *h[NF];
+    for (int t = 0; t < NF; t++) {
+        cnt[t] = 1 + (size_t)(t * 7919 % 4000); /* 4 B to 16 KiB */
+        buf[t] = malloc(cnt[t] * 4);
+        if (!buf[t])
+            return harness_failf(rank, "out of memory");
+        for (size_t i = 0; i < cnt[t]; i++)
+            buf[t][i] = val(rank, t, i);
+    }
+    hoop_engine_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
+    hoop_engine_stats(e, &s0);
+    int order[NF];
+    shuffle(order, NF, 99u + (unsigned)rank);
+    for (int k = 0; k < NF; k++) {
+        int t = order[k];
+        char name[32];
+        snprintf(name, sizeof name, "grad.%d", t);
+        hoop_status_t st = hoop_engine_allreduce(e, name, buf[t], buf[t], cnt[t], HOOP_I32,
+                                                 HOOP_SUM, 1.0, 1.0, NULL, NULL, &h[t]);
+        if (st)
+            return harness_fail(rank, name, st);
+    }
+    for (int t = 0; t < NF; t++) {
+        if (wait_ok(h[t], rank, "grad"))
+            return 1;
+        for (size_t i = 0; i < cnt[t]; i++) {
+            int32_t want = 0;
+            for (int r = 0; r < size; r++)
+                want += val(r, t, i);
+            if (buf[t][i] != want)
+                return harness_failf(rank, "grad.%d[%zu] = %d, want %d", t, i, buf[t][i], want);
+        }
+        hoop_engine_release(h[t]);
+        free(buf[t]);
+    }
+    hoop_engine_stats(e, &s1);
+    uint64_t colls = s1.collectives - s0.collectives;
+    fprintf(stderr, "rank %d: %d tensors in %llu collectives (%llu fused), %llu cycles\n", rank, NF,
+            (unsigned long long)colls, (unsigned long long)(s1.fused_ops - s0.fused_ops),
+            (unsigned long long)(s1.cycles - s0.cycles));
+    if (colls > *nmax || colls == 0)
+        return harness_failf(rank, "%d tensors took %llu collectives, want 1..%zu", NF,
+                             (unsigned long long)colls, *nmax);
+    return 0;
+}
+
+Test(async, two_hundred_tensors_fused_n2, .timeout = 60)
+{
+    /* Enqueued within a cycle of 20 ms, the 200 (about 8 MiB) fit one
+     * 64 MiB fusion buffer: a few collectives, not 200. */
+    size_t nmax = 20;
+    async_case_t c = {.body = body_fused, .arg = &nmax, .env = {"HOOP_CYCLE_TIME=20"}};
+    run_case(2, &c, 40);
+}
+
+Test(async, fusion_off_runs_one_collective_each_n2, .timeout = 60)
+{
+    size_t nmax = NF;
+    async_case_t c = {
+        .body = body_fused, .arg = &nmax, .env = {"HOOP_CYCLE_TIME=20", "HOOP_FUSION_THRESHOLD=0"}};
+    run_case(2, &c, 40);
+}
+
+/* ---- a name with different counts: an error everywhere, the rest runs ------ */
+
+static int body_mismatch(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    /* Static: a rank that fails returns while its engine may still use them. */
+    static int32_t a[200], b[16];
+    for (int i = 0; i < 16; i++)
+        b[i] = rank;
+    hoop_engine_handle_t *hb, *hg;
+    size_t n = rank == 1 ? 200 : 100;
+    hoop_status_t st =
+        hoop_engine_allreduce(e, "bad", a, a, n, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &hb);
+    if (!st)
+        st = hoop_engine_allreduce(e, "good", b, b, 16, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                   &hg);
+    if (st)
+        return harness_fail(rank, "enqueue", st);
+    st = hoop_engine_wait(hb, WAIT_S);
+    const char *why = "";
+    hoop_engine_status(hb, &why);
+    fprintf(stderr, "rank %d: bad: %s: %s\n", rank, hoop_status_str(st), why);
+    if (st != HOOP_ERR_MISMATCH)
+        return harness_failf(rank, "'bad' gave %s, not a mismatch", hoop_status_str(st));
+    /* Rank 1 is the odd one: the sentence names it against another rank. */
+    if (!strstr(why, "'bad'") || !strstr(why, "rank 1 gives count 200") ||
+        !strstr(why, "count 100"))
+        return harness_failf(rank,
+                             "the sentence does not name the tensor, the ranks and both "
+                             "counts: %s",
+                             why);
+    if (wait_ok(hg, rank, "good"))
+        return 1;
+    int want = size * (size - 1) / 2;
+    for (int i = 0; i < 16; i++)
+        if (b[i] != want)
+            return harness_failf(rank, "good[%d] = %d, want %d", i, b[i], want);
+    /* The engine goes on. */
+    hoop_engine_handle_t *h2;
+    b[0] = 1;
+    if (hoop_engine_allreduce(e, "after", b, b, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &h2) ||
+        wait_ok(h2, rank, "after"))
+        return 1;
+    if (b[0] != size)
+        return harness_failf(rank, "after = %d", b[0]);
+    hoop_engine_release(hb);
+    hoop_engine_release(hg);
+    hoop_engine_release(h2);
+    return 0;
+}
+
+Test(async, mismatched_count_fails_on_every_rank_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_mismatch};
+    run_case(3, &c, 40);
+}
+
+/* ---- the cache: the second step is agreed without the gather --------------- */
+
+static int body_cache(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    enum { T = 10 };
+    int32_t buf[T][64];
+    hoop_engine_handle_t *h[T];
+    hoop_engine_stats_t s = {.struct_size = sizeof s};
+    uint64_t hits_before = 0;
+    for (int step = 0; step < 4; step++) {
+        /* Step 3 changes every tensor's count: the entries are stale. */
+        size_t n = step == 3 ? 32 : 64;
+        for (int t = 0; t < T; t++) {
+            char name[32];
+            snprintf(name, sizeof name, "w%d", t);
+            for (size_t i = 0; i < n; i++)
+                buf[t][i] = val(rank, t + step, i);
+            if (hoop_engine_allreduce(e, name, buf[t], buf[t], n, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                      NULL, NULL, &h[t]))
+                return harness_fail(rank, name, HOOP_ERR_INVALID);
+        }
+        for (int t = 0; t < T; t++) {
+            if (wait_ok(h[t], rank, "w"))
+                return 1;
+            hoop_engine_release(h[t]);
+            for (size_t i = 0; i < n; i++) {
+                int32_t want = 0;
+                for (int r = 0; r < size; r++)
+                    want += val(r, t + step, i);
+                if (buf[t][i] != want)
+                    return harness_failf(rank, "step %d w%d[%zu] = %d, want %d", step, t, i,
+                                         buf[t][i], want);
+            }
+        }
+        hoop_engine_stats(e, &s);
+        if (step == 0)
+            hits_before = s.cache_hits;
+        fprintf(stderr, "rank %d step %d: cache hits %llu negotiations %llu\n", rank, step,
+                (unsigned long long)s.cache_hits, (unsigned long long)s.negotiations);
+    }
+    if (hits_before != 0)
+        return harness_failf(rank, "%llu cache hits in the first step",
+                             (unsigned long long)hits_before);
+    if (s.cache_hits < 2 * T)
+        return harness_failf(rank, "%llu cache hits after steps 1 and 2, want at least %d",
+                             (unsigned long long)s.cache_hits, 2 * T);
+    return 0;
+}
+
+Test(async, cache_agrees_after_the_first_step_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_cache};
+    run_case(3, &c, 40);
+}
+
+Test(async, cache_off_still_exact_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_scaled, .env = {"HOOP_CACHE_CAPACITY=0"}};
+    run_case(2, &c, 40);
+}
+
+/* ---- stalls: rank 0 logs the missing rank; a shutdown time fails it -------- */
+
+static int read_file(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return 0;
+}
+
+static int body_stall(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    const char *log_path = arg;
+    int32_t x = 1;
+    hoop_engine_handle_t *h;
+    if (rank == 1) {
+        struct timespec ts = {2, 500000000};
+        nanosleep(&ts, NULL);
+    }
+    if (hoop_engine_allreduce(e, "late", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &h) ||
+        wait_ok(h, rank, "late"))
+        return 1;
+    hoop_engine_release(h);
+    if (x != size)
+        return harness_failf(rank, "late = %d", x);
+    if (rank == 0) {
+        char text[16384];
+        if (read_file(log_path, text, sizeof text))
+            return harness_failf(rank, "cannot read its log %s", log_path);
+        if (!strstr(text, "'late'") || !strstr(text, "rank(s) 1 "))
+            return harness_failf(rank, "the log does not name 'late' and rank 1:\n%s", text);
+        fprintf(stdout, "%s", ""); /* keep stdout untouched by the library */
+    }
+    return 0;
+}
+
+Test(async, stall_is_logged_with_the_missing_rank_n2, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_stall_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    async_case_t c = {
+        .body = body_stall, .arg = path, .env = {"HOOP_STALL_CHECK_TIME=1"}, .stderr_path = path};
+    run_case(2, &c, 40);
+    unlink(path);
+}
+
+static int body_stall_shutdown(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    static int32_t x = 1;
+    hoop_engine_handle_t *h, *b;
+    if (rank == 0) {
+        double t0 = harness_now();
+        if (hoop_engine_allreduce(e, "never", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                  &h))
+            return harness_failf(rank, "enqueue");
+        hoop_status_t st = hoop_engine_wait(h, WAIT_S);
+        const char *why = "";
+        hoop_engine_status(h, &why);
+        fprintf(stderr, "rank 0: never: %s after %.1f s: %s\n", hoop_status_str(st),
+                harness_now() - t0, why);
+        if (st != HOOP_ERR_TIMEOUT || !strstr(why, "'never'") || !strstr(why, "rank(s) 1 "))
+            return harness_failf(rank, "want a timeout naming 'never' and rank 1");
+        hoop_engine_release(h);
+    } else {
+        /* Enqueue the barrier about when rank 0 does, after its 'never'
+         * failed (at 2 s): early, the barrier would stall past 2 s too. */
+        struct timespec ts = {2, 500000000};
+        nanosleep(&ts, NULL);
+    }
+    if (hoop_engine_barrier(e, NULL, NULL, &b) || wait_ok(b, rank, "barrier"))
+        return 1;
+    hoop_engine_release(b);
+    return 0;
+}
+
+Test(async, stall_shutdown_fails_the_name_naming_the_rank_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_stall_shutdown,
+                      .env = {"HOOP_STALL_CHECK_TIME=1", "HOOP_STALL_SHUTDOWN_TIME=2"}};
+    run_case(2, &c, 40);
+}
+
+/* ---- join: uneven step counts ----------------------------------------------- */
+
+static int body_join(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    /* arg non-NULL: the same names every step, so that after the first
+     * the cache answers, joined ranks saying yes for their zeros. */
+    int same_names = arg != NULL;
+    static int32_t s[8];
+    static float a[8];
+    int steps = rank + 2;
+    for (int k = 0; k < steps; k++) {
+        char n1[32], n2[32];
+        snprintf(n1, sizeof n1, "sum.%d", same_names ? 0 : k);
+        snprintf(n2, sizeof n2, "avg.%d", same_names ? 0 : k);
+        for (int i = 0; i < 8; i++) {
+            s[i] = 1;
+            a[i] = 3.0f;
+        }
+        hoop_engine_handle_t *h1, *h2;
+        if (hoop_engine_allreduce(e, n1, s, s, 8, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &h1) ||
+            hoop_engine_allreduce(e, n2, a, a, 8, HOOP_F32, HOOP_AVG, 1.0, 1.0, NULL, NULL, &h2) ||
+            wait_ok(h1, rank, n1) || wait_ok(h2, rank, n2))
+            return 1;
+        hoop_engine_release(h1);
+        hoop_engine_release(h2);
+        int active = 0;
+        for (int r = 0; r < size; r++)
+            active += r + 2 > k;
+        /* Joined ranks give zeros; AVG divides by every rank. */
+        for (int i = 0; i < 8; i++)
+            if (s[i] != active || a[i] != 3.0f * (float)active / (float)size)
+                return harness_failf(rank, "step %d: sum %d avg %g, want %d and %g", k, s[i], a[i],
+                                     active, 3.0 * active / size);
+    }
+    if (same_names) {
+        hoop_engine_stats_t st = {.struct_size = sizeof st};
+        hoop_engine_stats(e, &st);
+        if (st.cache_hits < (uint64_t)(2 * (steps - 1)))
+            return harness_failf(rank, "%llu cache hits in %d steps of 2 names",
+                                 (unsigned long long)st.cache_hits, steps);
+    }
+    if (rank == size - 1) {
+        /* Everyone else has joined: an allgather cannot go on. */
+        static int32_t v = 5;
+        hoop_engine_handle_t *g;
+        if (hoop_engine_allgather(e, "gather_after_join", &v, 1, 1, HOOP_I32, NULL, NULL, &g))
+            return harness_failf(rank, "enqueue allgather");
+        hoop_status_t st = hoop_engine_wait(g, WAIT_S);
+        const char *why = "";
+        hoop_engine_status(g, &why);
+        if (st != HOOP_ERR_INVALID || !strstr(why, "joined"))
+            return harness_failf(rank, "allgather after the others joined: %s: %s",
+                                 hoop_status_str(st), why);
+        hoop_engine_release(g);
+    }
+    hoop_engine_handle_t *j;
+    if (hoop_engine_join(e, NULL, NULL, &j) || wait_ok(j, rank, "join"))
+        return 1;
+    int last = hoop_engine_last_joined(j);
+    hoop_engine_release(j);
+    if (last != size - 1)
+        return harness_failf(rank, "join says rank %d joined last, want %d", last, size - 1);
+    /* Everyone joined: the engine is back to normal. */
+    s[0] = 1;
+    hoop_engine_handle_t *h;
+    if (hoop_engine_allreduce(e, "after_join", s, s, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                              &h) ||
+        wait_ok(h, rank, "after_join"))
+        return 1;
+    hoop_engine_release(h);
+    if (s[0] != size)
+        return harness_failf(rank, "after_join = %d", s[0]);
+    return 0;
+}
+
+Test(async, join_with_uneven_steps_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_join};
+    run_case(3, &c, 40);
+}
+
+Test(async, join_with_uneven_steps_through_the_cache_n3, .timeout = 60)
+{
+    static int yes = 1;
+    async_case_t c = {.body = body_join, .arg = &yes};
+    run_case(3, &c, 40);
+}
+
+/* ---- a rank killed while handles are pending ------------------------------- */
+
+static int body_killed(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t x[4][64];
+    hoop_engine_handle_t *h;
+    if (hoop_engine_allreduce(e, "first", x[0], x[0], 64, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                              &h) ||
+        wait_ok(h, rank, "first"))
+        return 1;
+    hoop_engine_release(h);
+    if (rank == size - 1) {
+        /* Not at once: a process killed just as a collective ends may
+         * reset its connections before the others have read the end of
+         * that collective (unread bytes make the kernel send a reset), so
+         * "first" could fail on them. 300 ms later the engines are in their
+         * cycles, with handles pending on the others. */
+        struct timespec ts = {0, 300000000};
+        nanosleep(&ts, NULL);
+        raise(SIGKILL);
+    }
+    hoop_engine_handle_t *p[3];
+    for (int k = 0; k < 3; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "pending.%d", k);
+        if (hoop_engine_allreduce(e, name, x[k + 1], x[k + 1], 64, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                  NULL, NULL, &p[k]))
+            return harness_failf(rank, "enqueue %s", name);
+    }
+    char dead[32];
+    snprintf(dead, sizeof dead, "rank %d", size - 1);
+    for (int k = 0; k < 3; k++) {
+        hoop_status_t st = hoop_engine_wait(p[k], WAIT_S);
+        const char *why = "";
+        hoop_engine_status(p[k], &why);
+        fprintf(stderr, "rank %d: pending.%d: %s: %s\n", rank, k, hoop_status_str(st), why);
+        if (st == HOOP_OK || st == HOOP_ERR_TIMEOUT || !strstr(why, dead))
+            return harness_failf(rank, "pending.%d: want a failure naming %s", k, dead);
+        hoop_engine_release(p[k]);
+    }
+    /* And so does what comes after. */
+    hoop_status_t st = hoop_engine_allreduce(e, "later", x[0], x[0], 1, HOOP_I32, HOOP_SUM, 1.0,
+                                             1.0, NULL, NULL, &h);
+    if (st == HOOP_OK)
+        return harness_failf(rank, "an enqueue after the failure was taken");
+    return 0;
+}
+
+Test(async, killed_rank_fails_every_pending_handle_n3, .timeout = 60)
+{
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job));
+    async_case_t c = {.body = body_killed};
+    for (int r = 0; r < 3; r++)
+        cr_assert(harness_spawn_raw(&job, r, 3, async_rank, &c) > 0);
+    harness_wait(&job, 40, 20);
+    for (int r = 0; r < 2; r++)
+        cr_expect(!job.procs[r].hung && job.procs[r].signal == 0 && job.procs[r].exit_code == 0,
+                  "survivor %d failed:\n%s", r, job.report);
+    cr_expect(job.procs[2].signal == SIGKILL, "rank 2 was to die by SIGKILL:\n%s", job.report);
+}
+
+/* ---- the timeline ------------------------------------------------------------ */
+
+/* Exit status of python3 checking that path is a JSON array holding every
+ * name of want (comma-separated) among its events' names and its tracks'
+ * names. */
+static int timeline_check(const char *path, const char *want)
+{
+    char cmd[2048];
+    snprintf(
+        cmd, sizeof cmd,
+        "python3 -c 'import json,sys\n"
+        "ev = json.load(open(sys.argv[1]))\n"
+        "assert isinstance(ev, list), \"not an array\"\n"
+        "names = {e.get(\"name\") for e in ev} | {e.get(\"args\", {}).get(\"name\") for e in ev}\n"
+        "missing = [w for w in sys.argv[2].split(\",\") if w not in names]\n"
+        "assert not missing, \"missing: %%s\" %% missing\n"
+        "print(\"%%d events\" %% len(ev), file=sys.stderr)' %s %s",
+        path, want);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+static int body_timeline(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)size;
+    int kill_at = *(int *)arg;
+    static int32_t w[4][256];
+    for (int step = 0; step < 30; step++) {
+        hoop_engine_handle_t *h[4];
+        for (int t = 0; t < 4; t++) {
+            char name[32];
+            snprintf(name, sizeof name, "w%d", t);
+            if (hoop_engine_allreduce(e, name, w[t], w[t], 256, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
+                                      NULL, &h[t]))
+                return harness_failf(rank, "enqueue");
+        }
+        for (int t = 0; t < 4; t++) {
+            if (wait_ok(h[t], rank, "w"))
+                return 1;
+            hoop_engine_release(h[t]);
+        }
+        if (step == kill_at)
+            raise(SIGKILL);
+    }
+    return 0;
+}
+
+static const char timeline_names[] =
+    "NEGOTIATE_ALLREDUCE,ALLREDUCE,QUEUE,MEMCPY_IN_FUSION_BUFFER,HOOP_ALLREDUCE,"
+    "MEMCPY_OUT_FUSION_BUFFER,w0,w3";
+
+Test(async, timeline_is_json_with_horovods_activities_n2, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_timeline_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    char env[64 + sizeof path];
+    snprintf(env, sizeof env, "HOOP_TIMELINE=%s", path);
+    int never = -1;
+    async_case_t c = {.body = body_timeline, .arg = &never, .env = {env, "HOOP_CYCLE_TIME=5"}};
+    run_case(2, &c, 40);
+    cr_expect(timeline_check(path, timeline_names) == 0,
+              "the timeline %s does not parse or lacks "
+              "events",
+              path);
+    unlink(path);
+}
+
+Test(async, timeline_parses_after_a_kill_n1, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_timeline_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    char env[64 + sizeof path];
+    snprintf(env, sizeof env, "HOOP_TIMELINE=%s", path);
+    int at = 20;
+    async_case_t c = {.body = body_timeline, .arg = &at, .env = {env, "HOOP_CYCLE_TIME=1"}};
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job));
+    cr_assert(harness_spawn_raw(&job, 0, 1, async_rank, &c) > 0);
+    harness_wait(&job, 40, 5);
+    cr_assert(job.procs[0].signal == SIGKILL, "the rank was to die by SIGKILL:\n%s", job.report);
+    cr_expect(timeline_check(path, "NEGOTIATE_ALLREDUCE,w0") == 0,
+              "the timeline %s of a killed rank does not parse", path);
+    unlink(path);
+}
+
+/* ---- autotune ------------------------------------------------------------------ */
+
+static int body_autotune(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    const char *log_path = arg;
+    static int32_t w[4][1024];
+    for (int step = 0; step < 90; step++) {
+        hoop_engine_handle_t *h[4];
+        for (int t = 0; t < 4; t++) {
+            char name[32];
+            snprintf(name, sizeof name, "w%d", t);
+            if (hoop_engine_allreduce(e, name, w[t], w[t], 1024, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
+                                      NULL, &h[t]))
+                return harness_failf(rank, "enqueue");
+        }
+        for (int t = 0; t < 4; t++) {
+            if (wait_ok(h[t], rank, "w"))
+                return 1;
+            hoop_engine_release(h[t]);
+        }
+    }
+    /* Every rank fuses with rank 0's threshold. */
+    hoop_engine_stats_t s = {.struct_size = sizeof s};
+    hoop_engine_stats(e, &s);
+    static uint64_t thr[2];
+    thr[0] = s.fusion_threshold;
+    thr[1] = ~s.fusion_threshold;
+    hoop_engine_handle_t *h;
+    if (hoop_engine_allreduce(e, "thr", thr, thr, 2, HOOP_U64, HOOP_MAX, 1.0, 1.0, NULL, NULL,
+                              &h) ||
+        wait_ok(h, rank, "thr"))
+        return 1;
+    hoop_engine_release(h);
+    if (thr[0] != s.fusion_threshold || ~thr[1] != s.fusion_threshold)
+        return harness_failf(rank, "ranks fuse up to different thresholds (this one %llu)",
+                             (unsigned long long)s.fusion_threshold);
+    if (rank == 0) {
+        char text[4096];
+        if (read_file(log_path, text, sizeof text))
+            return harness_failf(rank, "no autotune log");
+        int lines = 0;
+        for (char *p = text; (p = strchr(p, '\n')); p++)
+            lines++;
+        int best = strstr(text, ",1\n") != NULL;
+        fprintf(stderr, "autotune log:\n%s", text);
+        if (strncmp(text, "cycle_time_ms,tensor_fusion_threshold,score,best\n", 49) != 0 ||
+            lines != 8 || !best)
+            return harness_failf(rank, "want a header, 6 pairs and the pair kept");
+        char want[64];
+        snprintf(want, sizeof want, ",%llu,", (unsigned long long)s.fusion_threshold);
+        if (!strstr(text, want))
+            return harness_failf(rank, "the threshold in use (%llu) is not in the log",
+                                 (unsigned long long)s.fusion_threshold);
+    }
+    (void)size;
+    return 0;
+}
+
+Test(async, autotune_tries_pairs_and_keeps_one_n2, .timeout = 90)
+{
+    char path[] = "/tmp/hoop_autotune_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    char env[64 + sizeof path];
+    snprintf(env, sizeof env, "HOOP_AUTOTUNE_LOG=%s", path);
+    async_case_t c = {.body = body_autotune,
+                      .arg = path,
+                      .env = {"HOOP_AUTOTUNE=1", env, "HOOP_AUTOTUNE_STEPS_PER_SAMPLE=2"}};
+    run_case(2, &c, 70);
+    unlink(path);
+}
+
+/* ---- callbacks ------------------------------------------------------------------- */
+
+typedef struct cb_seen {
+    int calls;
+    hoop_status_t st;
+    size_t n;
+    int32_t first;
+    int done_inside;
+} cb_seen_t;
+
+static void on_done(hoop_engine_handle_t *h, hoop_status_t st, void *arg)
+{
+    cb_seen_t *s = arg;
+    s->st = st;
+    s->done_inside = hoop_engine_test(h);
+    int32_t *o = hoop_engine_output(h, &s->n);
+    s->first = o && s->n ? o[0] : -1;
+    __atomic_add_fetch(&s->calls, 1, __ATOMIC_RELEASE);
+}
+
+static int body_callback(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t v[2];
+    static cb_seen_t seen;
+    v[0] = rank + 10;
+    v[1] = rank + 20;
+    hoop_engine_handle_t *h;
+    if (hoop_engine_allgather(e, "cb", v, 1, 2, HOOP_I32, on_done, &seen, &h) ||
+        wait_ok(h, rank, "cb"))
+        return 1;
+    /* The callback runs on the engine's thread once the handle is done: a
+     * waiter may return first. */
+    for (int i = 0; i < 1000 && !__atomic_load_n(&seen.calls, __ATOMIC_ACQUIRE); i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    hoop_engine_release(h);
+    if (seen.calls != 1 || seen.st != HOOP_OK || !seen.done_inside || seen.n != (size_t)size * 2 ||
+        seen.first != 10)
+        return harness_failf(rank, "callback: %d calls, %s, done %d, %zu elements, first %d",
+                             seen.calls, hoop_status_str(seen.st), seen.done_inside, seen.n,
+                             seen.first);
+    return 0;
+}
+
+Test(async, callback_sees_status_and_output_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_callback};
+    run_case(2, &c, 40);
+}
+
+Test(async, timeline_of_every_rank_n2, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_timeline_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    char env[64 + sizeof path];
+    snprintf(env, sizeof env, "HOOP_TIMELINE=%s", path);
+    int never = -1;
+    async_case_t c = {.body = body_timeline,
+                      .arg = &never,
+                      .env = {env, "HOOP_TIMELINE_ALL_RANKS=1", "HOOP_CYCLE_TIME=5"}};
+    run_case(2, &c, 40);
+    for (int r = 0; r < 2; r++) {
+        char p[sizeof path + 16];
+        snprintf(p, sizeof p, "%s.%d", path, r);
+        cr_expect(timeline_check(p, timeline_names) == 0,
+                  "rank %d's timeline %s does not parse "
+                  "or lacks events",
+                  r, p);
+        unlink(p);
+    }
+    unlink(path);
+}
+
+/* ---- the lists the ranks exchange: bounded, refused when malformed --------- */
+
+static int parsed_reqs;
+static char parsed_name[HOOP_ENGINE_NAME_MAX + 1];
+static uint64_t parsed_vals[4];
+
+static hoop_status_t count_rec(struct hoop_engine *e, int from, int rec, const struct eng_params *p,
+                               const char *name)
+{
+    (void)e;
+    (void)from;
+    if (rec == ER_REQ) {
+        parsed_reqs++;
+        snprintf(parsed_name, sizeof parsed_name, "%s", name);
+        for (uint32_t i = 0; i < p->nvals && i < 4; i++)
+            parsed_vals[i] = p->vals[i];
+    }
+    return HOOP_OK;
+}
+
+Test(async, request_lists_round_trip_and_refuse_garbage)
+{
+    struct hoop_engine e;
+    memset(&e, 0, sizeof e);
+    e.size = 3;
+    uint64_t splits[3] = {7, 8, 9};
+    struct eng_params p = {.kind = EK_ALLTOALL,
+                           .dtype = HOOP_F32,
+                           .root = -1,
+                           .pre = 1.0,
+                           .post = 1.0,
+                           .count = 24,
+                           .nvals = 3,
+                           .vals = splits};
+    snprintf(p.name, sizeof p.name, "layer.weight");
+    cr_assert_eq(eng_list_add_req(&e, &p), 0);
+    cr_assert_eq(eng_list_add_join(&e), 0);
+    size_t len = e.mylist_len;
+    parsed_reqs = 0;
+    cr_assert_eq(eng_list_parse(&e, 1, e.mylist, len, count_rec), HOOP_OK, "%s", hoop_last_error());
+    cr_expect_eq(parsed_reqs, 1);
+    cr_expect_str_eq(parsed_name, "layer.weight");
+    cr_expect(parsed_vals[0] == 7 && parsed_vals[2] == 9);
+    /* Every cut short of the whole is refused, naming the sender. */
+    for (size_t cut = 1; cut < len - 1; cut++) {
+        hoop_status_t st = eng_list_parse(&e, 1, e.mylist, cut, count_rec);
+        cr_expect(st == HOOP_ERR_PEER, "a list cut to %zu of %zu bytes gave %s", cut, len,
+                  hoop_status_str(st));
+        cr_expect(strstr(hoop_last_error(), "rank 1") != NULL, "%s", hoop_last_error());
+    }
+    /* Random bytes never crash it; what it accepts it accepts whole. */
+    uint8_t junk[256];
+    unsigned seed = 12345;
+    for (int round = 0; round < 2000; round++) {
+        for (size_t i = 0; i < sizeof junk; i++) {
+            seed = seed * 1103515245u + 12345u;
+            junk[i] = (uint8_t)(seed >> 16);
+        }
+        junk[0] = (uint8_t)(1 + round % 3);
+        (void)eng_list_parse(&e, round % 3, junk, 1 + (size_t)round % sizeof junk, count_rec);
+    }
+    /* An alltoall whose splits do not number the ranks is refused. */
+    e.size = 4;
+    cr_expect_eq(eng_list_parse(&e, 0, e.mylist, len, count_rec), HOOP_ERR_PEER);
+    /* Only rank 0 may fail a name. */
+    e.mylist_len = 0;
+    cr_assert_eq(eng_list_add_fail(&e, "x"), 0);
+    cr_expect_eq(eng_list_parse(&e, 0, e.mylist, e.mylist_len, count_rec), HOOP_OK);
+    cr_expect_eq(eng_list_parse(&e, 2, e.mylist, e.mylist_len, count_rec), HOOP_ERR_PEER);
+    free(e.mylist);
+}
+
+/* ---- settings that must agree ---------------------------------------------- */
+
+static int body_cache_cap_differs(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    static int32_t x = 1;
+    hoop_engine_handle_t *h;
+    hoop_status_t st =
+        hoop_engine_allreduce(e, "x", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &h);
+    if (!st) {
+        st = hoop_engine_wait(h, WAIT_S);
+        hoop_engine_release(h);
+    }
+    if (st != HOOP_ERR_INVALID || !strstr(hoop_last_error(), "HOOP_CACHE_CAPACITY"))
+        return harness_failf(rank, "want invalid naming HOOP_CACHE_CAPACITY, got %s: %s",
+                             hoop_status_str(st), hoop_last_error());
+    return 0;
+}
+
+Test(async, cache_capacity_must_agree_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_cache_cap_differs, .env_rank1 = "HOOP_CACHE_CAPACITY=10"};
+    run_case(2, &c, 40);
+}
+
+/* ---- an idle engine slows its cycles, an enqueue wakes it -------------------- */
+
+static int body_quiet(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t x;
+    hoop_engine_handle_t *h;
+    hoop_engine_stats_t a = {.struct_size = sizeof a}, b = {.struct_size = sizeof b};
+    struct timespec settle = {0, 500000000}, second = {1, 0};
+    nanosleep(&settle, NULL); /* over 100 idle cycles of 1 ms */
+    hoop_engine_stats(e, &a);
+    nanosleep(&second, NULL);
+    hoop_engine_stats(e, &b);
+    uint64_t idle = b.cycles - a.cycles;
+    fprintf(stderr, "rank %d: %llu cycles in an idle second\n", rank, (unsigned long long)idle);
+    /* Quiet: one per 50 ms (20); cycling: up to 1000. */
+    if (idle > 60)
+        return harness_failf(rank, "%llu cycles in an idle second, want at most 60",
+                             (unsigned long long)idle);
+    for (int k = 0; k < 3; k++) {
+        x = rank + 1;
+        if (hoop_engine_allreduce(e, "wake", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                  &h) ||
+            wait_ok(h, rank, "wake"))
+            return 1;
+        hoop_engine_release(h);
+        if (x != size * (size + 1) / 2)
+            return harness_failf(rank, "wake = %d", x);
+        nanosleep(&settle, NULL);
+    }
+    return 0;
+}
+
+Test(async, idle_engine_goes_quiet_and_wakes_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_quiet, .env = {"HOOP_CYCLE_TIME=1"}};
+    run_case(3, &c, 40);
+}
