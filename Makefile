@@ -120,7 +120,7 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # guest with a Soft-RoCE device (tests/vm; skipped, saying why, where no
 # guest can run).
 TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs
-MP_SUITES := @(allreduce|bootstrap|collectives|faults|mismatch|paths|soak)/*
+MP_SUITES := @(allreduce|async|bootstrap|collectives|faults|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
 # The verbs pass runs in an emulated guest where no RDMA device is here, a
 # 64 MiB allreduce taking seconds there: the verbs suite, the collective
@@ -175,7 +175,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 # deadline to pass), on one engine: HOOP_TCP_ENGINE=auto, io_uring, or
 # poll where io_uring is refused. About a minute on 2 idle cores; make
 # test stays the whole suite, for before a push.
-CHECK_UNIT := api|wire|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch
+CHECK_UNIT := api|wire|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
 CHECK_FAULTS := sigkill_a_rank_mid_allreduce|garbage_in_the_middle_of_a_stream|root_dies_during_*
 CHECK_MP := allreduce/ranks_[1-4]|allreduce/default_chunks_4_ranks_f32|collectives/*ranks_[1-4]
 CHECK_PATHS := paths/*_n[34]|paths/same_bits_on_every_rank_ring|faults/@($(CHECK_FAULTS))

@@ -8,6 +8,7 @@
  *   transport/ and its subfolders
  *   ring/
  *   collectives/
+ *   engine/ (calls only the public API, but may use common/)
  *
  * A file may include its own layer and any layer below it; reduce/ and
  * bootstrap/ stand side by side (neither includes the other). tools/,
@@ -30,7 +31,7 @@ struct layer {
  * other (same level, another layer). */
 static const struct layer layers[] = {
     {"include", 0}, {"common", 1},    {"bootstrap", 2},   {"reduce", 2},
-    {"transport", 3}, {"ring", 4}, {"collectives", 5},
+    {"transport", 3}, {"ring", 4}, {"collectives", 5}, {"engine", 6},
 };
 #define NLAYERS (sizeof(layers) / sizeof(layers[0]))
 
@@ -40,7 +41,8 @@ static const struct layer *layer_of(const char *path)
 {
     const char *slash = strchr(path, '/');
     if (!slash)
-        return strcmp(path, "hoop.h") == 0 ? &layers[0] : NULL;
+        return strcmp(path, "hoop.h") == 0 || strcmp(path, "hoop_engine.h") == 0 ? &layers[0]
+                                                                                : NULL;
     for (size_t i = 0; i < NLAYERS; i++)
         if (strlen(layers[i].dir) == (size_t)(slash - path) &&
             strncmp(path, layers[i].dir, (size_t)(slash - path)) == 0)
