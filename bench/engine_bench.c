@@ -106,9 +106,10 @@ int main(int argc, char **argv)
     int nt = resnet50_sizes(sizes);
     for (int t = 0; t < nt; t++)
         total += sizes[t];
-    float **bufs = calloc((size_t)nt, sizeof(*bufs));
+    float **bufs = calloc((unsigned)nt, sizeof(*bufs));
     float *flat = malloc(total * sizeof(float));
-    double *times = malloc(sizeof(double) * (size_t)(steps > small_iters ? steps : small_iters));
+    unsigned most = (unsigned)(steps > small_iters ? steps : small_iters);
+    double *times = malloc(sizeof(double) * (size_t)most);
     if (!bufs || !flat || !times)
         return 1;
     for (int t = 0; t < nt; t++) {
