@@ -27,6 +27,7 @@ STYLE = {
     "hoop": dict(color="tab:red", marker="o", label="hoop (out of place)"),
     "gloo": dict(color="tab:blue", marker="s", label="Gloo ring_chunked"),
     "ompi": dict(color="tab:green", marker="^", label="OpenMPI, TCP BTL"),
+    "tgloo": dict(color="tab:purple", marker="v", label="torch.distributed gloo"),
 }
 
 

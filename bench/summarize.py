@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """summarize.py - medians of raw benchmark outputs, as Markdown tables.
 
-    bench/summarize.py [--us] DIR [DIR ...]
+    bench/summarize.py [--us] [--in-place] [--spread] DIR [DIR ...]
 
 A DIR holds the raw outputs of one configuration (one rank count, one
 topology), as bench/netns.sh and bench/compare_loopback.sh write them:
     hoop_r<k>.txt    ring_bench (rank 0's table)
     gloo_r<k>.txt    the baseline harness's Gloo ring_chunked bench
     ompi_r<k>.txt    the baseline harness's OpenMPI bench (TCP BTL)
+    tgloo_r<k>.txt   bench/torch_gloo_bench.py (torch.distributed's gloo)
     iperf_r<k>.txt   iperf3 goodput of one link (shaped links only)
 For every size, each system's busbw is the median over repeats, with
 [min-max]; hoop's figure is its out-of-place column and, after a slash, its
@@ -15,6 +16,10 @@ in-place one (the other systems run in place). The ratios are of medians:
 hoop out-of-place against one link's iperf3 goodput, against each link's
 when all ring links carry iperf3 at once (the ring loads them all, both
 ways), and against Gloo and OpenMPI.
+
+With --in-place the ratios take hoop's in-place figure (the other systems
+run in place). With --spread every cell adds the spread of its repeats,
+the slowest over the fastest (x1.00: none).
 
 With --us the tables give the time per call (us) instead, and hoop's time
 over each other system's.
@@ -36,8 +41,11 @@ import statistics
 import sys
 import tarfile
 
-SYSTEMS = ("hoop", "gloo", "ompi")
-LABELS = {"hoop": "hoop", "gloo": "Gloo ring_chunked", "ompi": "OpenMPI tcp"}
+SYSTEMS = ("hoop", "gloo", "ompi", "tgloo")
+LABELS = {"hoop": "hoop", "gloo": "Gloo ring_chunked", "ompi": "OpenMPI tcp",
+          "tgloo": "torch gloo"}
+# Set by main(): the ratios from hoop's in-place column; cells with spread.
+OPTS = {"in_place": False, "spread": False}
 
 
 _ARCHIVES = {}
@@ -208,7 +216,10 @@ def med(vals):
 def cell(vals):
     if not vals:
         return "-"
-    return f"{med(vals):.3f} [{min(vals):.3f}-{max(vals):.3f}]"
+    out = f"{med(vals):.3f} [{min(vals):.3f}-{max(vals):.3f}]"
+    if OPTS["spread"] and min(vals) > 0:
+        out += f" x{max(vals) / min(vals):.2f}"
+    return out
 
 
 def size_str(n):
@@ -241,7 +252,8 @@ def table(d, us=False):
             head.append("hoop / iperf3")
         if ring:
             head.append("hoop / iperf3 all links")
-        head += [f"hoop / {LABELS[s]}" for s in present if s != "hoop"]
+        ip = " (in place)" if OPTS["in_place"] else ""
+        head += [f"hoop{ip} / {LABELS[s]}" for s in present if s != "hoop"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     sizes = sorted(set().union(*[set(data[s]) for s in present])) if present else []
@@ -251,7 +263,7 @@ def table(d, us=False):
         for s in present:
             vals = data[s].get(size, [])
             oop = [v[0] for v in vals]
-            m[s] = med(oop)
+            m[s] = med([v[1] for v in vals] if OPTS["in_place"] else oop)
             if s == "hoop":
                 row.append(f"{cell(oop)} / {cell([v[1] for v in vals])}")
             else:
@@ -286,7 +298,7 @@ def time_table(d, data):
         for s in present:
             vals = data[s].get(size, [])
             t = [v[2] for v in vals]
-            m[s] = med(t)
+            m[s] = med([v[3] for v in vals] if OPTS["in_place"] else t)
             cellt = (f"{med(t):.1f} [{min(t):.1f}-{max(t):.1f}]" if t else "-")
             if s == "hoop":
                 ti = [v[3] for v in vals]
@@ -300,7 +312,10 @@ def time_table(d, data):
 
 
 def main(argv):
-    args = [a for a in argv[1:] if a != "--us"]
+    flags = ("--us", "--in-place", "--spread")
+    args = [a for a in argv[1:] if a not in flags]
+    OPTS["in_place"] = "--in-place" in argv
+    OPTS["spread"] = "--spread" in argv
     if not args:
         sys.stderr.write(__doc__)
         return 2

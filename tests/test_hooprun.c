@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -374,6 +375,8 @@ Test(hooprun, bad_usage_exits_2, .timeout = 60)
         ARGS("-np", "two", "true"),
         ARGS("-np", "2"),
         ARGS("true"),
+        ARGS("--bind-to", "socket", "-np", "2", "true"),
+        ARGS("--bind-to", "-np", "2", "true"),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct proc_capture r;
@@ -381,6 +384,85 @@ Test(hooprun, bad_usage_exits_2, .timeout = 60)
         cr_assert_eq(r.status, 2, "case %zu: exit status %d\nstderr:\n%s", i, r.status, r.err.p);
         cr_assert(strstr(r.err.p, "usage"), "case %zu: no usage on stderr:\n%s", i, r.err.p);
         cr_assert_eq(r.out.len, 0, "case %zu: wrote to stdout:\n%s", i, r.out.p);
+        proc_capture_free(&r);
+    }
+}
+
+/* The CPU list of each rank's Cpus_allowed_list, by rank: ranks print
+ * "RANK LIST" lines. */
+static void allowed_lists(const char *out, int np, char lists[][64])
+{
+    for (int k = 0; k < np; k++)
+        lists[k][0] = '\0';
+    for (const char *p = out; *p;) {
+        int rank;
+        char list[64];
+        if (sscanf(p, "%d Cpus_allowed_list: %63s", &rank, list) == 2 && rank >= 0 && rank < np)
+            snprintf(lists[rank], 64, "%s", list);
+        const char *nl = strchr(p, '\n');
+        p = nl ? nl + 1 : p + strlen(p);
+    }
+}
+
+#define PRINT_ALLOWED "echo $HOOP_RANK $(grep Cpus_allowed_list /proc/self/status)"
+
+/* --bind-to core: local rank k on the k-th CPU (round robin) of those
+ * hooprun may use; one rank more than there are CPUs, so that two share. */
+Test(hooprun, bind_to_core_puts_rank_k_on_the_kth_cpu, .timeout = 60)
+{
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0, "sched_getaffinity: %s",
+                 strerror(errno));
+    int cpus[CPU_SETSIZE], ncpus = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set))
+            cpus[ncpus++] = c;
+    int np = ncpus + 1 > 16 ? 16 : ncpus + 1;
+    char npstr[8];
+    snprintf(npstr, sizeof npstr, "%d", np);
+    struct proc_capture r;
+    run_hooprun(&r, ARGS("--timeout", "30", "--no-tag", "--bind-to", "core", "-np", npstr, "sh",
+                         "-c", PRINT_ALLOWED));
+    cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+    char lists[16][64];
+    allowed_lists(r.out.p, np, lists);
+    for (int k = 0; k < np; k++) {
+        char want[16];
+        snprintf(want, sizeof want, "%d", cpus[k % ncpus]);
+        cr_assert_str_eq(lists[k], want, "rank %d may run on '%s', not only on CPU %s\nstdout:\n%s",
+                         k, lists[k], want, r.out.p);
+    }
+    if (np > ncpus)
+        cr_assert(strstr(r.err.p, "some share one"), "no word that ranks share CPUs:\n%s",
+                  r.err.p);
+    proc_capture_free(&r);
+}
+
+/* Without --bind-to (and with --bind-to none) ranks keep hooprun's CPUs. */
+Test(hooprun, ranks_are_not_bound_by_default, .timeout = 60)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    cr_assert(f, "cannot read /proc/self/status: %s", strerror(errno));
+    char line[256], mine[64] = "";
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Cpus_allowed_list: %63s", mine) == 1)
+            break;
+    fclose(f);
+    cr_assert(mine[0], "no Cpus_allowed_list in /proc/self/status");
+    const char *const *cases[] = {
+        ARGS("--timeout", "30", "--no-tag", "-np", "2", "sh", "-c", PRINT_ALLOWED),
+        ARGS("--timeout", "30", "--no-tag", "--bind-to", "none", "-np", "2", "sh", "-c",
+             PRINT_ALLOWED),
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct proc_capture r;
+        run_hooprun(&r, cases[i]);
+        cr_assert_eq(r.status, 0, "case %zu: exit status %d\nstderr:\n%s", i, r.status, r.err.p);
+        char lists[2][64];
+        allowed_lists(r.out.p, 2, lists);
+        for (int k = 0; k < 2; k++)
+            cr_assert_str_eq(lists[k], mine, "case %zu: rank %d may run on '%s', hooprun on '%s'",
+                             i, k, lists[k], mine);
         proc_capture_free(&r);
     }
 }

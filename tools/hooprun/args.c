@@ -21,6 +21,9 @@ const char usage_text[] =
     "                    first host, a random one in 20000..59999)\n"
     "  --timeout SEC     stop every rank after SEC seconds and exit with 124\n"
     "  --no-tag          do not prefix output lines with \"[rank] \"\n"
+    "  --bind-to WHAT    core: the ranks on this machine each on one of the CPUs\n"
+    "                    hooprun may use, in rank order, round robin; none: not\n"
+    "                    bound (default)\n"
     "  -h, --help        show this help\n"
     "\n"
     "Output of the ranks is forwarded line by line, stdout to stdout and\n"
@@ -98,6 +101,10 @@ void parse_args(int argc, char **argv, struct options *opt)
             exit(0);
         } else if (strcmp(a, "--no-tag") == 0) {
             opt->tag = false;
+        } else if (take_option(argc, argv, &i, "--bind-to", &v)) {
+            if (strcmp(v, "core") != 0 && strcmp(v, "none") != 0)
+                usage_error("--bind-to takes core or none, not '%s'", v);
+            opt->bind = strcmp(v, "core") == 0;
         } else if (take_option(argc, argv, &i, "-np", &v) || take_option(argc, argv, &i, "-n", &v)) {
             if (!parse_int(v, 1, MAX_RANKS, &opt->np))
                 usage_error("the number of ranks must be 1..%d, not '%s'", MAX_RANKS, v);

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -89,6 +90,7 @@ struct options {
     int port;
     double timeout_s;
     bool tag;
+    bool bind;               /* --bind-to core: a local rank to a CPU each */
     char **argv;
     const char **host_lists; /* every -H value, in order */
     int n_host_lists;
@@ -126,6 +128,9 @@ struct job {
     struct rlimit orig_nofile;
     bool nofile_raised;
     bool stdin_is_tty;
+    int *cpus;       /* with --bind-to core: the CPUs hooprun may run on */
+    int ncpus;
+    int nlocal;      /* local ranks started, the next one's CPU index */
 };
 extern struct job J;
 
@@ -144,6 +149,7 @@ bool setup_root(void);
 bool make_token(char out[33]);
 
 /* spawn.c */
+bool setup_binding(void);
 bool spawn(int rank);
 
 /* remote.c */

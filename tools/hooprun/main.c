@@ -194,6 +194,8 @@ int main(int argc, char **argv)
         say("cannot set up signal handling: %s", strerror(errno));
         return 1;
     }
+    if (!setup_binding())
+        return 1;
     outbuf_init(&out_stdout, STDOUT_FILENO);
     outbuf_init(&out_stderr, STDERR_FILENO);
 

@@ -1,11 +1,44 @@
 /* spawn.c - starting a rank: its pipes, its process group, its environment. */
 #include "tools/hooprun/hooprun.h"
 
+/* With --bind-to core: the CPUs hooprun may run on, in order; said once
+ * when the local ranks outnumber them and so share some. */
+bool setup_binding(void)
+{
+    if (!J.opt.bind)
+        return true;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) < 0) {
+        say("--bind-to core: cannot read the CPUs this process may use: %s", strerror(errno));
+        return false;
+    }
+    J.cpus = calloc(CPU_SETSIZE, sizeof *J.cpus);
+    if (!J.cpus) {
+        say("--bind-to core: out of memory");
+        return false;
+    }
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set))
+            J.cpus[J.ncpus++] = c;
+    if (J.ncpus == 0) {
+        say("--bind-to core: this process may use no CPU");
+        return false;
+    }
+    int local = 0;
+    for (int r = 0; r < J.opt.np; r++)
+        local += !J.ranks[r].remote;
+    if (local > J.ncpus)
+        say("--bind-to core: %d ranks here, %d CPU%s to bind them to: rank k of this machine "
+            "runs on CPU number k mod %d of those, so some share one",
+            local, J.ncpus, J.ncpus == 1 ? "" : "s", J.ncpus);
+    return true;
+}
+
 /* In the child, between fork and exec. hooprun has a single thread, so
  * malloc-using calls (setenv) are safe here. */
-static void run_child(int rank, int out_w, int err_w, int in_r, char **remote)
+static void run_child(int rank, int out_w, int err_w, int in_r, char **remote, int cpu)
     __attribute__((noreturn));
-static void run_child(int rank, int out_w, int err_w, int in_r, char **remote)
+static void run_child(int rank, int out_w, int err_w, int in_r, char **remote, int cpu)
 {
     setpgid(0, 0);
     /* Ranks must not outlive a hooprun that was killed outright: they would
@@ -38,6 +71,17 @@ static void run_child(int rank, int out_w, int err_w, int in_r, char **remote)
         char what[300];
         snprintf(what, sizeof what, "cannot run the remote shell '%s'", remote[0]);
         child_fail(what, errno);
+    }
+
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof set, &set) < 0) {
+            char what[64];
+            snprintf(what, sizeof what, "--bind-to core: cannot bind to CPU %d", cpu);
+            child_fail(what, errno);
+        }
     }
 
     int rc = 0;
@@ -88,13 +132,14 @@ bool spawn(int rank)
             goto fail;
         }
     }
+    int cpu = J.opt.bind && !r->remote ? J.cpus[J.nlocal++ % J.ncpus] : -1;
     pid_t pid = fork();
     if (pid < 0) {
         say("cannot start rank %d: fork: %s", rank, strerror(errno));
         goto fail;
     }
     if (pid == 0)
-        run_child(rank, out[1], err[1], in[0], remote);
+        run_child(rank, out[1], err[1], in[0], remote, cpu);
     /* Also here, so that the group exists before the parent may signal it,
      * whichever of the two runs first. */
     setpgid(pid, pid);
