@@ -10,6 +10,8 @@ PREFIX   ?= /usr/local
 BUILD    ?= build
 OPT      ?= -O2
 PKG_CONFIG ?= pkg-config
+# The Python package (pure Python over libhoop.so, docs/python.md): PYTHONPATH=$(PYDIR).
+PYDIR    ?= $(PREFIX)/lib/python3/dist-packages
 
 VERSION  := 0.1.0
 SOMAJOR  := 0
@@ -266,6 +268,9 @@ install: all
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    -e 's|@URING_LIBS@|$(URING_LIBS)|g' hoop.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hoop.pc
+	install -d $(DESTDIR)$(PYDIR)/hoop/torch
+	install -m 644 $(wildcard python/hoop/*.py) $(DESTDIR)$(PYDIR)/hoop/
+	install -m 644 $(wildcard python/hoop/torch/*.py) $(DESTDIR)$(PYDIR)/hoop/torch/
 
 clean:
 	rm -rf $(BUILD)
