@@ -120,8 +120,11 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # verbs, the verbs suite and the multi-process suites over the verbs
 # transport, on this machine's RDMA device when it has one, else in a qemu
 # guest with a Soft-RoCE device (tests/vm; skipped, saying why, where no
-# guest can run).
-TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs
+# guest can run); python, the Python package (hoop, hoop.torch) on 1..4
+# ranks under hooprun with /usr/bin/python3 or HOOP_PYTHON (skipped, saying
+# why, without torch, numpy or pytest there; HOOP_TEST_REQUIRE_PYTHON=1
+# makes that a failure).
+TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python
 MP_SUITES := @(allreduce|async|bootstrap|collectives|faults|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
 # The verbs pass runs in an emulated guest where no RDMA device is here, a
@@ -168,6 +171,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	    verbs) $(TEST_ENV) HOOP_TEST_VM_TIMEOUT=$(HOOP_TEST_VM_TIMEOUT) $(CURDIR)/tests/vm/suite.sh \
 	        $(abspath $(BUILD)) \
 	        --jobs 2 --filter='$(VERBS_SUITES)' $(TEST_ARGS) ;; \
+	    python) $(TEST_ENV) $(CURDIR)/tests/python/run.sh $(abspath $(BUILD)) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
 	done
