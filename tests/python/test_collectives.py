@@ -148,8 +148,6 @@ def test_torch_objects_and_state():
 def test_errors_and_unsupported():
     with pytest.raises(NotImplementedError, match="Adasum"):
         hvd.allreduce(torch.ones(1), op=hvd.Adasum)
-    with pytest.raises(NotImplementedError, match="SyncBatchNorm"):
-        hvd.SyncBatchNorm(4)
     with pytest.raises(NotImplementedError, match="elastic"):
         hvd.elastic.run
     with pytest.raises(NotImplementedError, match="process sets"):

@@ -105,6 +105,32 @@ def test_matches_distributed_data_parallel_over_gloo():
         dist.destroy_process_group()
 
 
+def test_sync_batch_norm_matches_batch_norm_on_the_whole_batch():
+    torch.manual_seed(7)
+    x = torch.randn(4 * N, 3, 5, dtype=torch.float64)
+    w = torch.randn(4 * N, 3, 5, dtype=torch.float64)
+    ref = torch.nn.BatchNorm1d(3).double()
+    torch.nn.init.uniform_(ref.weight)
+    torch.nn.init.uniform_(ref.bias)
+    bn = hvd.SyncBatchNorm(3).double()
+    bn.load_state_dict(ref.state_dict())
+    xf = x.clone().requires_grad_()
+    ref_out = ref(xf)
+    (ref_out * w).sum().backward()
+    mine = slice(4 * R, 4 * R + 4)
+    xs = x[mine].clone().requires_grad_()
+    out = bn(xs)
+    (out * w[mine]).sum().backward()
+    assert torch.allclose(out, ref_out[mine].detach(), rtol=0, atol=1e-12)
+    assert torch.allclose(xs.grad, xf.grad[mine], rtol=0, atol=1e-12)
+    assert torch.allclose(bn.running_mean, ref.running_mean) and torch.allclose(bn.running_var, ref.running_var)
+    assert torch.allclose(hvd.allreduce(bn.weight.grad, op=hvd.Sum), ref.weight.grad, rtol=0, atol=1e-12)
+    assert torch.allclose(hvd.allreduce(bn.bias.grad, op=hvd.Sum), ref.bias.grad, rtol=0, atol=1e-12)
+    bn.eval()
+    ref.eval()
+    assert torch.allclose(bn(x[mine]), ref(x[mine]))
+
+
 def test_broadcast_optimizer_state_after_divergence():
     m = model()
     opt = torch.optim.SGD(m.parameters(), lr=0.05 * (R + 1), momentum=0.9)
@@ -157,4 +183,5 @@ def test_parameter_of_another_shape_fails_on_every_rank():
     m(torch.ones(2, 5, dtype=torch.float64)).sum().backward()
     with pytest.raises(hvd.HoopMismatchError, match=r"'2\.(weight|bias)'"):
         opt.step()
+    opt.zero_grad()  # the failed step left nothing pending
     assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(N)))

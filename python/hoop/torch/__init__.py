@@ -6,7 +6,7 @@
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 
 Not supported (NotImplementedError naming it): Adasum, elastic training,
-process sets, SyncBatchNorm. CUDA tensors go through host memory.
+process sets. CUDA tensors go through host memory.
 """
 from .. import (init as _init, shutdown, is_initialized, rank, size, local_rank, local_size, cross_rank,
                 cross_size, library_path, Average, Sum, Min, Max, Product, Adasum, HoopError,
@@ -19,6 +19,7 @@ from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allredu
                       broadcast_async_, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                       grouped_allreduce_async_, join, poll, reducescatter, reducescatter_async, synchronize)
 from .optimizer import DistributedOptimizer
+from .sync_batch_norm import SyncBatchNorm
 
 # As horovod names its internal failure: the error a broken job raises.
 HorovodInternalError = HoopError
@@ -78,11 +79,6 @@ def start_timeline(file_path, mark_cycles=False):
 
 def stop_timeline():
     raise _engine.not_supported("stop_timeline() (set HOOP_TIMELINE before the job starts)")
-
-
-class SyncBatchNorm:
-    def __init__(self, *args, **kwargs):
-        raise _engine.not_supported("SyncBatchNorm (use torch.nn.BatchNorm* per rank)")
 
 
 class _Elastic:

@@ -155,17 +155,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     self._handles[q] = (handle, pair)
                 self._group_ready[gi] = set()
         done = {}
-        for p, (handle, (tensor, ctx)) in self._handles.items():
-            if handle is None:
-                continue
-            if id(handle) not in done:
-                synchronize(handle)
-                done[id(handle)] = True
-            self._allreduce_delay[p] = self.backward_passes_per_step
-            out = self._compression.decompress(tensor, ctx)
-            if out.data_ptr() != p.grad.data_ptr():
-                p.grad.copy_(out)
-        self._handles.clear()
+        try:
+            for p, (handle, (tensor, ctx)) in self._handles.items():
+                if handle is None:
+                    continue
+                if id(handle) not in done:
+                    synchronize(handle)
+                    done[id(handle)] = True
+                out = self._compression.decompress(tensor, ctx)
+                if out.data_ptr() != p.grad.data_ptr():
+                    p.grad.copy_(out)
+        finally:
+            # After a failure too: the next backward starts afresh.
+            for p in self._handles:
+                self._allreduce_delay[p] = self.backward_passes_per_step
+            self._handles.clear()
+            self._group_ready = {}
         self._synchronized = True
 
     @contextlib.contextmanager
