@@ -97,3 +97,18 @@ def test_library_is_found_from_hoop_library():
     r = subprocess.run([PY, "-c", "import hoop; hoop.library_path()"], env=env, stderr=subprocess.PIPE,
                        text=True, timeout=60)
     assert r.returncode != 0 and "HOOP_LIBRARY" in r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/torchrun"), reason="torchrun is not installed here")
+def test_torchrun_runs_the_training_example():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOP_") or k == "HOOP_LIBRARY"}
+    # hoop's root takes MASTER_PORT + 1. Debian 12's torchrun cannot parse
+    # its own default for --redirects and --tee, hence 1 (stdout, shown).
+    port = free_port()
+    r = subprocess.run(["/usr/bin/torchrun", "--nproc_per_node", "2", "--redirects", "1", "--tee", "1",
+                        "--monitor_interval", "0.2", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                        "--no_python", PY,
+                        os.path.join(SRC, "examples", "torch_train.py")], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout
+    assert "epoch 4: loss" in r.stdout, r.stdout

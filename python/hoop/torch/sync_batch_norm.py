@@ -19,7 +19,8 @@ class _SyncBatchNormFn(torch.autograd.Function):
         dims = [d for d in range(x.dim()) if d != 1]
         shape = [1, c] + [1] * (x.dim() - 2)
         xd = x.detach().double()
-        stats = torch.cat([xd.sum(dims), (xd * xd).sum(dims), torch.tensor([x.numel() / c], dtype=torch.float64)])
+        count = torch.tensor([x.numel() / c], dtype=torch.float64, device=x.device)
+        stats = torch.cat([xd.sum(dims), (xd * xd).sum(dims), count])
         stats = _sum_over_ranks(stats)
         total = stats[-1].item()
         if total <= 1:
