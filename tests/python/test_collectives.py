@@ -115,6 +115,19 @@ def test_torch_allgather_broadcast():
     assert torch.equal(nc, torch.arange(6.).reshape(2, 3).t())
 
 
+def test_torch_allgather_and_broadcast_gradients():
+    x = torch.full((R + 1, 2), float(R), requires_grad=True)
+    g = hvd.allgather(x)
+    (g * torch.arange(1.0, g.shape[0] + 1).unsqueeze(1)).sum().backward()
+    start = sum(r + 1 for r in range(R))  # every rank weighs row i by i + 1: the sum is N (i + 1)
+    assert torch.equal(x.grad, N * torch.arange(start + 1.0, start + R + 2).unsqueeze(1).expand(R + 1, 2))
+    y = torch.full((3,), float(R), requires_grad=True)
+    b = hvd.broadcast(y, root_rank=0)
+    assert torch.equal(b, torch.zeros(3))
+    (b * (R + 1)).sum().backward()
+    assert torch.equal(y.grad, torch.full((3,), float(N * (N + 1) // 2) if R == 0 else 0.0))
+
+
 def test_torch_alltoall_splits():
     # rank R sends j + 1 rows to rank j, each row [R, j]
     rows = [[R, j] for j in range(N) for _ in range(j + 1)]

@@ -163,22 +163,45 @@ def _from_bytes(data, like, shape):
     return out.reshape(shape).to(like.device)
 
 
-def allgather_async(tensor, name=None, process_set=None):
+def _allgather_async(tensor, name, process_set, with_counts):
     _no_process_set(process_set)
     name = _engine.auto_name("allgather", name)
     dt = _dtype(tensor, "allgather '%s'" % name)
     buf, rows, row_elems = _rows(_host(tensor))
 
     def finish(h):
-        total = sum(h.counts(_engine.state().size))
-        return _from_bytes(h.output(buf.element_size()), tensor, (total,) + tuple(buf.shape[1:]))
+        counts = h.counts(_engine.state().size)
+        out = _from_bytes(h.output(buf.element_size()), tensor, (sum(counts),) + tuple(buf.shape[1:]))
+        return (out, counts) if with_counts else out
     return _engine.allgather(name, _ptr(buf), rows, row_elems, dt, [buf], finish)
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    return _allgather_async(tensor, name, process_set, False)
+
+
+class _AllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name):
+        out, counts = _allgather_async(tensor, name, None, True).synchronize()
+        r = _engine.state().rank
+        ctx.start, ctx.rows = sum(counts[:r]), counts[r]
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        # this rank's rows of the sum of every rank's gradient
+        g = allreduce_async(grad.contiguous(), op=Sum).synchronize()
+        return g.narrow(0, ctx.start, ctx.rows), None
 
 
 def allgather(tensor, name=None, process_set=None):
     """Every rank's tensor concatenated along the first dimension, rank 0's
-    first (the first dimension may differ between ranks)."""
-    return allgather_async(tensor, name, process_set).synchronize()
+    first (the first dimension may differ between ranks); differentiable."""
+    _no_process_set(process_set)
+    if tensor.dim() == 0:
+        tensor = tensor.reshape(1)
+    return _AllgatherFn.apply(tensor, name)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
@@ -198,8 +221,25 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
     return broadcast_async_(tensor, root_rank, name, process_set).synchronize()
 
 
+class _BroadcastFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root_rank = root_rank
+        return broadcast_async(tensor, root_rank, name).synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        # the root's tensor gets the sum of every rank's gradient, the others none
+        g = allreduce_async(grad.contiguous(), op=Sum).synchronize()
+        if _engine.state().rank != ctx.root_rank:
+            g.zero_()
+        return g, None, None
+
+
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    return broadcast_async(tensor, root_rank, name, process_set).synchronize()
+    """root_rank's tensor, as a new tensor on every rank; differentiable."""
+    _no_process_set(process_set)
+    return _BroadcastFn.apply(tensor, root_rank, name)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
