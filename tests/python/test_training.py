@@ -72,6 +72,30 @@ def test_matches_one_process_on_the_whole_batch(passes):
 
 
 @pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
+def test_predivide_factor_sum_op_and_explicit_synchronize():
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+                                   gradient_predivide_factor=2.0)
+    train(m, opt, STEPS)
+    s = model()
+    sopt = hvd.DistributedOptimizer(torch.optim.SGD(s.parameters(), lr=0.1 / N),
+                                    named_parameters=[("s." + k, v) for k, v in s.named_parameters()], op=hvd.Sum)
+    for step in range(STEPS):  # synchronize, clip, then step without a second synchronize
+        x, y = batch(step)
+        sopt.zero_grad()
+        F.mse_loss(s(shard(x)), shard(y)).backward()
+        sopt.synchronize()
+        torch.nn.utils.clip_grad_norm_(s.parameters(), 1e9)
+        with sopt.skip_synchronize():
+            sopt.step()
+    ref = model()
+    train(ref, torch.optim.SGD(ref.parameters(), lr=0.1), STEPS, shard_it=False)
+    for mm in (m, s):
+        assert_same_on_every_rank(mm)
+        assert torch.allclose(params_of(mm), params_of(ref), rtol=0, atol=1e-10)
+
+
+@pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
 def test_groups_and_fp16_compression():
     m = model(torch.float32)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
