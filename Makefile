@@ -10,6 +10,8 @@ PREFIX   ?= /usr/local
 BUILD    ?= build
 OPT      ?= -O2
 PKG_CONFIG ?= pkg-config
+# The Python package (pure Python over libhoop.so, docs/python.md): PYTHONPATH=$(PYDIR).
+PYDIR    ?= $(PREFIX)/lib/python3/dist-packages
 
 VERSION  := 0.1.0
 SOMAJOR  := 0
@@ -118,8 +120,11 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # verbs, the verbs suite and the multi-process suites over the verbs
 # transport, on this machine's RDMA device when it has one, else in a qemu
 # guest with a Soft-RoCE device (tests/vm; skipped, saying why, where no
-# guest can run).
-TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs
+# guest can run); python, the Python package (hoop, hoop.torch) on 1..4
+# ranks under hooprun with /usr/bin/python3 or HOOP_PYTHON (skipped, saying
+# why, without torch, numpy or pytest there; HOOP_TEST_REQUIRE_PYTHON=1
+# makes that a failure).
+TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python
 MP_SUITES := @(allreduce|async|bootstrap|collectives|faults|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
 # The verbs pass runs in an emulated guest where no RDMA device is here, a
@@ -166,6 +171,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	    verbs) $(TEST_ENV) HOOP_TEST_VM_TIMEOUT=$(HOOP_TEST_VM_TIMEOUT) $(CURDIR)/tests/vm/suite.sh \
 	        $(abspath $(BUILD)) \
 	        --jobs 2 --filter='$(VERBS_SUITES)' $(TEST_ARGS) ;; \
+	    python) $(TEST_ENV) $(CURDIR)/tests/python/run.sh $(abspath $(BUILD)) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
 	done
@@ -266,6 +272,9 @@ install: all
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    -e 's|@URING_LIBS@|$(URING_LIBS)|g' hoop.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hoop.pc
+	install -d $(DESTDIR)$(PYDIR)/hoop/torch
+	install -m 644 $(wildcard python/hoop/*.py) $(DESTDIR)$(PYDIR)/hoop/
+	install -m 644 $(wildcard python/hoop/torch/*.py) $(DESTDIR)$(PYDIR)/hoop/torch/
 
 clean:
 	rm -rf $(BUILD)

@@ -57,6 +57,8 @@ static const struct hoop_param hoop_params[] = {
     {"HOOP_AUTOTUNE", "0", "Engine: 1 makes rank 0 try pairs of fusion threshold and cycle time on the running job (each for a settling sample and two scored ones) and keep the one that reduced the most bytes per second; a variable set by the user is not tuned."},
     {"HOOP_AUTOTUNE_LOG", "", "Engine, with HOOP_AUTOTUNE=1: CSV file (cycle_time_ms,tensor_fusion_threshold,score,best) with a line per pair tried, score in bytes allreduced per microsecond, and the pair kept (best=1)."},
     {"HOOP_AUTOTUNE_STEPS_PER_SAMPLE", "10", "Engine, with HOOP_AUTOTUNE=1: a sample lasts until the first allreduce name it saw has completed this many more times (training steps)."},
+    {"HOOP_LIBRARY", "", "Python package hoop (docs/python.md): path of the libhoop.so to load; unset: the build/ directory of the source tree the package lies in, else an installed one."},
+    {"HOOP_PYTHON", "/usr/bin/python3", "make test's python pass: the interpreter (with torch, numpy and pytest) that runs the hoop.torch tests."},
     {"HOOP_LOG_LEVEL", "warn", "Log on stderr: error, warn, info or debug."},
 };
 

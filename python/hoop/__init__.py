@@ -1,0 +1,231 @@
+"""hoop: collectives between processes, over libhoop's engine (numpy API).
+
+    import hoop, numpy as np
+    hoop.init()
+    x = hoop.allreduce(np.ones(4, np.float32), op=hoop.Sum, name="x")
+    hoop.shutdown()
+
+Run under `hooprun -np N python3 prog.py` (or torchrun, horovodrun, mpirun).
+hoop.torch is the same over torch tensors, with horovod.torch's names.
+"""
+import ctypes
+
+from . import _engine, _lib
+from ._engine import Handle, init, shutdown, is_initialized, barrier, join
+from ._lib import (HoopError, HoopInvalidError, HoopTimeoutError, HoopPeerError, HoopMismatchError,
+                   HoopUnsupportedError, HoopSystemError, HoopAbortedError, library_path)
+
+try:
+    import numpy as _np
+except ImportError:  # the torch API works without numpy's
+    _np = None
+
+__version__ = "0.1.0"
+
+# Reduction operations, as horovod names them.
+Average = _lib.AVG
+Sum = _lib.SUM
+Min = _lib.MIN
+Max = _lib.MAX
+Product = _lib.PROD
+Adasum = "Adasum"
+
+
+def rank():
+    return _engine.state().rank
+
+
+def size():
+    return _engine.state().size
+
+
+def local_rank():
+    return _engine.state().local_rank
+
+
+def local_size():
+    return _engine.state().local_size
+
+
+def cross_rank():
+    s = _engine.state()
+    return s.rank // max(s.local_size, 1)
+
+
+def cross_size():
+    s = _engine.state()
+    return max(s.size // max(s.local_size, 1), 1)
+
+
+def transport():
+    """Which transport carries the data (tcp, ofi, verbs)."""
+    return _engine.state().transport
+
+
+def check_op(op):
+    if op == Adasum or (isinstance(op, str) and op.lower() == "adasum"):
+        raise _engine.not_supported("Adasum (use Average or Sum)")
+    if op not in (Average, Sum, Min, Max, Product):
+        raise ValueError("hoop: unknown reduction op %r (Average, Sum, Min, Max, Product)" % (op,))
+    return op
+
+
+if _np is not None:
+    _NP_DTYPES = {_np.dtype(_np.int8): _lib.I8, _np.dtype(_np.uint8): _lib.U8, _np.dtype(_np.int32): _lib.I32,
+                  _np.dtype(_np.uint32): _lib.U32, _np.dtype(_np.int64): _lib.I64,
+                  _np.dtype(_np.uint64): _lib.U64, _np.dtype(_np.float16): _lib.F16,
+                  _np.dtype(_np.float32): _lib.F32, _np.dtype(_np.float64): _lib.F64}
+
+
+def _np_dtype(a, what):
+    if _np is None:
+        raise ImportError("hoop's numpy API needs numpy")
+    dt = _NP_DTYPES.get(_np.dtype(a.dtype))
+    if dt is None:
+        raise TypeError("hoop: %s: numpy dtype %s is not one hoop reduces (int8, uint8, int32, uint32, int64, "
+                        "uint64, float16, float32, float64)" % (what, a.dtype))
+    return dt
+
+
+def _arr(a, what):
+    a = _np.ascontiguousarray(a)
+    return a, _np_dtype(a, what)
+
+
+def _ptr(a):
+    return a.ctypes.data if a.size else None
+
+
+def allreduce_async(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    check_op(op)
+    name = _engine.auto_name("allreduce", name)
+    a, dt = _arr(array, "allreduce '%s'" % name)
+    out = _np.empty_like(a)
+    return _engine.allreduce(name, _ptr(a), _ptr(out), a.size, dt, op, prescale_factor, postscale_factor,
+                             [a, out], lambda h: out)
+
+
+def allreduce(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    return allreduce_async(array, op, name, prescale_factor, postscale_factor).synchronize()
+
+
+def grouped_allreduce_async(arrays, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    check_op(op)
+    name = _engine.auto_name("grouped_allreduce", name)
+    arrs = [_arr(a, "grouped allreduce '%s'" % name) for a in arrays]
+    if not arrs:
+        raise ValueError("hoop: grouped allreduce '%s' of no arrays" % name)
+    dts = {dt for _, dt in arrs}
+    if len(dts) != 1:
+        raise TypeError("hoop: grouped allreduce '%s': every array must have one dtype" % name)
+    ins = [a for a, _ in arrs]
+    outs = [_np.empty_like(a) for a in ins]
+    return _engine.grouped_allreduce(name, [_ptr(a) for a in ins], [_ptr(o) for o in outs],
+                                     [a.size for a in ins], dts.pop(), op, prescale_factor, postscale_factor,
+                                     ins + outs, lambda h: outs)
+
+
+def grouped_allreduce(arrays, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    return grouped_allreduce_async(arrays, op, name, prescale_factor, postscale_factor).synchronize()
+
+
+def _rows(a):
+    if a.ndim == 0:
+        a = a.reshape(1)
+    rows = a.shape[0]
+    return a, rows, (a.size // rows if rows else int(_np.prod(a.shape[1:], dtype=_np.int64)))
+
+
+def allgather_async(array, name=None):
+    name = _engine.auto_name("allgather", name)
+    a, dt = _arr(array, "allgather '%s'" % name)
+    a, rows, row_elems = _rows(a)
+
+    def finish(h):
+        data = h.output(a.itemsize)
+        out = _np.frombuffer(data, dtype=a.dtype).copy()
+        return out.reshape((-1,) + a.shape[1:]) if row_elems else out.reshape((sum(h.counts(size())),) + a.shape[1:])
+    return _engine.allgather(name, _ptr(a), rows, row_elems, dt, [a], finish)
+
+
+def allgather(array, name=None):
+    return allgather_async(array, name).synchronize()
+
+
+def broadcast_async(array, root_rank, name=None):
+    name = _engine.auto_name("broadcast", name)
+    a, dt = _arr(array, "broadcast '%s'" % name)
+    out = a.copy()
+    return _engine.broadcast(name, _ptr(out), out.size, dt, root_rank, [out], lambda h: out)
+
+
+def broadcast(array, root_rank, name=None):
+    return broadcast_async(array, root_rank, name).synchronize()
+
+
+def _splits(rows, splits, name):
+    n = size()
+    if splits is None:
+        if rows % n:
+            raise HoopInvalidError("hoop: alltoall '%s': %d rows do not split evenly among %d ranks; pass "
+                                   "splits" % (name, rows, n), _lib.ERR_INVALID)
+        return [rows // n] * n
+    splits = [int(s) for s in splits]
+    if len(splits) != n or any(s < 0 for s in splits) or sum(splits) != rows:
+        raise HoopInvalidError("hoop: alltoall '%s': splits %s must have %d non-negative entries summing to "
+                               "the %d rows" % (name, splits, n, rows), _lib.ERR_INVALID)
+    return splits
+
+
+def alltoall_async(array, splits=None, name=None):
+    """Rows splits[j] of the array (first dimension) go to rank j; the result
+    is what every rank sent here, in rank order, and the rows from each."""
+    name = _engine.auto_name("alltoall", name)
+    a, dt = _arr(array, "alltoall '%s'" % name)
+    a, rows, row_elems = _rows(a)
+    sp = _splits(rows, splits, name)
+
+    def finish(h):
+        counts = h.counts(size())
+        out = _np.frombuffer(h.output(a.itemsize), dtype=a.dtype).copy()
+        recv = [c // row_elems if row_elems else 0 for c in counts]
+        return out.reshape((sum(recv),) + a.shape[1:]), _np.array(recv, dtype=_np.int32)
+    return _engine.alltoall(name, _ptr(a), [s * row_elems for s in sp], dt, [a], finish)
+
+
+def alltoall(array, splits=None, name=None):
+    out, recv = alltoall_async(array, splits, name).synchronize()
+    return out if splits is None else (out, recv)
+
+
+def reducescatter_async(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Rank r gets its share of the first dimension of the reduction (the
+    first rows % size ranks one row more, as Horovod splits)."""
+    check_op(op)
+    name = _engine.auto_name("reducescatter", name)
+    a, dt = _arr(array, "reducescatter '%s'" % name)
+    a, rows, row_elems = _rows(a)
+    n, r = size(), rank()
+    if rows % n == 0:
+        out = _np.empty((rows // n,) + a.shape[1:], dtype=a.dtype)
+        return _engine.reduce_scatter(name, _ptr(a), _ptr(out), out.size, dt, op, prescale_factor,
+                                      postscale_factor, [a, out], lambda h: out)
+    # Uneven shares: hoop's reduce_scatter takes equal blocks only.
+    full = _np.empty_like(a)
+    base, extra = divmod(rows, n)
+    start = r * base + min(r, extra)
+    stop = start + base + (1 if r < extra else 0)
+    return _engine.allreduce(name, _ptr(a), _ptr(full), a.size, dt, op, prescale_factor, postscale_factor,
+                             [a, full], lambda h: full[start:stop].copy())
+
+
+def reducescatter(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    return reducescatter_async(array, op, name, prescale_factor, postscale_factor).synchronize()
+
+
+def poll(handle):
+    return handle.poll()
+
+
+def synchronize(handle):
+    return handle.synchronize()

@@ -1,0 +1,253 @@
+"""The process's one hoop engine and its handles, over raw buffers.
+
+The numpy API (hoop) and the torch API (hoop.torch) both enqueue through
+here: a buffer is an address, an element count and a hoop dtype, and each
+operation returns a Handle whose synchronize() waits and gives its result.
+"""
+import atexit
+import ctypes
+import itertools
+import threading
+
+from . import _lib
+from ._lib import error, HoopError, HoopInvalidError
+
+_state = None
+_lock = threading.Lock()
+_names = {}
+
+
+class _State:
+    def __init__(self, engine, rank, size, local_rank, local_size, transport):
+        self.engine = engine
+        self.rank = rank
+        self.size = size
+        self.local_rank = local_rank
+        self.local_size = local_size
+        self.transport = transport
+
+
+def init():
+    """Join the job: rank, size and root from HOOP_* (or torchrun's,
+    horovodrun's, mpirun's variables); no variables: a one-rank job."""
+    global _state
+    with _lock:
+        if _state is not None:
+            return
+        L = _lib.lib()
+        comm = ctypes.c_void_p()
+        st = L.hoop_comm_init(ctypes.byref(comm), None)
+        if st != _lib.OK:
+            raise error(st, (L.hoop_last_error() or b"").decode(errors="replace"))
+        rank, size = L.hoop_comm_rank(comm), L.hoop_comm_size(comm)
+        lrank, lsize = L.hoop_comm_local_rank(comm), L.hoop_comm_local_size(comm)
+        transport = (L.hoop_comm_transport(comm) or b"").decode()
+        eng = ctypes.c_void_p()
+        st = L.hoop_engine_create_with(ctypes.byref(eng), comm)
+        if st != _lib.OK:
+            sentence = (L.hoop_last_error() or b"").decode(errors="replace")
+            L.hoop_comm_destroy(comm)
+            raise error(st, sentence)
+        _state = _State(eng, rank, size, lrank, lsize, transport)
+        _names.clear()
+
+
+def shutdown():
+    """Leave the job: every rank calls it (the first to do so stops the
+    others' engines). Pending operations fail with HoopAbortedError."""
+    global _state
+    with _lock:
+        s, _state = _state, None
+        if s is None:
+            return
+        st = _lib.lib().hoop_engine_destroy(s.engine)
+    if st != _lib.OK:
+        raise error(st, (_lib.lib().hoop_last_error() or b"").decode(errors="replace"))
+
+
+atexit.register(lambda: shutdown() if _state is not None else None)
+
+
+def is_initialized():
+    return _state is not None
+
+
+def state():
+    if _state is None:
+        raise ValueError("hoop has not been initialized; call hoop.init() (or hoop.torch.init()) first")
+    return _state
+
+
+def auto_name(kind, name):
+    """Horovod names unnamed operations by kind and call count; every rank
+    must then call them in the same order."""
+    if name is not None:
+        if not isinstance(name, str):
+            raise TypeError("name must be a str, not %s" % type(name).__name__)
+        return name
+    n = _names.get(kind, 0)
+    _names[kind] = n + 1
+    return "%s.noname.%d" % (kind, n)
+
+
+class Handle:
+    """An operation in flight: poll() says whether it is done, synchronize()
+    waits for it and returns its result (or raises hoop's error)."""
+
+    _ids = itertools.count()
+
+    def __init__(self, h, name, keep, finish):
+        self._h = h
+        self.name = name
+        self._keep = keep          # buffers the engine reads or writes until completion
+        self._finish = finish      # called with the handle once it succeeded: the result
+        self._done = False
+        self._result = None
+        self._error = None
+        self.id = next(Handle._ids)
+
+    def poll(self):
+        if self._done:
+            return True
+        return bool(_lib.lib().hoop_engine_test(self._h))
+
+    def output(self, dtype_size):
+        """The engine-allocated output as bytes (allgather, alltoall)."""
+        n = ctypes.c_size_t()
+        p = _lib.lib().hoop_engine_output(self._h, ctypes.byref(n))
+        return ctypes.string_at(p, n.value * dtype_size) if p and n.value else b""
+
+    def counts(self, size):
+        arr = (ctypes.c_size_t * size)()
+        st = _lib.lib().hoop_engine_counts(self._h, arr)
+        if st != _lib.OK:
+            raise error(st, "hoop: counts of '%s' unavailable" % self.name)
+        return list(arr)
+
+    def last_joined(self):
+        return _lib.lib().hoop_engine_last_joined(self._h)
+
+    def synchronize(self):
+        if self._done:
+            if self._error is not None:
+                raise self._error
+            return self._result
+        L = _lib.lib()
+        # Wait in slices, so that Python signals (Ctrl-C) get through.
+        while not L.hoop_engine_test(self._h):
+            L.hoop_engine_wait(self._h, 0.2)
+        why = ctypes.c_char_p()
+        st = L.hoop_engine_status(self._h, ctypes.byref(why))
+        self._done = True
+        try:
+            if st != _lib.OK:
+                self._error = error(st, (why.value or b"").decode(errors="replace"))
+            else:
+                try:
+                    self._result = self._finish(self) if self._finish else None
+                except Exception as e:  # keep it for a second synchronize()
+                    self._error = e
+        finally:
+            L.hoop_engine_release(self._h)
+            self._h = None
+            self._keep = None
+            self._finish = None
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    wait = synchronize
+
+    def __del__(self):
+        try:
+            if self._h is not None:
+                _lib.lib().hoop_engine_release(self._h)
+        except Exception:
+            pass
+
+
+def _check(st, name):
+    if st != _lib.OK:
+        raise error(st, (_lib.lib().hoop_last_error() or b"").decode(errors="replace")
+                    or "hoop: '%s' refused (status %d)" % (name, st))
+
+
+def _scales(dtype, prescale, postscale, what):
+    if dtype not in _lib.FLOATING and (prescale != 1.0 or postscale != 1.0):
+        raise HoopInvalidError("hoop: %s: prescale_factor and postscale_factor apply to floating "
+                               "point tensors only" % what, _lib.ERR_INVALID)
+    return float(prescale), float(postscale)
+
+
+def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, finish):
+    pre, post = _scales(dtype, prescale, postscale, "allreduce '%s'" % name)
+    h = ctypes.c_void_p()
+    _check(_lib.lib().hoop_engine_allreduce(state().engine, name.encode(), send, recv, count, dtype, op,
+                                            pre, post, None, None, ctypes.byref(h)), name)
+    return Handle(h, name, keep, finish)
+
+
+def grouped_allreduce(name, sends, recvs, counts, dtype, op, prescale, postscale, keep, finish):
+    pre, post = _scales(dtype, prescale, postscale, "grouped allreduce '%s'" % name)
+    n = len(sends)
+    s = (ctypes.c_void_p * n)(*sends)
+    r = (ctypes.c_void_p * n)(*recvs)
+    c = (ctypes.c_size_t * n)(*counts)
+    h = ctypes.c_void_p()
+    _check(_lib.lib().hoop_engine_grouped_allreduce(state().engine, name.encode(), n, s, r, c, dtype, op,
+                                                    pre, post, None, None, ctypes.byref(h)), name)
+    return Handle(h, name, keep + [s, r, c], finish)
+
+
+def allgather(name, send, rows, row_elems, dtype, keep, finish):
+    h = ctypes.c_void_p()
+    _check(_lib.lib().hoop_engine_allgather(state().engine, name.encode(), send, rows, row_elems, dtype,
+                                            None, None, ctypes.byref(h)), name)
+    return Handle(h, name, keep, finish)
+
+
+def broadcast(name, buf, count, dtype, root, keep, finish):
+    s = state()
+    if not 0 <= int(root) < s.size:
+        raise HoopInvalidError("hoop: broadcast '%s': root_rank %d is not a rank of this %d-rank job"
+                               % (name, root, s.size), _lib.ERR_INVALID)
+    h = ctypes.c_void_p()
+    _check(_lib.lib().hoop_engine_broadcast(s.engine, name.encode(), buf, count, dtype, int(root), None, None,
+                                            ctypes.byref(h)), name)
+    return Handle(h, name, keep, finish)
+
+
+def alltoall(name, send, splits, dtype, keep, finish):
+    sp = (ctypes.c_size_t * len(splits))(*splits)
+    h = ctypes.c_void_p()
+    _check(_lib.lib().hoop_engine_alltoall(state().engine, name.encode(), send, sp, dtype, None, None,
+                                           ctypes.byref(h)), name)
+    return Handle(h, name, keep + [sp], finish)
+
+
+def reduce_scatter(name, send, recv, recvcount, dtype, op, prescale, postscale, keep, finish):
+    pre, post = _scales(dtype, prescale, postscale, "reducescatter '%s'" % name)
+    h = ctypes.c_void_p()
+    _check(_lib.lib().hoop_engine_reduce_scatter(state().engine, name.encode(), send, recv, recvcount, dtype,
+                                                 op, pre, post, None, None, ctypes.byref(h)), name)
+    return Handle(h, name, keep, finish)
+
+
+def barrier():
+    h = ctypes.c_void_p()
+    _check(_lib.lib().hoop_engine_barrier(state().engine, None, None, ctypes.byref(h)), "barrier")
+    Handle(h, "barrier", [], None).synchronize()
+
+
+def join():
+    """Wait until every rank has joined; returns the last rank to join."""
+    h = ctypes.c_void_p()
+    _check(_lib.lib().hoop_engine_join(state().engine, None, None, ctypes.byref(h)), "join")
+    return Handle(h, "join", [], lambda hd: hd.last_joined()).synchronize()
+
+
+def not_supported(what):
+    return NotImplementedError("hoop does not support %s" % what)
+
+
+__all__ = ["HoopError", "Handle"]

@@ -1,0 +1,177 @@
+"""Finding and loading libhoop, its C prototypes, and hoop's errors.
+
+The library is found, first match wins, at
+  1. $HOOP_LIBRARY (a path to libhoop.so),
+  2. the build/ directory of the source tree this package lies in
+     (python/hoop/ -> ../../build/libhoop.so),
+  3. an installed prefix: the lib directory beside an installed package
+     (<prefix>/lib/python3/dist-packages/hoop -> <prefix>/lib), then
+     ctypes.util.find_library("hoop") and the usual lib directories.
+"""
+import ctypes
+import ctypes.util
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+OK, ERR_INVALID, ERR_TIMEOUT, ERR_PEER, ERR_MISMATCH, ERR_UNSUPPORTED, ERR_SYSTEM, ERR_ABORTED = range(8)
+
+# hoop_dtype_t
+I8, U8, I32, U32, I64, U64, F16, BF16, F32, F64 = range(10)
+DTYPE_SIZE = {I8: 1, U8: 1, I32: 4, U32: 4, I64: 8, U64: 8, F16: 2, BF16: 2, F32: 4, F64: 8}
+FLOATING = (F16, BF16, F32, F64)
+# hoop_op_t
+SUM, PROD, MIN, MAX, AVG = range(5)
+
+
+class HoopError(RuntimeError):
+    """A hoop operation failed; str() is hoop's sentence, .status its status."""
+
+    status = None
+
+    def __init__(self, sentence, status=None):
+        super().__init__(sentence)
+        if status is not None:
+            self.status = status
+
+
+class HoopInvalidError(HoopError, ValueError):
+    """Bad argument or configuration (HOOP_ERR_INVALID)."""
+    status = ERR_INVALID
+
+
+class HoopTimeoutError(HoopError):
+    """A deadline passed (HOOP_ERR_TIMEOUT)."""
+    status = ERR_TIMEOUT
+
+
+class HoopPeerError(HoopError):
+    """A peer closed, died, or broke the protocol (HOOP_ERR_PEER)."""
+    status = ERR_PEER
+
+
+class HoopMismatchError(HoopError):
+    """Ranks enqueued different things under one name (HOOP_ERR_MISMATCH)."""
+    status = ERR_MISMATCH
+
+
+class HoopUnsupportedError(HoopError):
+    """The machine cannot do what was asked (HOOP_ERR_UNSUPPORTED)."""
+    status = ERR_UNSUPPORTED
+
+
+class HoopSystemError(HoopError):
+    """A system call or allocation failed (HOOP_ERR_SYSTEM)."""
+    status = ERR_SYSTEM
+
+
+class HoopAbortedError(HoopError):
+    """The job was aborted or shut down (HOOP_ERR_ABORTED)."""
+    status = ERR_ABORTED
+
+
+_ERRORS = {ERR_INVALID: HoopInvalidError, ERR_TIMEOUT: HoopTimeoutError, ERR_PEER: HoopPeerError,
+           ERR_MISMATCH: HoopMismatchError, ERR_UNSUPPORTED: HoopUnsupportedError,
+           ERR_SYSTEM: HoopSystemError, ERR_ABORTED: HoopAbortedError}
+
+
+def error(status, sentence):
+    """The exception for a hoop status and its sentence."""
+    cls = _ERRORS.get(status, HoopError)
+    if not sentence:
+        sentence = "hoop failed with status %d" % status
+    return cls(sentence, status)
+
+
+def _candidates():
+    env = os.environ.get("HOOP_LIBRARY")
+    if env:
+        return [env], True
+    paths = [os.path.join(_HERE, "..", "..", "build", "libhoop.so")]
+    # <prefix>/lib/python3/dist-packages/hoop -> <prefix>/lib
+    paths.append(os.path.join(_HERE, "..", "..", "..", "libhoop.so.0"))
+    found = ctypes.util.find_library("hoop")
+    if found:
+        paths.append(found)
+    for d in ("/usr/local/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+              "/usr/local/lib64", "/usr/lib64"):
+        paths.append(os.path.join(d, "libhoop.so.0"))
+    return paths, False
+
+
+_lib = None
+_lib_path = None
+
+
+def library_path():
+    """The path of the libhoop that was loaded (loading it if needed)."""
+    lib()
+    return _lib_path
+
+
+def lib():
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    paths, from_env = _candidates()
+    tried = []
+    for p in paths:
+        if not from_env and not os.path.exists(p) and os.sep in p:
+            tried.append(p + " (absent)")
+            continue
+        try:
+            handle = ctypes.CDLL(p)
+        except OSError as e:
+            tried.append("%s (%s)" % (p, e))
+            continue
+        _lib_path = os.path.realpath(p) if os.path.exists(p) else p
+        _prototypes(handle)
+        _lib = handle
+        return _lib
+    raise ImportError("hoop: cannot load libhoop.so; tried: %s. Build it (make) or set HOOP_LIBRARY "
+                      "to its path" % "; ".join(tried))
+
+
+def _prototypes(L):
+    c_int, c_size_t, c_double, c_char_p, c_void_p = (ctypes.c_int, ctypes.c_size_t, ctypes.c_double,
+                                                      ctypes.c_char_p, ctypes.c_void_p)
+    P = ctypes.POINTER
+    sig = {
+        "hoop_comm_init": (c_int, [P(c_void_p), c_void_p]),
+        "hoop_comm_destroy": (c_int, [c_void_p]),
+        "hoop_comm_rank": (c_int, [c_void_p]),
+        "hoop_comm_size": (c_int, [c_void_p]),
+        "hoop_comm_local_rank": (c_int, [c_void_p]),
+        "hoop_comm_local_size": (c_int, [c_void_p]),
+        "hoop_comm_transport": (c_char_p, [c_void_p]),
+        "hoop_last_error": (c_char_p, []),
+        "hoop_status_str": (c_char_p, [c_int]),
+        "hoop_engine_create_with": (c_int, [P(c_void_p), c_void_p]),
+        "hoop_engine_destroy": (c_int, [c_void_p]),
+        "hoop_engine_allreduce": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int,
+                                          c_double, c_double, c_void_p, c_void_p, P(c_void_p)]),
+        "hoop_engine_grouped_allreduce": (c_int, [c_void_p, c_char_p, c_int, P(c_void_p), P(c_void_p),
+                                                  P(c_size_t), c_int, c_int, c_double, c_double, c_void_p,
+                                                  c_void_p, P(c_void_p)]),
+        "hoop_engine_allgather": (c_int, [c_void_p, c_char_p, c_void_p, c_size_t, c_size_t, c_int, c_void_p,
+                                          c_void_p, P(c_void_p)]),
+        "hoop_engine_broadcast": (c_int, [c_void_p, c_char_p, c_void_p, c_size_t, c_int, c_int, c_void_p,
+                                          c_void_p, P(c_void_p)]),
+        "hoop_engine_alltoall": (c_int, [c_void_p, c_char_p, c_void_p, P(c_size_t), c_int, c_void_p, c_void_p,
+                                         P(c_void_p)]),
+        "hoop_engine_reduce_scatter": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int,
+                                               c_double, c_double, c_void_p, c_void_p, P(c_void_p)]),
+        "hoop_engine_barrier": (c_int, [c_void_p, c_void_p, c_void_p, P(c_void_p)]),
+        "hoop_engine_join": (c_int, [c_void_p, c_void_p, c_void_p, P(c_void_p)]),
+        "hoop_engine_test": (c_int, [c_void_p]),
+        "hoop_engine_wait": (c_int, [c_void_p, c_double]),
+        "hoop_engine_status": (c_int, [c_void_p, P(c_char_p)]),
+        "hoop_engine_output": (c_void_p, [c_void_p, P(c_size_t)]),
+        "hoop_engine_counts": (c_int, [c_void_p, P(c_size_t)]),
+        "hoop_engine_last_joined": (c_int, [c_void_p]),
+        "hoop_engine_release": (None, [c_void_p]),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(L, name)
+        f.restype = res
+        f.argtypes = args

@@ -1,0 +1,97 @@
+"""hoop.torch: horovod.torch's API over hoop's engine.
+
+    import hoop.torch as hvd
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+
+Not supported (NotImplementedError naming it): Adasum, elastic training,
+process sets. CUDA tensors go through host memory.
+"""
+from .. import (init as _init, shutdown, is_initialized, rank, size, local_rank, local_size, cross_rank,
+                cross_size, library_path, Average, Sum, Min, Max, Product, Adasum, HoopError,
+                HoopInvalidError, HoopTimeoutError, HoopPeerError, HoopMismatchError, HoopUnsupportedError,
+                HoopSystemError, HoopAbortedError, _engine)
+from .compression import Compression
+from .functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_,
+                      alltoall, alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
+                      broadcast_async_, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+                      grouped_allreduce_async_, join, poll, reducescatter, reducescatter_async, synchronize)
+from .optimizer import DistributedOptimizer
+from .sync_batch_norm import SyncBatchNorm
+
+# As horovod names its internal failure: the error a broken job raises.
+HorovodInternalError = HoopError
+
+
+def init(comm=None, process_sets=None):
+    if comm is not None:
+        raise _engine.not_supported("init(comm=...): an MPI communicator (hoop needs no MPI)")
+    if process_sets:
+        raise _engine.not_supported("process sets (every collective spans the whole job)")
+    _init()
+
+
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_threads_supported():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def nccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    raise _engine.not_supported("start_timeline() at run time (set HOOP_TIMELINE before the job starts)")
+
+
+def stop_timeline():
+    raise _engine.not_supported("stop_timeline() (set HOOP_TIMELINE before the job starts)")
+
+
+class _Elastic:
+    def __getattr__(self, name):
+        raise _engine.not_supported("elastic training (hoop.torch.elastic.%s)" % name)
+
+
+elastic = _Elastic()
+
+
+def add_process_set(*args, **kwargs):
+    raise _engine.not_supported("process sets (every collective spans the whole job)")
+
+
+def remove_process_set(*args, **kwargs):
+    raise _engine.not_supported("process sets (every collective spans the whole job)")

@@ -1,0 +1,330 @@
+"""horovod.torch's collectives over hoop's engine, on torch tensors.
+
+CPU tensors are handed to hoop in place when contiguous. CUDA tensors go
+through host memory (hoop has no GPU path yet): the current stream is
+synchronized, the tensor copied to the CPU, reduced there and copied back.
+"""
+import torch
+
+from .. import _engine, _lib, check_op
+from .. import Average, Sum, Min, Max, Product, Adasum  # noqa: F401 (re-exported)
+from .._engine import Handle
+
+_DTYPES = {torch.int8: _lib.I8, torch.uint8: _lib.U8, torch.int32: _lib.I32, torch.int64: _lib.I64,
+           torch.float16: _lib.F16, torch.bfloat16: _lib.BF16, torch.float32: _lib.F32,
+           torch.float64: _lib.F64}
+
+
+def _dtype(t, what):
+    dt = _DTYPES.get(t.dtype)
+    if dt is None:
+        raise TypeError("hoop: %s: tensor dtype %s is not one hoop reduces (uint8, int8, int32, int64, "
+                        "float16, bfloat16, float32, float64)" % (what, t.dtype))
+    return dt
+
+
+def _host(t):
+    """A contiguous CPU tensor with t's values (t itself when it can be)."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        if t.is_cuda:
+            torch.cuda.current_stream(t.device).synchronize()
+        return t.to("cpu").contiguous()
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _ptr(t):
+    return t.data_ptr() if t.numel() else None
+
+
+def _op(average, op):
+    if average is not None:
+        if op is not None:
+            raise ValueError("hoop: give op or the deprecated average, not both")
+        return Average if average else Sum
+    return check_op(Average if op is None else op)
+
+
+def _no_process_set(process_set):
+    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
+        raise _engine.not_supported("process sets (every collective spans the whole job)")
+
+
+def _write_back(tensor, buf):
+    if buf.data_ptr() != tensor.data_ptr() or buf.device != tensor.device:
+        tensor.data.copy_(buf.view(tensor.shape))
+    return tensor
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=None):
+    _no_process_set(process_set)
+    op = _op(average, op)
+    name = _engine.auto_name("allreduce", name)
+    dt = _dtype(tensor, "allreduce '%s'" % name)
+    buf = _host(tensor)
+    return _engine.allreduce(name, _ptr(buf), _ptr(buf), buf.numel(), dt, op, prescale_factor,
+                             postscale_factor, [buf, tensor], lambda h: _write_back(tensor, buf))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=None):
+    return allreduce_async_(tensor.detach().clone(), average, name, op, prescale_factor, postscale_factor,
+                            process_set)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=None):
+    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                            process_set).synchronize()
+
+
+class _AllreduceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale):
+        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
+        return allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
+                               postscale_factor=postscale).synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        g = allreduce_async(grad, op=ctx.op, prescale_factor=ctx.prescale,
+                            postscale_factor=ctx.postscale).synchronize()
+        return g, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=None):
+    """The reduction of tensor over every rank (op: Average by default), as a
+    new tensor; differentiable (the gradient is allreduced with the same op)."""
+    from .compression import Compression
+    _no_process_set(process_set)
+    op = _op(average, op)
+    compression = compression or Compression.none
+    t, ctx = compression.compress(tensor)
+    out = _AllreduceFn.apply(t, name, op, prescale_factor, postscale_factor)
+    return compression.decompress(out, ctx)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=None):
+    _no_process_set(process_set)
+    op = _op(average, op)
+    name = _engine.auto_name("grouped_allreduce", name)
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("hoop: grouped allreduce '%s' of no tensors" % name)
+    dts = {_dtype(t, "grouped allreduce '%s'" % name) for t in tensors}
+    if len(dts) != 1:
+        raise TypeError("hoop: grouped allreduce '%s': every tensor must have one dtype" % name)
+    bufs = [_host(t) for t in tensors]
+    ptrs = [_ptr(b) for b in bufs]
+
+    def finish(h):
+        return [_write_back(t, b) for t, b in zip(tensors, bufs)]
+    return _engine.grouped_allreduce(name, ptrs, ptrs, [b.numel() for b in bufs], dts.pop(), op,
+                                     prescale_factor, postscale_factor, bufs + tensors, finish)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=None):
+    return grouped_allreduce_async_([t.detach().clone() for t in tensors], average, name, op,
+                                    prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=None):
+    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                    process_set).synchronize()
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=None):
+    from .compression import Compression
+    compression = compression or Compression.none
+    pairs = [compression.compress(t) for t in tensors]
+    outs = grouped_allreduce_async([p[0] for p in pairs], average, name, op, prescale_factor,
+                                   postscale_factor, process_set).synchronize()
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+def _rows(t):
+    if t.dim() == 0:
+        t = t.reshape(1)
+    rows = t.shape[0]
+    row_elems = 1
+    for d in t.shape[1:]:
+        row_elems *= d
+    return t, rows, row_elems
+
+
+def _from_bytes(data, like, shape):
+    out = torch.frombuffer(bytearray(data), dtype=like.dtype) if data else torch.empty(0, dtype=like.dtype)
+    return out.reshape(shape).to(like.device)
+
+
+def _allgather_async(tensor, name, process_set, with_counts):
+    _no_process_set(process_set)
+    name = _engine.auto_name("allgather", name)
+    dt = _dtype(tensor, "allgather '%s'" % name)
+    buf, rows, row_elems = _rows(_host(tensor))
+
+    def finish(h):
+        counts = h.counts(_engine.state().size)
+        out = _from_bytes(h.output(buf.element_size()), tensor, (sum(counts),) + tuple(buf.shape[1:]))
+        return (out, counts) if with_counts else out
+    return _engine.allgather(name, _ptr(buf), rows, row_elems, dt, [buf], finish)
+
+
+def allgather_async(tensor, name=None, process_set=None):
+    return _allgather_async(tensor, name, process_set, False)
+
+
+class _AllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name):
+        out, counts = _allgather_async(tensor, name, None, True).synchronize()
+        r = _engine.state().rank
+        ctx.start, ctx.rows = sum(counts[:r]), counts[r]
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        # this rank's rows of the sum of every rank's gradient
+        g = allreduce_async(grad.contiguous(), op=Sum).synchronize()
+        return g.narrow(0, ctx.start, ctx.rows), None
+
+
+def allgather(tensor, name=None, process_set=None):
+    """Every rank's tensor concatenated along the first dimension, rank 0's
+    first (the first dimension may differ between ranks); differentiable."""
+    _no_process_set(process_set)
+    if tensor.dim() == 0:
+        tensor = tensor.reshape(1)
+    return _AllgatherFn.apply(tensor, name)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    _no_process_set(process_set)
+    name = _engine.auto_name("broadcast", name)
+    dt = _dtype(tensor, "broadcast '%s'" % name)
+    buf = _host(tensor)
+    return _engine.broadcast(name, _ptr(buf), buf.numel(), dt, root_rank, [buf, tensor],
+                             lambda h: _write_back(tensor, buf))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    return broadcast_async_(tensor.detach().clone(), root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return broadcast_async_(tensor, root_rank, name, process_set).synchronize()
+
+
+class _BroadcastFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name):
+        ctx.root_rank = root_rank
+        return broadcast_async(tensor, root_rank, name).synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        # the root's tensor gets the sum of every rank's gradient, the others none
+        g = allreduce_async(grad.contiguous(), op=Sum).synchronize()
+        if _engine.state().rank != ctx.root_rank:
+            g.zero_()
+        return g, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    """root_rank's tensor, as a new tensor on every rank; differentiable."""
+    _no_process_set(process_set)
+    return _BroadcastFn.apply(tensor, root_rank, name)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    _no_process_set(process_set)
+    name = _engine.auto_name("alltoall", name)
+    dt = _dtype(tensor, "alltoall '%s'" % name)
+    buf, rows, row_elems = _rows(_host(tensor))
+    n = _engine.state().size
+    if splits is None:
+        if rows % n:
+            raise _lib.HoopInvalidError("hoop: alltoall '%s': %d rows do not split evenly among %d ranks; "
+                                        "pass splits" % (name, rows, n), _lib.ERR_INVALID)
+        sp = [rows // n] * n
+    else:
+        sp = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
+        if len(sp) != n or any(s < 0 for s in sp) or sum(sp) != rows:
+            raise _lib.HoopInvalidError("hoop: alltoall '%s': splits %s must have %d non-negative entries "
+                                        "summing to the %d rows" % (name, sp, n, rows), _lib.ERR_INVALID)
+
+    def finish(h):
+        recv = [c // row_elems if row_elems else 0 for c in h.counts(n)]
+        out = _from_bytes(h.output(buf.element_size()), tensor, (sum(recv),) + tuple(buf.shape[1:]))
+        return out, torch.tensor(recv, dtype=torch.int32)
+    return _engine.alltoall(name, _ptr(buf), [s * row_elems for s in sp], dt, [buf], finish)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """Rows splits[j] (first dimension; equal shares when None) go to rank j.
+    Returns what every rank sent here, in rank order, and, when splits was
+    given, how many rows came from each rank."""
+    out, recv = alltoall_async(tensor, splits, name, process_set).synchronize()
+    return out if splits is None else (out, recv)
+
+
+def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                        process_set=None):
+    _no_process_set(process_set)
+    check_op(op)
+    name = _engine.auto_name("reducescatter", name)
+    dt = _dtype(tensor, "reducescatter '%s'" % name)
+    buf, rows, row_elems = _rows(_host(tensor))
+    s = _engine.state()
+    n, r = s.size, s.rank
+    if rows % n == 0:
+        out = torch.empty((rows // n,) + tuple(buf.shape[1:]), dtype=buf.dtype)
+        return _engine.reduce_scatter(name, _ptr(buf), _ptr(out), out.numel(), dt, op, prescale_factor,
+                                      postscale_factor, [buf, out], lambda h: out.to(tensor.device))
+    # Uneven shares (the first rows % size ranks one row more, as Horovod
+    # splits): hoop's reduce_scatter takes equal blocks only.
+    full = torch.empty_like(buf)
+    base, extra = divmod(rows, n)
+    start = r * base + min(r, extra)
+    stop = start + base + (1 if r < extra else 0)
+    return _engine.allreduce(name, _ptr(buf), _ptr(full), buf.numel(), dt, op, prescale_factor,
+                             postscale_factor, [buf, full], lambda h: full[start:stop].clone().to(tensor.device))
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=None):
+    from .compression import Compression
+    compression = compression or Compression.none
+    t, ctx = compression.compress(tensor)
+    out = reducescatter_async(t, name, op, prescale_factor, postscale_factor, process_set).synchronize()
+    return compression.decompress(out, ctx)
+
+
+def poll(handle):
+    """True once the operation behind handle has completed."""
+    return handle.poll()
+
+
+def synchronize(handle):
+    """Wait for handle's operation; its result, or hoop's error raised."""
+    return handle.synchronize()
+
+
+def join(device=-1):
+    """This rank has no more data: take part in the others' allreduces with
+    zeros until every rank has joined. Returns the last rank to join."""
+    return _engine.join()
+
+
+def barrier(process_set=None):
+    _no_process_set(process_set)
+    _engine.barrier()
+
+
+__all__ = ["Handle"]

@@ -1,0 +1,182 @@
+"""Every collective of hoop (numpy) and hoop.torch, exact on integer values.
+Run on every rank: hooprun -np N python3 -m pytest tests/python/test_collectives.py"""
+import numpy as np
+import pytest
+import torch
+
+import hoop
+import hoop.torch as hvd
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+SUM_R = N * (N - 1) // 2  # sum of the ranks
+
+NP_DTYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32, np.float64]
+TORCH_DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+                torch.float32, torch.float64]
+
+
+def test_basics():
+    assert hvd.is_initialized()
+    assert 0 <= R < N and hvd.size() == hoop.size()
+    assert 0 <= hvd.local_rank() < hvd.local_size()
+    assert hvd.cross_size() * hvd.local_size() == N and hvd.cross_rank() == 0
+    assert hvd.mpi_built() is False and hvd.gloo_built() is False and hvd.nccl_built() is False
+    assert hoop.library_path().endswith(".so") or ".so." in hoop.library_path()
+
+
+@pytest.mark.parametrize("dt", NP_DTYPES)
+def test_numpy_allreduce_every_op(dt):
+    x = (np.arange(10) % 4 + R + 1).astype(dt)
+    per_rank = [(np.arange(10) % 4 + r + 1) for r in range(N)]
+    assert np.array_equal(hoop.allreduce(x, op=hoop.Sum), sum(per_rank).astype(dt))
+    assert np.array_equal(hoop.allreduce(x, op=hoop.Min), np.min(per_rank, axis=0).astype(dt))
+    assert np.array_equal(hoop.allreduce(x, op=hoop.Max), np.max(per_rank, axis=0).astype(dt))
+    if N <= 3:
+        assert np.array_equal(hoop.allreduce(x, op=hoop.Product), np.prod(per_rank, axis=0).astype(dt))
+    avg = hoop.allreduce(x, op=hoop.Average)
+    want = sum(per_rank) / N
+    if np.issubdtype(dt, np.integer):
+        want = np.trunc(want)
+    assert np.allclose(avg.astype(np.float64), want)
+
+
+def test_numpy_async_and_others():
+    h = hoop.allreduce_async(np.full(5, R, np.int64), op=hoop.Sum, name="np.async")
+    h2 = hoop.grouped_allreduce_async([np.full(3, R, np.int32), np.full(2, 2 * R, np.int32)], op=hoop.Sum)
+    assert np.array_equal(hoop.synchronize(h), np.full(5, SUM_R))
+    g = h2.synchronize()
+    assert np.array_equal(g[0], np.full(3, SUM_R)) and np.array_equal(g[1], np.full(2, 2 * SUM_R))
+    assert hoop.poll(h)
+    gathered = hoop.allgather(np.full((R + 1, 2), R, np.int32))
+    assert np.array_equal(gathered, np.concatenate([np.full((r + 1, 2), r, np.int32) for r in range(N)]))
+    assert np.array_equal(hoop.broadcast(np.full(4, R, np.float64), N - 1), np.full(4, N - 1.0))
+    out, recv = hoop.alltoall(np.arange(N, dtype=np.int32) + 100 * R, splits=[1] * N)
+    assert np.array_equal(out, 100 * np.arange(N) + R) and list(recv) == [1] * N
+    rs = hoop.reducescatter(np.arange(2 * N, dtype=np.int64).reshape(2 * N, 1) + R, op=hoop.Sum)
+    assert np.array_equal(rs.ravel(), N * np.arange(2 * R, 2 * R + 2) + SUM_R)
+    hoop.barrier()
+
+
+@pytest.mark.parametrize("dt", TORCH_DTYPES)
+def test_torch_allreduce_dtypes(dt):
+    x = (torch.arange(12) % 5 + R).to(dt)
+    want = sum((torch.arange(12) % 5 + r) for r in range(N)).to(dt)
+    assert torch.equal(hvd.allreduce(x, op=hvd.Sum), want)
+    y = x.clone()
+    hvd.allreduce_(y, op=hvd.Max)
+    assert torch.equal(y, (torch.arange(12) % 5 + N - 1).to(dt))
+    z = x.clone()
+    hvd.synchronize(hvd.allreduce_async_(z, op=hvd.Min))
+    assert torch.equal(z, (torch.arange(12) % 5).to(dt))
+    h = hvd.allreduce_async(x, op=hvd.Sum)
+    assert torch.equal(hvd.synchronize(h), want) and torch.equal(x, (torch.arange(12) % 5 + R).to(dt))
+
+
+def test_torch_average_scales_and_grad():
+    x = torch.full((3, 2), float(R), requires_grad=True)
+    y = hvd.allreduce(x)  # Average by default
+    assert torch.allclose(y, torch.full((3, 2), SUM_R / N))
+    y.sum().backward()
+    assert torch.allclose(x.grad, torch.ones(3, 2))
+    s = hvd.allreduce(torch.ones(4), op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
+    assert torch.equal(s, torch.full((4,), float(N)))
+    assert torch.equal(hvd.allreduce(torch.ones(2), average=False), torch.full((2,), float(N)))
+    c = hvd.allreduce(torch.full((5,), 1.0 + R), op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert c.dtype == torch.float32 and torch.equal(c, torch.full((5,), float(N + SUM_R)))
+
+
+def test_torch_grouped_allreduce():
+    ts = [torch.full((i + 1,), float(R + i)) for i in range(3)]
+    outs = hvd.grouped_allreduce(ts, op=hvd.Sum)
+    for i, o in enumerate(outs):
+        assert torch.equal(o, torch.full((i + 1,), float(SUM_R + N * i)))
+    hvd.grouped_allreduce_(ts, op=hvd.Sum)
+    assert torch.equal(ts[2], outs[2])
+    h = hvd.grouped_allreduce_async([torch.ones(2, dtype=torch.int64)], op=hvd.Sum)
+    assert torch.equal(hvd.synchronize(h)[0], torch.full((2,), N))
+
+
+def test_torch_allgather_broadcast():
+    t = torch.full((R + 1, 3), R, dtype=torch.int32)
+    g = hvd.allgather(t)
+    assert torch.equal(g, torch.cat([torch.full((r + 1, 3), r, dtype=torch.int32) for r in range(N)]))
+    assert torch.equal(hvd.synchronize(hvd.allgather_async(torch.tensor([R]))), torch.arange(N))
+    b = torch.full((4,), float(R))
+    out = hvd.broadcast(b, 0)
+    assert torch.equal(out, torch.zeros(4)) and torch.equal(b, torch.full((4,), float(R)))
+    hvd.broadcast_(b, N - 1)
+    assert torch.equal(b, torch.full((4,), float(N - 1)))
+    c = torch.full((2, 2), R, dtype=torch.bfloat16)
+    hvd.synchronize(hvd.broadcast_async_(c, 0))
+    assert torch.equal(c, torch.zeros(2, 2, dtype=torch.bfloat16))
+    nc = torch.arange(6.).reshape(2, 3).t() + R  # not contiguous
+    hvd.broadcast_(nc, 0)
+    assert torch.equal(nc, torch.arange(6.).reshape(2, 3).t())
+
+
+def test_torch_allgather_and_broadcast_gradients():
+    x = torch.full((R + 1, 2), float(R), requires_grad=True)
+    g = hvd.allgather(x)
+    (g * torch.arange(1.0, g.shape[0] + 1).unsqueeze(1)).sum().backward()
+    start = sum(r + 1 for r in range(R))  # every rank weighs row i by i + 1: the sum is N (i + 1)
+    assert torch.equal(x.grad, N * torch.arange(start + 1.0, start + R + 2).unsqueeze(1).expand(R + 1, 2))
+    y = torch.full((3,), float(R), requires_grad=True)
+    b = hvd.broadcast(y, root_rank=0)
+    assert torch.equal(b, torch.zeros(3))
+    (b * (R + 1)).sum().backward()
+    assert torch.equal(y.grad, torch.full((3,), float(N * (N + 1) // 2) if R == 0 else 0.0))
+
+
+def test_torch_alltoall_splits():
+    # rank R sends j + 1 rows to rank j, each row [R, j]
+    rows = [[R, j] for j in range(N) for _ in range(j + 1)]
+    out, recv = hvd.alltoall(torch.tensor(rows, dtype=torch.int64), splits=[j + 1 for j in range(N)])
+    assert recv.tolist() == [R + 1] * N
+    assert out.tolist() == [[i, R] for i in range(N) for _ in range(R + 1)]
+    even = hvd.alltoall(torch.arange(2 * N) + 10 * R)
+    assert even.tolist() == [10 * i + 2 * R + k for i in range(N) for k in range(2)]
+
+
+def test_torch_reducescatter():
+    x = torch.arange(2 * N * 3, dtype=torch.float32).reshape(2 * N, 3) + R
+    out = hvd.reducescatter(x, op=hvd.Sum)
+    assert torch.equal(out, N * torch.arange(2 * N * 3.).reshape(2 * N, 3)[2 * R:2 * R + 2] + SUM_R)
+    uneven = hvd.reducescatter(torch.ones(N + 1, 2), op=hvd.Sum)  # rank 0 gets 2 rows
+    assert uneven.shape == ((2 if R == 0 else 1), 2) and torch.equal(uneven, torch.full(uneven.shape, float(N)))
+    avg = hvd.synchronize(hvd.reducescatter_async(torch.full((N,), float(R))))
+    assert torch.equal(avg, torch.full((1,), SUM_R / N))
+
+
+def test_torch_objects_and_state():
+    assert hvd.broadcast_object({"rank": R, "l": [1, 2]}, root_rank=N - 1) == {"rank": N - 1, "l": [1, 2]}
+    assert hvd.allgather_object(("r", R)) == [("r", r) for r in range(N)]
+    m = torch.nn.Linear(3, 2)
+    torch.nn.init.constant_(m.weight, float(R))
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    assert torch.equal(m.weight, torch.zeros(2, 3))
+    hvd.barrier()
+
+
+def test_errors_and_unsupported():
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.allreduce(torch.ones(1), op=hvd.Adasum)
+    with pytest.raises(NotImplementedError, match="elastic"):
+        hvd.elastic.run
+    with pytest.raises(NotImplementedError, match="process sets"):
+        hvd.add_process_set([0])
+    with pytest.raises(TypeError, match="int16"):
+        hvd.allreduce(torch.ones(1, dtype=torch.int16))
+    with pytest.raises(hvd.HoopInvalidError, match="root_rank"):
+        hvd.broadcast(torch.ones(1), N)
+    # a name enqueued with another count on the last rank fails on every rank
+    if N > 1:
+        with pytest.raises(hvd.HoopMismatchError, match="'mismatch'"):
+            hvd.allreduce(torch.ones(4 + (R == N - 1)), name="mismatch")
+    assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(N)))
+
+
+def test_join_last():
+    last = hvd.join()
+    assert 0 <= last < N
+    assert hvd.allgather_object(last) == [last] * N

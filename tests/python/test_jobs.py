@@ -1,0 +1,114 @@
+"""Jobs started from here (one pytest process): a rank killed mid-training,
+hooprun running the examples. Run: python3 -m pytest tests/python/test_jobs.py"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
+BUILD = os.environ.get("HOOP_BUILD_DIR", os.path.join(SRC, "build"))
+PY = sys.executable
+
+TRAIN_AND_DIE = r"""
+import os, signal, sys, time, torch
+import hoop.torch as hvd
+hvd.init()
+m = torch.nn.Linear(8, 8)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.01), named_parameters=m.named_parameters())
+try:
+    for step in range(100000):
+        if step == 5 and hvd.rank() == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        opt.zero_grad()
+        m(torch.ones(2, 8)).sum().backward()
+        opt.step()
+        if step == 4:
+            print("STEP4", time.time(), flush=True)
+except hvd.HoopError as e:
+    print("CAUGHT %s %.3f %s" % (type(e).__name__, time.time(), e), flush=True)
+    sys.exit(3)
+"""
+
+
+def env_for(rank, size, port):
+    env = dict(os.environ)
+    env.update(HOOP_RANK=str(rank), HOOP_SIZE=str(size), HOOP_ROOT="127.0.0.1:%d" % port,
+               HOOP_TOKEN="python-test", PYTHONPATH=os.path.join(SRC, "python"), HOOP_TIMEOUT="60")
+    return env
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_a_rank_killed_mid_training_is_named_on_the_others():
+    size, port = 3, free_port()
+    procs = [subprocess.Popen([PY, "-c", TRAIN_AND_DIE], env=env_for(r, size, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(size)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a rank hung after rank 1 was killed")
+    assert procs[1].returncode == -signal.SIGKILL
+    for r in (0, 2):
+        out = outs[r]
+        assert procs[r].returncode == 3, "rank %d: %s" % (r, out)
+        caught = [line for line in out.splitlines() if line.startswith("CAUGHT")]
+        assert caught, "rank %d raised nothing: %s" % (r, out)
+        assert "rank 1" in caught[0], "rank %d's error does not name rank 1: %s" % (r, caught[0])
+        t_step = float([line for line in out.splitlines() if line.startswith("STEP4")][0].split()[1])
+        t_err = float(caught[0].split()[2])
+        assert t_err - t_step < 15, "rank %d took %.1f s to report rank 1's death" % (r, t_err - t_step)
+
+
+@pytest.mark.parametrize("script,expect", [("torch_train.py", "epoch 4: loss"),
+                                           ("torch_synthetic_benchmark.py", "Total img/sec on 2 rank(s)")])
+def test_hooprun_runs_the_examples(script, expect):
+    args = [os.path.join(BUILD, "hooprun"), "-np", "2", PY, os.path.join(SRC, "examples", script)]
+    if script.startswith("torch_synthetic"):
+        args += ["--num-iters", "1", "--num-batches-per-iter", "2", "--batch-size", "8"]
+    t0 = time.time()
+    r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout
+    assert expect in r.stdout, r.stdout
+    assert time.time() - t0 < 300
+
+
+def test_library_is_found_from_hoop_library():
+    lib = os.path.join(BUILD, "libhoop.so")
+    env = dict(os.environ, HOOP_LIBRARY=lib, PYTHONPATH=os.path.join(SRC, "python"))
+    r = subprocess.run([PY, "-c", "import hoop; print(hoop.library_path())"], env=env, stdout=subprocess.PIPE,
+                       text=True, timeout=60)
+    assert r.stdout.strip() == os.path.realpath(lib)
+    env["HOOP_LIBRARY"] = "/nonexistent/libhoop.so"
+    r = subprocess.run([PY, "-c", "import hoop; hoop.library_path()"], env=env, stderr=subprocess.PIPE,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "HOOP_LIBRARY" in r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/torchrun"), reason="torchrun is not installed here")
+def test_torchrun_runs_the_training_example():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOP_") or k == "HOOP_LIBRARY"}
+    # hoop's root takes MASTER_PORT + 1. Debian 12's torchrun cannot parse
+    # its own default for --redirects and --tee, hence 1 (stdout, shown).
+    port = free_port()
+    r = subprocess.run(["/usr/bin/torchrun", "--nproc_per_node", "2", "--redirects", "1", "--tee", "1",
+                        "--monitor_interval", "0.2", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                        "--no_python", PY,
+                        os.path.join(SRC, "examples", "torch_train.py")], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout
+    assert "epoch 4: loss" in r.stdout, r.stdout

@@ -1,0 +1,211 @@
+"""Data-parallel training with DistributedOptimizer: every rank trains on its
+shard of each batch and must end where one process trained on the whole
+batch ends (and where torch's DistributedDataParallel over gloo ends).
+Run on every rank: hooprun -np N python3 -m pytest tests/python/test_training.py"""
+import socket
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import hoop.torch as hvd
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+STEPS, BATCH = 20, 8 * 4  # BATCH splits evenly for N = 1, 2, 4
+
+
+def model(dtype=torch.float64, out=2):
+    torch.manual_seed(1234)
+    return torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.Tanh(), torch.nn.Linear(16, out)).to(dtype)
+
+
+def batch(step, dtype=torch.float64):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(BATCH, 5, generator=g).to(dtype)
+    y = (x[:, :2] * 3).sin()
+    return x, y
+
+
+def shard(t):
+    per = t.shape[0] // N
+    return t[R * per:(R + 1) * per]
+
+
+def params_of(m):
+    return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+
+
+def assert_same_on_every_rank(m):
+    mine = params_of(m)
+    every = hvd.allgather(mine.unsqueeze(0))
+    for r in range(N):
+        assert torch.equal(every[r], mine), "rank %d's parameters differ from rank %d's" % (r, R)
+
+
+def train(m, opt, steps, passes=1, shard_it=True):
+    for s in range(steps):
+        opt.zero_grad()
+        for k in range(passes):
+            x, y = batch(s * passes + k, next(m.parameters()).dtype)
+            if shard_it:
+                x, y = shard(x), shard(y)
+            F.mse_loss(m(x), y).backward()
+        opt.step()
+
+
+@pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
+@pytest.mark.parametrize("passes", [1, 2])
+def test_matches_one_process_on_the_whole_batch(passes):
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=m.named_parameters(), backward_passes_per_step=passes)
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    train(m, opt, STEPS, passes)
+    ref = model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    train(ref, ref_opt, STEPS, passes, shard_it=False)
+    assert_same_on_every_rank(m)
+    assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=1e-10), \
+        (params_of(m) - params_of(ref)).abs().max()
+    assert not torch.equal(params_of(m), params_of(model())), "training did not move the parameters"
+
+
+@pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
+def test_predivide_factor_sum_op_and_explicit_synchronize():
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+                                   gradient_predivide_factor=2.0)
+    train(m, opt, STEPS)
+    s = model()
+    sopt = hvd.DistributedOptimizer(torch.optim.SGD(s.parameters(), lr=0.1 / N),
+                                    named_parameters=[("s." + k, v) for k, v in s.named_parameters()], op=hvd.Sum)
+    for step in range(STEPS):  # synchronize, clip, then step without a second synchronize
+        x, y = batch(step)
+        sopt.zero_grad()
+        F.mse_loss(s(shard(x)), shard(y)).backward()
+        sopt.synchronize()
+        torch.nn.utils.clip_grad_norm_(s.parameters(), 1e9)
+        with sopt.skip_synchronize():
+            sopt.step()
+    ref = model()
+    train(ref, torch.optim.SGD(ref.parameters(), lr=0.1), STEPS, shard_it=False)
+    for mm in (m, s):
+        assert_same_on_every_rank(mm)
+        assert torch.allclose(params_of(mm), params_of(ref), rtol=0, atol=1e-10)
+
+
+@pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
+def test_groups_and_fp16_compression():
+    m = model(torch.float32)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+                                   compression=hvd.Compression.fp16, groups=2)
+    train(m, opt, STEPS)
+    ref = model(torch.float32)
+    train(ref, torch.optim.SGD(ref.parameters(), lr=0.1), STEPS, shard_it=False)
+    assert_same_on_every_rank(m)
+    assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=2e-3), (params_of(m) - params_of(ref)).abs().max()
+
+
+@pytest.mark.skipif(BATCH % N != 0 or N == 1, reason="needs 2+ ranks and an even split")
+def test_matches_distributed_data_parallel_over_gloo():
+    import torch.distributed as dist
+    port = None
+    if R == 0:
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+    port = hvd.broadcast_object(port, root_rank=0, name="gloo_port")
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=R, world_size=N)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(model())
+        train(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9), STEPS)
+        m = model()
+        train(m, hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                          named_parameters=m.named_parameters()), STEPS)
+        assert torch.allclose(params_of(m), params_of(ddp.module), rtol=0, atol=1e-10)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sync_batch_norm_matches_batch_norm_on_the_whole_batch():
+    torch.manual_seed(7)
+    x = torch.randn(4 * N, 3, 5, dtype=torch.float64)
+    w = torch.randn(4 * N, 3, 5, dtype=torch.float64)
+    ref = torch.nn.BatchNorm1d(3).double()
+    torch.nn.init.uniform_(ref.weight)
+    torch.nn.init.uniform_(ref.bias)
+    bn = hvd.SyncBatchNorm(3).double()
+    bn.load_state_dict(ref.state_dict())
+    xf = x.clone().requires_grad_()
+    ref_out = ref(xf)
+    (ref_out * w).sum().backward()
+    mine = slice(4 * R, 4 * R + 4)
+    xs = x[mine].clone().requires_grad_()
+    out = bn(xs)
+    (out * w[mine]).sum().backward()
+    assert torch.allclose(out, ref_out[mine].detach(), rtol=0, atol=1e-12)
+    assert torch.allclose(xs.grad, xf.grad[mine], rtol=0, atol=1e-12)
+    assert torch.allclose(bn.running_mean, ref.running_mean) and torch.allclose(bn.running_var, ref.running_var)
+    assert torch.allclose(hvd.allreduce(bn.weight.grad, op=hvd.Sum), ref.weight.grad, rtol=0, atol=1e-12)
+    assert torch.allclose(hvd.allreduce(bn.bias.grad, op=hvd.Sum), ref.bias.grad, rtol=0, atol=1e-12)
+    bn.eval()
+    ref.eval()
+    assert torch.allclose(bn(x[mine]), ref(x[mine]))
+
+
+def test_broadcast_optimizer_state_after_divergence():
+    m = model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.05 * (R + 1), momentum=0.9)
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(100 + R), dtype=torch.float64)
+    for _ in range(3):  # each rank on its own data: parameters and momentum diverge
+        opt.zero_grad()
+        m(x).pow(2).sum().backward()
+        opt.step()
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert_same_on_every_rank(m)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
+    bufs = torch.cat([opt.state[p]["momentum_buffer"].reshape(-1) for p in m.parameters()])
+    every = hvd.allgather(bufs.unsqueeze(0))
+    assert all(torch.equal(every[r], every[0]) for r in range(N))
+
+
+def test_join_with_uneven_batches():
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters())
+    mine = 3 + R  # rank r has 3 + r batches
+    for s in range(mine):
+        x, y = batch(1000 + 10 * s + R)
+        opt.zero_grad()
+        F.mse_loss(m(x[:4]), y[:4]).backward()
+        opt.step()
+    assert hvd.join() == N - 1
+    # one process replaying it: at step s the ranks that still have data
+    # each give their gradient, the joined ones zeros, averaged over N
+    ref = model()
+    for s in range(mine):
+        grads = []
+        for r in range(N):
+            if s >= 3 + r:
+                continue
+            ref.zero_grad()
+            x, y = batch(1000 + 10 * s + r)
+            F.mse_loss(ref(x[:4]), y[:4]).backward()
+            grads.append([p.grad.clone() for p in ref.parameters()])
+        with torch.no_grad():
+            for i, p in enumerate(ref.parameters()):
+                p -= 0.1 * sum(g[i] for g in grads) / N
+    assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=1e-10)
+
+
+@pytest.mark.skipif(N == 1, reason="a mismatch needs 2+ ranks")
+def test_parameter_of_another_shape_fails_on_every_rank():
+    m = model(out=3 if R == N - 1 else 2)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters())
+    m(torch.ones(2, 5, dtype=torch.float64)).sum().backward()
+    with pytest.raises(hvd.HoopMismatchError, match=r"'2\.(weight|bias)'"):
+        opt.step()
+    opt.zero_grad()  # the failed step left nothing pending
+    assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(N)))
