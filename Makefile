@@ -16,7 +16,18 @@ SOMAJOR  := 0
 SONAME   := libhoop.so.$(SOMAJOR)
 
 URING_CFLAGS := $(shell $(PKG_CONFIG) --cflags liburing 2>/dev/null)
+# liburing goes inside libhoop (Debian's liburing.a is position independent),
+# so that the library and the programs start where liburing.so.2 is not
+# installed (Ubuntu 24.04's images); where no liburing.a is found, libhoop
+# links liburing.so as before (URING_LIBS).
+URING_A      := $(abspath $(wildcard $(shell $(CC) -print-file-name=liburing.a)))
+ifeq ($(URING_A),)
 URING_LIBS   := $(shell $(PKG_CONFIG) --libs liburing 2>/dev/null || echo -luring)
+URING_OBJS   :=
+else
+URING_LIBS   :=
+URING_OBJS   := $(BUILD)/obj/liburing/.extracted
+endif
 CRIT_LIBS    := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null || echo -lcriterion)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
@@ -25,8 +36,10 @@ CFLAGS   ?= $(OPT) -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Iinclude -I. $(URING_CFLAGS) $(CFLAGS) \
              $(EXTRA_CFLAGS)
 LIB_CFLAGS = $(ALL_CFLAGS) -fPIC -fvisibility=hidden $(ISA_FLAGS)
+# libibverbs is opened at run time (transport/verbs/lib.c), as libfabric is;
+# only the tests, which look at the RDMA devices themselves, link it.
 VERBS_LIBS   := $(shell $(PKG_CONFIG) --libs libibverbs 2>/dev/null || echo -libverbs)
-LDLIBS   := $(URING_LIBS) $(VERBS_LIBS) -pthread -lm
+LDLIBS   := $(URING_LIBS) -pthread -lm -ldl
 
 LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c transport/*/*.c reduce/*.c \
                                ring/*.c collectives/*.c engine/*.c))
@@ -59,12 +72,20 @@ $(BUILD)/obj/%.o: %.c $(LIB_HDRS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_CFLAGS) -c $< -o $@
 
-$(LIB_A): $(LIB_OBJS)
-	@rm -f $@
-	ar rcs $@ $^
+# liburing's members, for libhoop.a (libhoop.so links the archive itself).
+$(BUILD)/obj/liburing/.extracted: $(URING_A)
+	@rm -rf $(dir $@); mkdir -p $(dir $@)
+	cd $(dir $@) && ar x $(URING_A)
+	@touch $@
 
+$(LIB_A): $(LIB_OBJS) $(URING_OBJS)
+	@rm -f $@
+	ar rcs $@ $(LIB_OBJS) $(if $(URING_OBJS),$(filter-out %/.extracted,$(wildcard $(BUILD)/obj/liburing/*)))
+
+# --exclude-libs: liburing's functions stay inside, not exported.
 $(LIB_SO): $(LIB_OBJS)
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -o $@ $^ $(LDLIBS) $(LDFLAGS)
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ \
+	    $(LIB_OBJS) $(URING_A) $(LDLIBS) $(LDFLAGS)
 	ln -sf libhoop.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/libhoop.so
 
@@ -96,7 +117,7 @@ $(BUILD)/no_uring: tools/no_uring.c Makefile
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS)
 
 $(TESTBIN): $(TEST_OBJS) $(LIB_A)
-	$(CC) $(ALL_CFLAGS) -o $@ $(TEST_OBJS) $(LIB_A) $(CRIT_LIBS) $(LDLIBS) $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $(TEST_OBJS) $(LIB_A) $(CRIT_LIBS) $(VERBS_LIBS) $(LDLIBS) $(LDFLAGS)
 
 $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 	@mkdir -p $(dir $@)
@@ -175,7 +196,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 # deadline to pass), on one engine: HOOP_TCP_ENGINE=auto, io_uring, or
 # poll where io_uring is refused. About a minute on 2 idle cores; make
 # test stays the whole suite, for before a push.
-CHECK_UNIT := api|wire|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
+CHECK_UNIT := api|packaging|wire|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
 CHECK_FAULTS := sigkill_a_rank_mid_allreduce|garbage_in_the_middle_of_a_stream|root_dies_during_*
 CHECK_MP := allreduce/ranks_[1-4]|allreduce/default_chunks_4_ranks_f32|collectives/*ranks_[1-4]
 CHECK_PATHS := paths/*_n[34]|paths/same_bits_on_every_rank_ring|faults/@($(CHECK_FAULTS))
