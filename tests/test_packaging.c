@@ -1,6 +1,7 @@
 /* test_packaging.c - what libhoop.so asks of the machine it is loaded on:
- * its NEEDED entries are the C library's alone (liburing is inside it,
- * libibverbs and libfabric are opened at run time), and where libibverbs
+ * its NEEDED entries are the C library's alone (liburing and the CUDA
+ * runtime are inside it, libibverbs and libfabric are opened at run time,
+ * libcuda is never linked), and where libibverbs
  * cannot be loaded the verbs transport says so while tcp runs. */
 #include <criterion/criterion.h>
 
@@ -19,7 +20,11 @@
 
 #define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-/* What a machine with glibc always has. */
+/* What a machine with glibc always has. The CUDA runtime, linked in
+ * statically when the build has CUDA (cudart_static), adds nothing here:
+ * what it asks for (libdl, librt, libpthread) is part of libc.so.6 since
+ * glibc 2.34, and its C++ needs no libstdc++ (gpu/ is built without
+ * exceptions and thread-safe statics). */
 static const char *const allowed_needed[] = {
     "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
     "ld-linux-x86-64.so.2",
