@@ -57,13 +57,9 @@ ifneq ($(NVCC),)
 CUDA_CFLAGS := -DHOOP_HAVE_CUDA -I$(CUDA_HOME)/include
 CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
 CUDA_SRCS   := $(sort $(wildcard gpu/*.cu))
-ifeq ($(MAKELEVEL),0)
-$(info hoop: building gpu/ with CUDA ($(NVCC)); make CUDA=0 leaves it out)
-endif
+GPU_SAY     := gpu/ built with CUDA ($(NVCC)); make CUDA=0 leaves it out
 else
-ifeq ($(MAKELEVEL),0)
-$(info hoop: building gpu/ without CUDA ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/bin/nvcc)): every buffer is host memory)
-endif
+GPU_SAY     := gpu/ built without CUDA ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/bin/nvcc)): every buffer is host memory
 endif
 
 LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c transport/*/*.c reduce/*.c \
@@ -119,6 +115,7 @@ $(LIB_A): $(LIB_OBJS) $(URING_OBJS)
 $(LIB_SO): $(LIB_OBJS)
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ \
 	    $(LIB_OBJS) $(URING_A) $(LDLIBS) $(LDFLAGS)
+	@echo "hoop: $(GPU_SAY)"
 	ln -sf libhoop.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/libhoop.so
 

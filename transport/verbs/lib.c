@@ -30,8 +30,7 @@ static pthread_once_t verbs_lib_once = PTHREAD_ONCE_INIT;
         if (!l.field) {                                                                   \
             snprintf(verbs_lib_why, sizeof(verbs_lib_why),                                \
                      "libibverbs could not be loaded: %s has no %s", so, name);           \
-            dlclose(h);                                                                   \
-            return;                                                                       \
+            return; /* left open: closing could strand its exit handlers */               \
         }                                                                                 \
     } while (0)
 
