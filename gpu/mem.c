@@ -59,7 +59,9 @@ struct hoop_mem hoop_gpu_mem_kind(const void *p)
     cudaError_t e = cudaPointerGetAttributes(&a, p);
     if (e != cudaSuccess) {
         /* A pointer CUDA does not know (older runtimes say so with an
-         * error): host memory; the sticky-free error is cleared. */
+         * error): host memory. The error is not sticky; it is taken off
+         * the thread's last error so that the caller's next
+         * cudaGetLastError does not report it as theirs. */
         cudaGetLastError();
         return m;
     }
