@@ -18,23 +18,57 @@ SOMAJOR  := 0
 SONAME   := libhoop.so.$(SOMAJOR)
 
 URING_CFLAGS := $(shell $(PKG_CONFIG) --cflags liburing 2>/dev/null)
+# liburing goes inside libhoop (Debian's liburing.a is position independent),
+# so that the library and the programs start where liburing.so.2 is not
+# installed (Ubuntu 24.04's images); where no liburing.a is found, libhoop
+# links liburing.so as before (URING_LIBS).
+URING_A      := $(abspath $(wildcard $(shell $(CC) -print-file-name=liburing.a)))
+ifeq ($(URING_A),)
 URING_LIBS   := $(shell $(PKG_CONFIG) --libs liburing 2>/dev/null || echo -luring)
+URING_OBJS   :=
+else
+URING_LIBS   :=
+URING_OBJS   := $(BUILD)/obj/liburing/.extracted
+endif
 CRIT_LIBS    := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null || echo -lcriterion)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
             -Wno-unused-parameter
 CFLAGS   ?= $(OPT) -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Iinclude -I. $(URING_CFLAGS) $(CFLAGS) \
-             $(EXTRA_CFLAGS)
+             $(GPU_CFLAGS) $(EXTRA_CFLAGS)
 LIB_CFLAGS = $(ALL_CFLAGS) -fPIC -fvisibility=hidden $(ISA_FLAGS)
+# libibverbs is opened at run time (transport/verbs/lib.c), as libfabric is;
+# only the tests, which look at the RDMA devices themselves, link it.
 VERBS_LIBS   := $(shell $(PKG_CONFIG) --libs libibverbs 2>/dev/null || echo -libverbs)
-LDLIBS   := $(URING_LIBS) $(VERBS_LIBS) -pthread -lm
+LDLIBS    = $(URING_LIBS) $(CUDA_LIBS) -pthread -lm -ldl
+
+# CUDA (gpu/): built when nvcc is found ($(CUDA_HOME)/bin/nvcc, CUDA_HOME
+# defaulting to /usr/local/cuda), unless CUDA=0; CUDA=1 insists. The runtime
+# is linked statically (cudart_static), so libhoop never needs libcuda.so
+# to load; kernels for sm_80 and sm_90, and PTX for later GPUs.
+CUDA      ?= auto
+CUDA_HOME ?= /usr/local/cuda
+NVCC      := $(if $(filter 0,$(CUDA)),,$(wildcard $(CUDA_HOME)/bin/nvcc))
+ifeq ($(CUDA)$(NVCC),1)
+$(error CUDA=1, but there is no $(CUDA_HOME)/bin/nvcc (set CUDA_HOME))
+endif
+NVCC_GENCODE := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+                -gencode arch=compute_90,code=compute_90
+ifneq ($(NVCC),)
+CUDA_CFLAGS := -DHOOP_HAVE_CUDA -I$(CUDA_HOME)/include
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+CUDA_SRCS   := $(sort $(wildcard gpu/*.cu))
+GPU_SAY     := gpu/ built with CUDA ($(NVCC)); make CUDA=0 leaves it out
+else
+GPU_SAY     := gpu/ built without CUDA ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/bin/nvcc)): every buffer is host memory
+endif
 
 LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c transport/*/*.c reduce/*.c \
-                               ring/*.c collectives/*.c engine/*.c))
-LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+                               gpu/*.c ring/*.c collectives/*.c engine/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
 LIB_HDRS := $(wildcard include/*.h common/*.h bootstrap/*.h transport/*.h transport/*/*.h reduce/*.h \
-                       ring/*.h collectives/*.h engine/*.h)
+                       gpu/*.h ring/*.h collectives/*.h engine/*.h)
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 
@@ -57,16 +91,33 @@ $(BUILD)/obj/reduce/avx512.o: ISA_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx
     -mf16c -mprefer-vector-width=512
 endif
 
+# gpu/ and the tests of it see the CUDA runtime's headers, nothing else does.
+$(BUILD)/obj/gpu/%.o $(BUILD)/obj/tests/test_gpu.o: GPU_CFLAGS = $(CUDA_CFLAGS)
+
+$(BUILD)/obj/%.cu.o: %.cu $(LIB_HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(NVCC) -std=c++17 -O3 $(NVCC_GENCODE) -Iinclude -I. -Xcompiler -fPIC,-fvisibility=hidden,-fno-exceptions,-fno-threadsafe-statics \
+	    -c $< -o $@
+
 $(BUILD)/obj/%.o: %.c $(LIB_HDRS) Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_CFLAGS) -c $< -o $@
 
-$(LIB_A): $(LIB_OBJS)
-	@rm -f $@
-	ar rcs $@ $^
+# liburing's members, for libhoop.a (libhoop.so links the archive itself).
+$(BUILD)/obj/liburing/.extracted: $(URING_A)
+	@rm -rf $(dir $@); mkdir -p $(dir $@)
+	cd $(dir $@) && ar x $(URING_A)
+	@touch $@
 
+$(LIB_A): $(LIB_OBJS) $(URING_OBJS)
+	@rm -f $@
+	ar rcs $@ $(LIB_OBJS) $(if $(URING_OBJS),$(filter-out %/.extracted,$(wildcard $(BUILD)/obj/liburing/*)))
+
+# --exclude-libs: liburing's functions stay inside, not exported.
 $(LIB_SO): $(LIB_OBJS)
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -o $@ $^ $(LDLIBS) $(LDFLAGS)
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ \
+	    $(LIB_OBJS) $(URING_A) $(LDLIBS) $(LDFLAGS)
+	@echo "hoop: $(GPU_SAY)"
 	ln -sf libhoop.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/libhoop.so
 
@@ -98,7 +149,7 @@ $(BUILD)/no_uring: tools/no_uring.c Makefile
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS)
 
 $(TESTBIN): $(TEST_OBJS) $(LIB_A)
-	$(CC) $(ALL_CFLAGS) -o $@ $(TEST_OBJS) $(LIB_A) $(CRIT_LIBS) $(LDLIBS) $(LDFLAGS)
+	$(CC) $(ALL_CFLAGS) -o $@ $(TEST_OBJS) $(LIB_A) $(CRIT_LIBS) $(VERBS_LIBS) $(LDLIBS) $(LDFLAGS)
 
 $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 	@mkdir -p $(dir $@)
@@ -181,7 +232,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 # deadline to pass), on one engine: HOOP_TCP_ENGINE=auto, io_uring, or
 # poll where io_uring is refused. About a minute on 2 idle cores; make
 # test stays the whole suite, for before a push.
-CHECK_UNIT := api|wire|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
+CHECK_UNIT := api|packaging|gpu|wire|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
 CHECK_FAULTS := sigkill_a_rank_mid_allreduce|garbage_in_the_middle_of_a_stream|root_dies_during_*
 CHECK_MP := allreduce/ranks_[1-4]|allreduce/default_chunks_4_ranks_f32|collectives/*ranks_[1-4]
 CHECK_PATHS := paths/*_n[34]|paths/same_bits_on_every_rank_ring|faults/@($(CHECK_FAULTS))
@@ -271,7 +322,7 @@ install: all
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libhoop.so
 	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin/
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	    -e 's|@URING_LIBS@|$(URING_LIBS)|g' hoop.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hoop.pc
+	    -e 's|@URING_LIBS@|$(URING_LIBS) $(CUDA_LIBS)|g' hoop.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hoop.pc
 	install -d $(DESTDIR)$(PYDIR)/hoop/torch
 	install -m 644 $(wildcard python/hoop/*.py) $(DESTDIR)$(PYDIR)/hoop/
 	install -m 644 $(wildcard python/hoop/torch/*.py) $(DESTDIR)$(PYDIR)/hoop/torch/

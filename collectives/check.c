@@ -2,6 +2,7 @@
  * state after a failure. */
 #include "collectives/comm.h"
 #include "common/status.h"
+#include "gpu/gpu.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -49,6 +50,30 @@ hoop_status_t hoop_coll_check_count(const hoop_comm_t *comm, const char *name, s
     return HOOP_OK;
 }
 
+/* Where each buffer lives (gpu/gpu.h): both on the host (plain, pinned or
+ * managed, which the CPU reaches), or both on one GPU; device buffers wait
+ * for the pipeline through pinned slots. Without CUDA or a device, every
+ * pointer is host memory and this costs a flag. */
+hoop_status_t hoop_coll_check_kinds(const hoop_comm_t *comm, const char *name, const void *send,
+                                    const void *recv)
+{
+    struct hoop_mem s = hoop_gpu_mem_kind(send), r = hoop_gpu_mem_kind(recv);
+    int s_dev = send && s.kind == HOOP_MEM_DEVICE, r_dev = recv && r.kind == HOOP_MEM_DEVICE;
+    if (!s_dev && !r_dev)
+        return HOOP_OK;
+    if (send && recv && s_dev != r_dev)
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: sendbuf is %s memory and recvbuf is %s "
+                          "memory; pass both on the host or both on the same GPU", comm->rank,
+                          name, hoop_gpu_mem_str(s.kind), hoop_gpu_mem_str(r.kind));
+    if (s_dev && r_dev && s.device != r.device)
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: sendbuf is on GPU %d and recvbuf on "
+                          "GPU %d; pass both on the same GPU (the caller's current device)",
+                          comm->rank, name, s.device, r.device);
+    return hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: %s: device buffers are not supported yet "
+                      "by this build (GPU %d); copy to host memory first", comm->rank, name,
+                      s_dev ? s.device : r.device);
+}
+
 hoop_status_t hoop_coll_check_bufs(const hoop_comm_t *comm, const char *name, const void *send,
                                    size_t send_bytes, const void *recv, size_t recv_bytes,
                                    int in_place)
@@ -59,6 +84,10 @@ hoop_status_t hoop_coll_check_bufs(const hoop_comm_t *comm, const char *name, co
     if (recv_bytes && !recv)
         return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: recvbuf is NULL with %zu bytes to receive",
                           comm->rank, name, recv_bytes);
+    hoop_status_t st = hoop_coll_check_kinds(comm, name, send_bytes ? send : NULL,
+                                             recv_bytes ? recv : NULL);
+    if (st)
+        return st;
     if (send_bytes && recv_bytes && !in_place) {
         uintptr_t s = (uintptr_t)send, d = (uintptr_t)recv;
         if (s < d + recv_bytes && d < s + send_bytes)

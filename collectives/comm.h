@@ -48,8 +48,13 @@ hoop_status_t hoop_coll_check_type(const hoop_comm_t *comm, const char *name, in
 /* count * factor elements of dtype must fit in memory. */
 hoop_status_t hoop_coll_check_count(const hoop_comm_t *comm, const char *name, size_t count,
                                     size_t factor, int dtype);
-/* Non-NULL when non-empty, and no overlap unless the caller found the
- * collective's in-place layout. */
+/* Both buffers (NULL: none) on the host, or both on one GPU; device
+ * buffers are HOOP_ERR_UNSUPPORTED until the pipeline takes them. */
+hoop_status_t hoop_coll_check_kinds(const hoop_comm_t *comm, const char *name, const void *send,
+                                    const void *recv);
+/* Non-NULL when non-empty, the memory kinds as hoop_coll_check_kinds
+ * wants, and no overlap unless the caller found the collective's in-place
+ * layout. */
 hoop_status_t hoop_coll_check_bufs(const hoop_comm_t *comm, const char *name, const void *send,
                                    size_t send_bytes, const void *recv, size_t recv_bytes,
                                    int in_place);

@@ -7,6 +7,21 @@
  *
  * A communicator is used by one thread at a time: collectives on the same
  * communicator must not be called concurrently.
+ *
+ * GPU buffers (CUDA). The contract, for the builds that take them:
+ * - the caller's work on the buffers is complete when it calls (synchronise
+ *   the streams that write sendbuf, or read recvbuf, first);
+ * - the results are in device memory when the call returns (no stream of
+ *   the caller's is used or left running);
+ * - the device is the caller's current device (cudaSetDevice), and both
+ *   buffers are on it.
+ * Both buffers live on the host (plain, pinned or managed memory) or both
+ * on the same GPU: one of each, or two GPUs, is HOOP_ERR_INVALID. This
+ * build moves host memory only: a device buffer is refused with
+ * HOOP_ERR_UNSUPPORTED ("device buffers are not supported yet by this
+ * build") before anything moves, and the communicator stays usable. A
+ * library built without CUDA, or running where no driver or GPU is, takes
+ * every pointer for host memory (docs/gpu.md).
  */
 #ifndef HOOP_H
 #define HOOP_H

@@ -1,26 +1,33 @@
 /* half.h - f16 and bf16 to and from f32, round to nearest even, inline so
- * the reduction loops can use them. */
+ * the reduction loops can use them. Compiled by nvcc too (gpu/reduce.cu),
+ * for the device: the GPU's kernels round with these very functions. */
 #ifndef HOOP_RING_HALF_H
 #define HOOP_RING_HALF_H
 
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t hoop_f32_bits(float f)
+#ifdef __CUDACC__
+#define HOOP_HALF_FN static inline __host__ __device__
+#else
+#define HOOP_HALF_FN static inline
+#endif
+
+HOOP_HALF_FN uint32_t hoop_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
 }
 
-static inline float hoop_bits_f32(uint32_t u)
+HOOP_HALF_FN float hoop_bits_f32(uint32_t u)
 {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-static inline float hoop_h2f(uint16_t h)
+HOOP_HALF_FN float hoop_h2f(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t rest = (uint32_t)(h & 0x7fff) << 13; /* exponent and mantissa in place */
@@ -35,7 +42,7 @@ static inline float hoop_h2f(uint16_t h)
     return hoop_bits_f32(sign | (rest + (112u << 23)));
 }
 
-static inline uint16_t hoop_f2h(float f)
+HOOP_HALF_FN uint16_t hoop_f2h(float f)
 {
     uint32_t x = hoop_f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
@@ -64,12 +71,12 @@ static inline uint16_t hoop_f2h(float f)
     return (uint16_t)(sign | r);
 }
 
-static inline float hoop_bf2f(uint16_t h)
+HOOP_HALF_FN float hoop_bf2f(uint16_t h)
 {
     return hoop_bits_f32((uint32_t)h << 16);
 }
 
-static inline uint16_t hoop_f2bf(float f)
+HOOP_HALF_FN uint16_t hoop_f2bf(float f)
 {
     uint32_t x = hoop_f32_bits(f);
     if ((x & 0x7fffffff) > 0x7f800000)

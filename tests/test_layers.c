@@ -1,17 +1,19 @@
 /* test_layers.c - no layer of the library includes a header of a layer
- * above it. Reads every .c and .h of the library's folders under the source
+ * above it. Reads every .c, .h and .cu of the library's folders under the source
  * tree (HOOP_SOURCE_DIR, else the current directory) and checks each
  * #include "..." of them. The layers, bottom-up:
  *
  *   include/ (the public header), common/
  *   bootstrap/            reduce/ (include/ and common/ only)
- *   transport/ and its subfolders
+ *   transport/ and its subfolders    gpu/ (CUDA memory kinds, device kernels;
+ *                                      may use reduce/half.h)
  *   ring/
  *   collectives/
  *   engine/ (calls only the public API, but may use common/)
  *
  * A file may include its own layer and any layer below it; reduce/ and
- * bootstrap/ stand side by side (neither includes the other). tools/,
+ * bootstrap/ stand side by side (neither includes the other), and so do
+ * transport/ and gpu/. tools/,
  * bench/, tests/ and examples/ sit on top and may include anything, so
  * they are not read. */
 #include <criterion/criterion.h>
@@ -31,7 +33,7 @@ struct layer {
  * other (same level, another layer). */
 static const struct layer layers[] = {
     {"include", 0}, {"common", 1},    {"bootstrap", 2},   {"reduce", 2},
-    {"transport", 3}, {"ring", 4}, {"collectives", 5}, {"engine", 6},
+    {"transport", 3}, {"gpu", 3}, {"ring", 4}, {"collectives", 5}, {"engine", 6},
 };
 #define NLAYERS (sizeof(layers) / sizeof(layers[0]))
 
@@ -139,8 +141,9 @@ static void scan_dir(struct scan *s, const char *rel)
         size_t len = strlen(e->d_name);
         if (S_ISDIR(st.st_mode))
             scan_dir(s, sub);
-        else if (len > 2 && e->d_name[len - 2] == '.' &&
-                 (e->d_name[len - 1] == 'c' || e->d_name[len - 1] == 'h'))
+        else if ((len > 2 && e->d_name[len - 2] == '.' &&
+                  (e->d_name[len - 1] == 'c' || e->d_name[len - 1] == 'h')) ||
+                 (len > 3 && strcmp(e->d_name + len - 3, ".cu") == 0))
             scan_file(s, sub);
     }
     closedir(d);
@@ -156,7 +159,7 @@ Test(layers, no_upward_include)
     cr_assert_gt(s.includes, 100, "found only %d #include \"...\" lines", s.includes);
     cr_assert_eq(s.bad_len, 0,
                  "a layer includes a header of a layer that is not below it (layers, bottom-up: "
-                 "include/ common/ < bootstrap/ | reduce/ < transport/ < ring/ < collectives/); "
+                 "include/ common/ < bootstrap/ | reduce/ < transport/ | gpu/ < ring/ < collectives/); "
                  "move the code to the layer it belongs to or pass what it needs down:\n%s",
                  s.bad);
 }
@@ -171,5 +174,8 @@ Test(layers, order_is_known)
     cr_assert_lt(layer_of("common/log.h")->level, layer_of("reduce/reduce.h")->level);
     cr_assert_eq(layer_of("reduce/half.h")->level, layer_of("bootstrap/bootstrap.h")->level);
     cr_assert_lt(layer_of("transport/transport.h")->level, layer_of("ring/ring.h")->level);
+    cr_assert_lt(layer_of("reduce/half.h")->level, layer_of("gpu/gpu.h")->level);
+    cr_assert_eq(layer_of("gpu/gpu.h")->level, layer_of("transport/transport.h")->level);
+    cr_assert_lt(layer_of("gpu/gpu.h")->level, layer_of("ring/ring.h")->level);
     cr_assert_lt(layer_of("ring/ring.h")->level, layer_of("collectives/comm.h")->level);
 }

@@ -369,7 +369,7 @@ static int cq_poll(struct verbs_conn *c)
                 if (!c->err) {
                     verbs_note(tp, "a %s with rank %d over %s failed: %s (vendor error %u): %s",
                                recv ? "receive" : "write", c->peer, tp->dev_name,
-                               ibv_wc_status_str(wc[i].status), wc[i].vendor_err,
+                               verbs_ib.wc_status_str(wc[i].status), wc[i].vendor_err,
                                wc_advice(wc[i].status));
                     ended += verbs_conn_fail(c, wc_errno(wc[i].status));
                 }
@@ -521,8 +521,8 @@ static void chan_drain(struct verbs_tp *tp)
 {
     struct ibv_cq *cq;
     void *ctx;
-    while (ibv_get_cq_event(tp->chan, &cq, &ctx) == 0)
-        ibv_ack_cq_events(cq, 1);
+    while (verbs_ib.get_cq_event(tp->chan, &cq, &ctx) == 0)
+        verbs_ib.ack_cq_events(cq, 1);
 }
 
 /* The side channel, looked at until `until`: what it ended, or -EINTR for

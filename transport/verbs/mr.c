@@ -20,7 +20,7 @@ static int verbs_mr_reg(void *ctx, struct hoop_mr *m)
     struct verbs_tp *tp = ctx;
     /* Read by the device only: no access flags, so that read-only memory
      * registers too. */
-    struct ibv_mr *mr = ibv_reg_mr(tp->pd, (void *)m->base, m->len,
+    struct ibv_mr *mr = verbs_ib.reg_mr(tp->pd, (void *)m->base, m->len,
                                    tp->odp ? IBV_ACCESS_ON_DEMAND : 0);
     if (!mr)
         return errno ? -errno : -EIO;
@@ -34,7 +34,7 @@ static int verbs_mr_reg(void *ctx, struct hoop_mr *m)
 static void verbs_mr_dereg(void *ctx, struct hoop_mr *m)
 {
     (void)ctx;
-    ibv_dereg_mr(m->handle);
+    verbs_ib.dereg_mr(m->handle);
 }
 
 static const struct hoop_mr_ops verbs_mr_ops = {.reg = verbs_mr_reg, .dereg = verbs_mr_dereg};
@@ -43,7 +43,7 @@ static const struct hoop_mr_ops verbs_mr_ops = {.reg = verbs_mr_reg, .dereg = ve
 static int verbs_has_odp(struct ibv_context *ctx)
 {
     struct ibv_device_attr_ex a;
-    if (ibv_query_device_ex(ctx, NULL, &a))
+    if (verbs_query_device_ex(ctx, &a))
         return 0;
     const uint32_t want = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE;
     return (a.odp_caps.general_caps & IBV_ODP_SUPPORT) &&

@@ -44,18 +44,18 @@ static uint8_t pick_port(struct ibv_context *ctx, unsigned want, struct ibv_port
                          char *seen, size_t n)
 {
     struct ibv_device_attr da;
-    if (ibv_query_device(ctx, &da))
+    if (verbs_ib.query_device(ctx, &da))
         return 0;
     size_t used = strlen(seen);
     for (unsigned p = 1; p <= da.phys_port_cnt; p++) {
         if (want && p != want)
             continue;
-        if (ibv_query_port(ctx, (uint8_t)p, pa))
+        if (verbs_query_port(ctx, (uint8_t)p, pa))
             continue;
         if (used < n)
             used += (size_t)snprintf(seen + used, n - used, "%s%s port %u %s", used ? ", " : "",
-                                     ibv_get_device_name(ctx->device), p,
-                                     ibv_port_state_str(pa->state));
+                                     verbs_ib.get_device_name(ctx->device), p,
+                                     verbs_ib.port_state_str(pa->state));
         if (pa->state == IBV_PORT_ACTIVE)
             return (uint8_t)p;
     }
@@ -67,10 +67,10 @@ static uint8_t pick_port(struct ibv_context *ctx, unsigned want, struct ibv_port
 static hoop_status_t verbs_open(struct verbs_tp *tp)
 {
     int ndev = 0;
-    struct ibv_device **devs = ibv_get_device_list(&ndev);
+    struct ibv_device **devs = verbs_ib.get_device_list(&ndev);
     if (!devs || ndev == 0) {
         if (devs)
-            ibv_free_device_list(devs);
+            verbs_ib.free_device_list(devs);
         return hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: verbs transport: no RDMA device "
                           "(ibv_get_device_list found none: is a driver loaded and "
                           "/dev/infiniband there?)", tp->rank);
@@ -79,28 +79,28 @@ static hoop_status_t verbs_open(struct verbs_tp *tp)
     unsigned long long want_port;
     hoop_status_t st = hoop_param_u64("HOOP_IB_PORT", 0, 255, &want_port);
     if (st) {
-        ibv_free_device_list(devs);
+        verbs_ib.free_device_list(devs);
         return st;
     }
     char seen[512] = "";
     struct ibv_port_attr pa;
     for (int i = 0; i < ndev && !tp->ctx; i++) {
-        const char *name = ibv_get_device_name(devs[i]);
+        const char *name = verbs_ib.get_device_name(devs[i]);
         if (*want_dev && strcmp(name, want_dev) != 0)
             continue;
-        struct ibv_context *ctx = ibv_open_device(devs[i]);
+        struct ibv_context *ctx = verbs_ib.open_device(devs[i]);
         if (!ctx)
             continue;
         uint8_t port = pick_port(ctx, (unsigned)want_port, &pa, seen, sizeof(seen));
         if (!port) {
-            ibv_close_device(ctx);
+            verbs_ib.close_device(ctx);
             continue;
         }
         tp->ctx = ctx;
         tp->port = port;
         snprintf(tp->dev_name, sizeof(tp->dev_name), "%s", name);
     }
-    ibv_free_device_list(devs);
+    verbs_ib.free_device_list(devs);
     if (!tp->ctx)
         return hoop_error(HOOP_ERR_UNSUPPORTED,
                           "rank %d: verbs transport: no ACTIVE port%s%s%s (found: %s; "
@@ -129,7 +129,7 @@ static hoop_status_t verbs_open(struct verbs_tp *tp)
         int v2 = -1, v4 = -1;
         for (int k = 0; k < pa.gid_tbl_len && v4 < 0; k++) {
             struct ibv_gid_entry e;
-            if (ibv_query_gid_ex(tp->ctx, tp->port, (uint32_t)k, &e, 0))
+            if (verbs_query_gid_ex(tp->ctx, tp->port, (uint32_t)k, &e))
                 continue;
             if (e.gid_type != IBV_GID_TYPE_ROCE_V2)
                 continue;
@@ -140,7 +140,7 @@ static hoop_status_t verbs_open(struct verbs_tp *tp)
         }
         tp->gid_index = v4 >= 0 ? v4 : v2 >= 0 ? v2 : 0;
     }
-    if (ibv_query_gid(tp->ctx, tp->port, tp->gid_index, &tp->gid))
+    if (verbs_ib.query_gid(tp->ctx, tp->port, tp->gid_index, &tp->gid))
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: verbs transport: cannot read GID %d of %s "
                           "port %u: %s", tp->rank, tp->gid_index, tp->dev_name, tp->port,
                           hoop_errno_str(-errno));
@@ -158,6 +158,12 @@ static hoop_status_t verbs_create(const struct hoop_tp_params *p, void **out)
     tp->size = p->size;
     unsigned long long v;
     hoop_status_t st;
+    const char *no_lib;
+    if (verbs_lib_load_once(&no_lib)) {
+        st = hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: verbs transport: %s; pick another "
+                        "transport (HOOP_TRANSPORT=tcp)", p->rank, no_lib);
+        goto fail;
+    }
     if ((st = hoop_param_u64("HOOP_IB_TIMEOUT", 1, 31, &v)))
         goto fail;
     tp->timeout = (unsigned)v;
@@ -170,13 +176,13 @@ static hoop_status_t verbs_create(const struct hoop_tp_params *p, void **out)
     tp->zcopy_min = (size_t)v;
     if ((st = verbs_open(tp)))
         goto fail;
-    if (!(tp->pd = ibv_alloc_pd(tp->ctx))) {
+    if (!(tp->pd = verbs_ib.alloc_pd(tp->ctx))) {
         st = hoop_error(HOOP_ERR_SYSTEM, "rank %d: verbs transport: ibv_alloc_pd on %s: %s",
                         tp->rank, tp->dev_name, hoop_errno_str(-errno));
         goto fail;
     }
     verbs_mr_init(tp);
-    if (!(tp->chan = ibv_create_comp_channel(tp->ctx)) ||
+    if (!(tp->chan = verbs_ib.create_comp_channel(tp->ctx)) ||
         fcntl(tp->chan->fd, F_SETFL, fcntl(tp->chan->fd, F_GETFL) | O_NONBLOCK)) {
         st = hoop_error(HOOP_ERR_SYSTEM, "rank %d: verbs transport: completion channel on %s: "
                         "%s", tp->rank, tp->dev_name, hoop_errno_str(-errno));
@@ -278,7 +284,7 @@ static hoop_status_t conn_begin(struct verbs_tp *tp, struct verbs_conn *c)
     const size_t bytes = (size_t)VERBS_SLOTS * VERBS_SLOT_BYTES;
     int err = 0;
     const char *what = NULL;
-    if (!(c->cq = ibv_create_cq(tp->ctx, 2 * depth, c, tp->chan, 0))) {
+    if (!(c->cq = verbs_ib.create_cq(tp->ctx, 2 * depth, c, tp->chan, 0))) {
         what = "ibv_create_cq";
         goto sys;
     }
@@ -290,7 +296,7 @@ static hoop_status_t conn_begin(struct verbs_tp *tp, struct verbs_conn *c)
         .cap = {.max_send_wr = depth, .max_recv_wr = depth, .max_send_sge = 2,
                 .max_recv_sge = 1},
     };
-    if (!(c->qp = ibv_create_qp(tp->pd, &qa))) {
+    if (!(c->qp = verbs_ib.create_qp(tp->pd, &qa))) {
         what = "ibv_create_qp";
         goto sys;
     }
@@ -303,9 +309,9 @@ static hoop_status_t conn_begin(struct verbs_tp *tp, struct verbs_conn *c)
     }
     memset(c->rx, 0, bytes);
     memset(c->tx, 0, bytes);
-    if (!(c->rx_mr = ibv_reg_mr(tp->pd, c->rx, bytes,
+    if (!(c->rx_mr = verbs_ib.reg_mr(tp->pd, c->rx, bytes,
                                 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)) ||
-        !(c->tx_mr = ibv_reg_mr(tp->pd, c->tx, bytes, IBV_ACCESS_LOCAL_WRITE))) {
+        !(c->tx_mr = verbs_ib.reg_mr(tp->pd, c->tx, bytes, IBV_ACCESS_LOCAL_WRITE))) {
         what = "ibv_reg_mr of the slots (is RLIMIT_MEMLOCK high enough? ulimit -l)";
         goto sys;
     }
@@ -315,7 +321,7 @@ static hoop_status_t conn_begin(struct verbs_tp *tp, struct verbs_conn *c)
         .port_num = tp->port,
         .qp_access_flags = IBV_ACCESS_REMOTE_WRITE,
     };
-    if ((err = ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+    if ((err = verbs_ib.modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
                                         IBV_QP_ACCESS_FLAGS))) {
         what = "queue pair to INIT";
         goto fail;
@@ -382,7 +388,7 @@ static int conn_to_rts(struct verbs_conn *c)
         a.ah_attr.grh.sgid_index = (uint8_t)tp->gid_index;
         a.ah_attr.grh.hop_limit = 64;
     }
-    int err = ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+    int err = verbs_ib.modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
                                        IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     if (err)
@@ -398,7 +404,7 @@ static int conn_to_rts(struct verbs_conn *c)
         .sq_psn = c->psn,
         .max_rd_atomic = 1,
     };
-    if ((err = ibv_modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+    if ((err = verbs_ib.modify_qp(c->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                                         IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                                         IBV_QP_MAX_QP_RD_ATOMIC)))
         return conn_setup_failed(c, "queue pair to RTS", err);
@@ -501,7 +507,7 @@ static void qp_to_err(struct verbs_conn *c)
 {
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
     if (c->qp)
-        ibv_modify_qp(c->qp, &a, IBV_QP_STATE);
+        verbs_ib.modify_qp(c->qp, &a, IBV_QP_STATE);
 }
 
 /* What the queue has been given back (a closed queue pair's flushes). */
@@ -524,15 +530,15 @@ static void verbs_close(void *vconn)
     verbs_conn_fail(c, -ECANCELED);
     qp_to_err(c);
     if (c->qp)
-        ibv_destroy_qp(c->qp);
+        verbs_ib.destroy_qp(c->qp);
     if (c->cq) {
         cq_empty(c->cq);
-        ibv_destroy_cq(c->cq);
+        verbs_ib.destroy_cq(c->cq);
     }
     if (c->rx_mr)
-        ibv_dereg_mr(c->rx_mr);
+        verbs_ib.dereg_mr(c->rx_mr);
     if (c->tx_mr)
-        ibv_dereg_mr(c->tx_mr);
+        verbs_ib.dereg_mr(c->tx_mr);
     free(c->rx);
     free(c->tx);
     /* Ends the side channel's watch (and the set-up's messages) first. */
@@ -575,11 +581,11 @@ static void verbs_destroy(void *vtp)
     if (tp->side)
         tp->side_ops->destroy(tp->side);
     if (tp->chan)
-        ibv_destroy_comp_channel(tp->chan);
+        verbs_ib.destroy_comp_channel(tp->chan);
     if (tp->pd)
-        ibv_dealloc_pd(tp->pd);
+        verbs_ib.dealloc_pd(tp->pd);
     if (tp->ctx)
-        ibv_close_device(tp->ctx);
+        verbs_ib.close_device(tp->ctx);
     hoop_watch_fini(&tp->watch);
     free(tp);
 }
@@ -593,21 +599,26 @@ static const char *verbs_describe(void *vtp)
  * (rxe, siw) is usable but slower than tcp, so auto does not pick it. */
 static int verbs_probe(char *why, size_t n)
 {
+    const char *no_lib;
+    if (verbs_lib_load_once(&no_lib)) {
+        snprintf(why, n, "%s", no_lib);
+        return 0;
+    }
     int ndev = 0;
-    struct ibv_device **devs = ibv_get_device_list(&ndev);
+    struct ibv_device **devs = verbs_ib.get_device_list(&ndev);
     int best = 0;
     char seen[256] = "";
     for (int i = 0; devs && i < ndev && best < 4; i++) {
-        struct ibv_context *ctx = ibv_open_device(devs[i]);
+        struct ibv_context *ctx = verbs_ib.open_device(devs[i]);
         if (!ctx)
             continue;
         struct ibv_port_attr pa;
         if (pick_port(ctx, 0, &pa, seen, sizeof(seen)))
-            best = dev_is_software(ibv_get_device_name(devs[i])) ? (best ? best : -1) : 4;
-        ibv_close_device(ctx);
+            best = dev_is_software(verbs_ib.get_device_name(devs[i])) ? (best ? best : -1) : 4;
+        verbs_ib.close_device(ctx);
     }
     if (devs)
-        ibv_free_device_list(devs);
+        verbs_ib.free_device_list(devs);
     if (best == 4)
         snprintf(why, n, "%s", seen);
     else if (best < 0)

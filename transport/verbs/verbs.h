@@ -150,6 +150,46 @@ int verbs_conn_advance(struct verbs_conn *c);
  * device (whether it pages on demand). */
 void verbs_mr_init(struct verbs_tp *tp);
 
+/* lib.c: libibverbs's exported functions, looked up at run time. */
+struct verbs_lib {
+    int loaded;
+    struct ibv_device **(*get_device_list)(int *n);
+    void (*free_device_list)(struct ibv_device **list);
+    const char *(*get_device_name)(struct ibv_device *dev);
+    struct ibv_context *(*open_device)(struct ibv_device *dev);
+    int (*close_device)(struct ibv_context *ctx);
+    int (*query_device)(struct ibv_context *ctx, struct ibv_device_attr *a);
+    int (*query_port_compat)(struct ibv_context *ctx, uint8_t port,
+                             struct _compat_ibv_port_attr *a);
+    int (*query_gid)(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid);
+    int (*query_gid_ex_sized)(struct ibv_context *ctx, uint32_t port, uint32_t index,
+                              struct ibv_gid_entry *e, uint32_t flags, size_t size);
+    struct ibv_pd *(*alloc_pd)(struct ibv_context *ctx);
+    int (*dealloc_pd)(struct ibv_pd *pd);
+    struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *ctx);
+    int (*destroy_comp_channel)(struct ibv_comp_channel *ch);
+    int (*get_cq_event)(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_ctx);
+    void (*ack_cq_events)(struct ibv_cq *cq, unsigned int n);
+    struct ibv_cq *(*create_cq)(struct ibv_context *ctx, int cqe, void *cq_ctx,
+                                struct ibv_comp_channel *ch, int vector);
+    int (*destroy_cq)(struct ibv_cq *cq);
+    struct ibv_qp *(*create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *a);
+    int (*destroy_qp)(struct ibv_qp *qp);
+    int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask);
+    struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access);
+    int (*dereg_mr)(struct ibv_mr *mr);
+    const char *(*port_state_str)(enum ibv_port_state s);
+    const char *(*wc_status_str)(enum ibv_wc_status s);
+};
+extern struct verbs_lib verbs_ib;
+/* Open libibverbs once: 0, or -1 with why pointing at a sentence that
+ * begins "libibverbs could not be loaded". */
+int verbs_lib_load_once(const char **why);
+int verbs_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *pa);
+int verbs_query_device_ex(struct ibv_context *ctx, struct ibv_device_attr_ex *a);
+int verbs_query_gid_ex(struct ibv_context *ctx, uint32_t port, uint32_t index,
+                       struct ibv_gid_entry *e);
+
 /* data.c */
 /* Keep the first failure's sentence (printf-like) for last_error, and log it. */
 void verbs_note(struct verbs_tp *tp, const char *fmt, ...)
