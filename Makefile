@@ -26,7 +26,10 @@ ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) -pthread -Iinclude -I. $(URING_CFLAG
              $(EXTRA_CFLAGS)
 LIB_CFLAGS = $(ALL_CFLAGS) -fPIC -fvisibility=hidden $(ISA_FLAGS)
 VERBS_LIBS   := $(shell $(PKG_CONFIG) --libs libibverbs 2>/dev/null || echo -libverbs)
-LDLIBS   := $(URING_LIBS) $(VERBS_LIBS) -pthread -lm
+# nettle (HMAC-SHA256 for the token handshake) is linked in statically and
+# its symbols kept out of libhoop.so's exports: it adds no NEEDED entry.
+NETTLE_LIBS := -l:libnettle.a
+LDLIBS   := $(URING_LIBS) $(VERBS_LIBS) $(NETTLE_LIBS) -pthread -lm
 
 LIB_SRCS := $(sort $(wildcard common/*.c bootstrap/*.c transport/*.c transport/*/*.c reduce/*.c \
                                ring/*.c collectives/*.c engine/*.c))
@@ -64,7 +67,7 @@ $(LIB_A): $(LIB_OBJS)
 	ar rcs $@ $^
 
 $(LIB_SO): $(LIB_OBJS)
-	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -o $@ $^ $(LDLIBS) $(LDFLAGS)
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ $(LDLIBS) $(LDFLAGS)
 	ln -sf libhoop.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/libhoop.so
 
