@@ -431,8 +431,9 @@ static int out_waiting(const struct hoop_listener *l)
     return 0;
 }
 
-/* Serve until the callback is done, or (outgoing) until no outgoing
- * handshake is waiting. */
+/* Serve until the callback is done, or (outgoing 1) until no outgoing
+ * handshake is waiting, or (outgoing 2) only answer outgoing handshakes
+ * until none is waiting, accepting nothing. */
 static int listener_loop(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
                          hoop_hello_cb cb, void *ctx, int outgoing)
 {
@@ -444,7 +445,8 @@ static int listener_loop(struct hoop_listener *l, uint64_t deadline_ns, const in
         for (int i = 0; i < l->nout; i++)
             out_step(l, &l->out[i]);
         /* Hellos that are there are read before anyone is dropped. */
-        listener_read_all(l, cb, ctx, &done);
+        if (outgoing < 2)
+            listener_read_all(l, cb, ctx, &done);
         if (outgoing) {
             done = 0;
             if (!out_waiting(l))
@@ -465,8 +467,8 @@ static int listener_loop(struct hoop_listener *l, uint64_t deadline_ns, const in
         for (int i = 0; i < l->nout; i++)
             if (l->out[i].state == 1 && now >= l->out[i].deadline)
                 l->out[i].state = -ETIMEDOUT;
-        uint64_t blocked;
-        int got = listener_accept(l, now, &blocked);
+        uint64_t blocked = UINT64_MAX;
+        int got = outgoing < 2 ? listener_accept(l, now, &blocked) : 0;
         if (got < 0) {
             result = got;
             break;
@@ -481,7 +483,7 @@ static int listener_loop(struct hoop_listener *l, uint64_t deadline_ns, const in
             pfd[n++] = (struct pollfd){.fd = l->lfd, .events = POLLIN};
         else if (blocked < until)
             until = blocked;
-        for (int i = 0; i < HOOP_PENDING_MAX; i++) {
+        for (int i = 0; i < HOOP_PENDING_MAX && outgoing < 2; i++) {
             if (l->pend[i].fd < 0)
                 continue;
             if (l->pend[i].deadline < until)
@@ -530,4 +532,10 @@ int hoop_listener_finish(struct hoop_listener *l, uint64_t deadline_ns, const in
         }
     l->nout = 0;
     return rc;
+}
+
+void hoop_listener_answer(struct hoop_listener *l, uint64_t deadline_ns)
+{
+    if (out_waiting(l))
+        listener_loop(l, deadline_ns, NULL, 0, NULL, NULL, 2);
 }

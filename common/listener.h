@@ -97,5 +97,10 @@ void hoop_listener_forget(struct hoop_listener *l, int fd);
  * hoop_listener_serve. */
 int hoop_listener_finish(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
                          hoop_hello_cb cb, void *ctx, int *peer);
+/* A rank that gives up still answers the challenges of the connections
+ * it opened (accepting nothing), until deadline: its peers then see a
+ * connection that proved the token and closes, and fail at once, instead
+ * of waiting for one that never finished its handshake. */
+void hoop_listener_answer(struct hoop_listener *l, uint64_t deadline_ns);
 
 #endif

@@ -412,9 +412,13 @@ static hoop_status_t tcp_accept(void *vtp, int peer, int channel, const char *pe
      * before any of them carries data; what arrives meanwhile waits. */
     int bad = -1;
     if (rc == 0 && tp->listener.nout) {
-        struct tcp_accept_ctx later = {.tp = tp, .c = c, .peer = -1};
+        struct tcp_accept_ctx later = {.tp = tp, .c = c, .peer = -1, .comm_id = comm_id};
         rc = hoop_listener_finish(&tp->listener, deadline_ns, tp->watch.fd, tp->watch.n,
                                   tcp_on_hello, &later, &bad);
+    }
+    if (rc && rc != -EINTR) {
+        uint64_t soon = hoop_now_ns() + 1000000000ull;
+        hoop_listener_answer(&tp->listener, soon < deadline_ns ? soon : deadline_ns);
     }
     if (bad >= 0) {
         tcp_close(c);
