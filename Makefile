@@ -93,6 +93,12 @@ $(BUILD)/engine_bench: bench/engine_bench.c $(LIB_A) include/hoop.h include/hoop
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
 
+# Not installed: forming a job and the first alltoall's connection set-up
+# (hooprun -np N build/form_bench; bench/RESULTS.md).
+$(BUILD)/form_bench: bench/form_bench.c $(LIB_A) include/hoop.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
+
 # A test tool, not installed: runs a program with io_uring refused.
 $(BUILD)/no_uring: tools/no_uring.c Makefile
 	@mkdir -p $(dir $@)

@@ -3,10 +3,13 @@
 #include "common/sock.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <nettle/hmac.h>
 #include <nettle/memops.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 
 #define AUTH_OFF 8 /* where the hello's auth field starts */
 
@@ -152,6 +155,8 @@ int hoop_auth_connect(int fd, const uint8_t token[HOOP_TOKEN_BYTES],
         return 1;
     uint8_t proof[HOOP_AUTH_BYTES];
     int verdict = hoop_auth_answer(token, hello, body, body_len, reply, proof);
+    int one = 1; /* the proof must not wait for a delayed acknowledgement */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (verdict && verdict != -EACCES)
         return verdict;
     rc = hoop_sock_write_all(fd, proof, sizeof(proof), deadline_ns);

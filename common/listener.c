@@ -7,6 +7,8 @@
 #include "hoop.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,6 +340,10 @@ static int listener_accept(struct hoop_listener *l, uint64_t now, uint64_t *bloc
             }
             return -err;
         }
+        /* The handshake is small messages each way: none may wait for
+         * the peer's delayed acknowledgement. */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         struct hoop_listen_pending *p = &l->pend[slot];
         if (p->fd >= 0)
             pending_drop(l, p, "too many connections without a hello; this one was silent longest");
