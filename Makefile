@@ -41,7 +41,10 @@ LIB_CFLAGS = $(ALL_CFLAGS) -fPIC -fvisibility=hidden $(ISA_FLAGS)
 # libibverbs is opened at run time (transport/verbs/lib.c), as libfabric is;
 # only the tests, which look at the RDMA devices themselves, link it.
 VERBS_LIBS   := $(shell $(PKG_CONFIG) --libs libibverbs 2>/dev/null || echo -libverbs)
-LDLIBS    = $(URING_LIBS) $(CUDA_LIBS) -pthread -lm -ldl
+# nettle (HMAC-SHA256 for the token handshake) is linked in statically and
+# its symbols kept out of libhoop.so's exports: it adds no NEEDED entry.
+NETTLE_LIBS := -l:libnettle.a
+LDLIBS    = $(URING_LIBS) $(CUDA_LIBS) $(NETTLE_LIBS) -pthread -lm -ldl
 
 # CUDA (gpu/): built when nvcc is found ($(CUDA_HOME)/bin/nvcc, CUDA_HOME
 # defaulting to /usr/local/cuda), unless CUDA=0; CUDA=1 insists. The runtime
@@ -143,6 +146,12 @@ $(BUILD)/engine_bench: bench/engine_bench.c $(LIB_A) include/hoop.h include/hoop
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
 
+# Not installed: forming a job and the first alltoall's connection set-up
+# (hooprun -np N build/form_bench; bench/RESULTS.md).
+$(BUILD)/form_bench: bench/form_bench.c $(LIB_A) include/hoop.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
+
 # A test tool, not installed: runs a program with io_uring refused.
 $(BUILD)/no_uring: tools/no_uring.c Makefile
 	@mkdir -p $(dir $@)
@@ -176,7 +185,7 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # why, without torch, numpy or pytest there; HOOP_TEST_REQUIRE_PYTHON=1
 # makes that a failure).
 TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python
-MP_SUITES := @(allreduce|async|bootstrap|collectives|faults|mismatch|paths|soak)/*
+MP_SUITES := @(allreduce|async|auth|bootstrap|collectives|faults|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
 # The verbs pass runs in an emulated guest where no RDMA device is here, a
 # 64 MiB allreduce taking seconds there: the verbs suite, the collective
@@ -232,7 +241,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 # deadline to pass), on one engine: HOOP_TCP_ENGINE=auto, io_uring, or
 # poll where io_uring is refused. About a minute on 2 idle cores; make
 # test stays the whole suite, for before a push.
-CHECK_UNIT := api|packaging|gpu|wire|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
+CHECK_UNIT := api|packaging|gpu|wire|auth|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
 CHECK_FAULTS := sigkill_a_rank_mid_allreduce|garbage_in_the_middle_of_a_stream|root_dies_during_*
 CHECK_MP := allreduce/ranks_[1-4]|allreduce/default_chunks_4_ranks_f32|collectives/*ranks_[1-4]
 CHECK_PATHS := paths/*_n[34]|paths/same_bits_on_every_rank_ring|faults/@($(CHECK_FAULTS))
@@ -290,9 +299,11 @@ test-valgrind: all
 FUZZ_SECONDS ?= 20
 FUZZ_CC ?= clang
 FUZZ_FLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -g -O1
-FUZZ_TARGETS := hello peers
+FUZZ_TARGETS := hello peers auth
 FUZZ_SRCS_hello := common/wire.c
 FUZZ_SRCS_peers := common/wire.c bootstrap/peer.c
+FUZZ_SRCS_auth := common/wire.c common/auth.c common/sock.c common/status.c common/log.c common/param.c
+FUZZ_LIBS_auth := $(NETTLE_LIBS)
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p $(BUILD)/fuzz/corpus-$$t; \
@@ -305,7 +316,7 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	done
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_HDRS) Makefile
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude -I. $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRCS_$*)
+	$(FUZZ_CC) -std=c11 -D_GNU_SOURCE $(WARN) -Iinclude -I. $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRCS_$*) $(FUZZ_LIBS_$*)
 
 # The main job: a 4-rank allreduce benchmark on this machine.
 BENCH_ARGS ?= -b 8 -e 256M -f 4

@@ -1,6 +1,7 @@
 /* bootstrap.c - a rank's side of the bootstrap: reach the root, join, and
  * read the table (rank 0 runs the root instead, see root.c). */
 #include "bootstrap/bootstrap.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/netif.h"
@@ -23,12 +24,13 @@ static hoop_status_t boot_cannot_join(struct hoop_bootstrap *bs, const struct ho
     struct hoop_hello h = {.kind = HOOP_HELLO_REFUSE, .rank = (uint32_t)cfg->rank,
                            .size = (uint32_t)cfg->size, .aux = (uint32_t)st,
                            .body_len = (uint32_t)strnlen(why, HOOP_REFUSE_MAX)};
-    memcpy(h.token, cfg->token, HOOP_TOKEN_BYTES);
-    uint8_t head[HOOP_HELLO_BYTES];
+    uint8_t head[HOOP_HELLO_BYTES], reply[HOOP_AUTH_BYTES];
     hoop_hello_encode(&h, head);
     uint64_t dl = hoop_now_ns() + 1000000000ull;
-    if (hoop_sock_write_all(bs->root_fd, head, sizeof(head), dl) == 0)
-        hoop_sock_write_all(bs->root_fd, why, h.body_len, dl);
+    /* The root hears it only from a rank that proves the token. */
+    if (hoop_auth_nonce(head) == 0 && hoop_sock_write_all(bs->root_fd, head, sizeof(head), dl) == 0 &&
+        hoop_sock_write_all(bs->root_fd, why, h.body_len, dl) == 0)
+        hoop_auth_connect(bs->root_fd, cfg->token, head, why, h.body_len, dl, reply);
     return st;
 }
 
@@ -74,15 +76,49 @@ static hoop_status_t boot_join(struct hoop_bootstrap *bs, const struct hoop_boot
     hoop_peer_encode(&b, me);
     struct hoop_hello h = {.kind = HOOP_HELLO_JOIN, .rank = (uint32_t)cfg->rank,
                            .size = (uint32_t)cfg->size, .body_len = (uint32_t)b.pos};
-    memcpy(h.token, cfg->token, HOOP_TOKEN_BYTES);
     hoop_hello_encode(&h, msg);
-    rc = hoop_sock_write_all(bs->root_fd, msg, HOOP_HELLO_BYTES + b.pos, deadline);
+    rc = hoop_auth_nonce(msg);
+    if (rc == 0)
+        rc = hoop_sock_write_all(bs->root_fd, msg, HOOP_HELLO_BYTES + b.pos, deadline);
     if (rc)
         return hoop_error(hoop_status_from_errno(rc), "rank %d: sending join to the root %s:%u: %s",
                           cfg->rank, rh, rp, hoop_errno_str(rc));
 
+    /* Each side proves the token; a root that answers with a hello has
+     * refused this rank before that (another wire version, say). */
     uint8_t head[HOOP_HELLO_BYTES];
-    rc = hoop_sock_read_all(bs->root_fd, head, sizeof(head), deadline);
+    rc = hoop_auth_connect(bs->root_fd, cfg->token, msg, msg + HOOP_HELLO_BYTES, b.pos, deadline,
+                           head);
+    int wrong_token = rc == -EACCES;
+    if (rc == -EPROTONOSUPPORT) {
+        char why[160];
+        hoop_wire_version_why(hoop_wire_peer_version(head), why, sizeof(why));
+        return hoop_error(HOOP_ERR_MISMATCH, "rank %d: the bootstrap root %s:%u %s", cfg->rank,
+                          rh, rp, why);
+    }
+    if (rc == -EPROTO)
+        return hoop_error(HOOP_ERR_PEER,
+                          "rank %d: the root %s:%u answered the join with something that is not "
+                          "a hoop token challenge (not a hoop root, or another hoop build?)",
+                          cfg->rank, rh, rp);
+    if (rc < 0 && rc != -EACCES && rc != -ETIMEDOUT)
+        return hoop_error(HOOP_ERR_PEER,
+                          "rank %d: the bootstrap root %s:%u closed the connection during the "
+                          "token handshake (%s): is it a root of another hoop build? run the same "
+                          "hoop build everywhere", cfg->rank, rh, rp, hoop_errno_str(rc));
+    if (rc == 1) {
+        rc = 0; /* its refusal is in head */
+    } else if (rc == 0 || wrong_token) {
+        /* A root that knows the token refuses a wrong one with its
+         * sentence at once; one that does not answers nothing. */
+        uint64_t dl = wrong_token ? hoop_now_ns() + 1000000000ull : deadline;
+        rc = hoop_sock_read_all(bs->root_fd, head, sizeof(head), dl < deadline ? dl : deadline);
+    }
+    if (rc && wrong_token)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "rank %d: the bootstrap root %s:%u could not prove this job's token: "
+                          "wrong job token: rank %d's HOOP_TOKEN differs from rank 0's (another "
+                          "job?)", cfg->rank, rh, rp, cfg->rank);
     if (rc == -ETIMEDOUT)
         return hoop_error(HOOP_ERR_TIMEOUT,
                           "rank %d: joined the root %s:%u but no table came within %.1f s: some "
@@ -108,8 +144,7 @@ static hoop_status_t boot_join(struct hoop_bootstrap *bs, const struct hoop_boot
         return hoop_error(code, "rank %d: the bootstrap root %s:%u refused this rank: %s",
                           cfg->rank, rh, rp, why);
     }
-    if (h.kind != HOOP_HELLO_TABLE || !hoop_token_equal(h.token, cfg->token) ||
-        h.size != (uint32_t)cfg->size)
+    if (h.kind != HOOP_HELLO_TABLE || wrong_token || h.size != (uint32_t)cfg->size)
         return hoop_error(HOOP_ERR_PEER,
                           "rank %d: the root %s:%u answered with something that is not this job's "
                           "table (kind %u, size %u)", cfg->rank, rh, rp, h.kind, h.size);
@@ -121,6 +156,11 @@ static hoop_status_t boot_join(struct hoop_bootstrap *bs, const struct hoop_boot
         free(body);
         return hoop_error(hoop_status_from_errno(rc), "rank %d: reading the table from %s:%u: %s",
                           cfg->rank, rh, rp, hoop_errno_str(rc));
+    }
+    if (!hoop_auth_sealed(cfg->token, head, body, h.body_len)) {
+        free(body);
+        return hoop_error(HOOP_ERR_PEER, "rank %d: the table from the root %s:%u is not sealed with "
+                          "this job's token", cfg->rank, rh, rp);
     }
     struct hoop_buf tb = {.p = body, .len = h.body_len};
     int bad = 0;

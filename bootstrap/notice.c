@@ -1,7 +1,9 @@
 /* notice.c - failure notices over the connections to the root (see
- * bootstrap.h): a hello of kind NOTICE or VERDICT with the job token, then
- * a body of status, culprit and sentence, bounded before it is read. */
+ * bootstrap.h): a hello of kind NOTICE or VERDICT sealed with the job
+ * token (auth.h), then a body of status, culprit and sentence, bounded
+ * before it is read. */
 #include "bootstrap/bootstrap.h"
+#include "common/auth.h"
 
 #include <errno.h>
 #include <string.h>
@@ -16,13 +18,13 @@ int hoop_notice_write(const struct hoop_bootstrap *bs, int fd, int kind, const s
     struct hoop_hello h = {.kind = (uint16_t)kind, .rank = (uint32_t)bs->rank,
                            .size = (uint32_t)bs->size, .comm_id = bs->comm_id,
                            .body_len = (uint32_t)(NOTICE_HEAD + len)};
-    memcpy(h.token, bs->token, HOOP_TOKEN_BYTES);
     hoop_hello_encode(&h, msg);
     struct hoop_buf b = {.p = msg + HOOP_HELLO_BYTES, .len = NOTICE_HEAD + len};
     hoop_buf_put_u32(&b, (uint32_t)n->status);
     hoop_buf_put_u32(&b, (uint32_t)(n->culprit + 1));
     hoop_buf_put_u16(&b, (uint16_t)len);
     hoop_buf_put_bytes(&b, n->why, len);
+    hoop_auth_seal(bs->token, msg, msg + HOOP_HELLO_BYTES, b.pos);
     return hoop_sock_write_all(fd, msg, HOOP_HELLO_BYTES + b.pos, deadline_ns);
 }
 
@@ -39,11 +41,13 @@ int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int *kind, struct 
     int known = h.kind == HOOP_HELLO_NOTICE || h.kind == HOOP_HELLO_VERDICT ||
                 h.kind == HOOP_HELLO_GOODBYE;
     if (!known || (*kind && h.kind != *kind) ||
-        !hoop_token_equal(h.token, bs->token) || h.comm_id != bs->comm_id ||
+        h.comm_id != bs->comm_id ||
         h.body_len < NOTICE_HEAD)
         return -EPROTO;
     if ((rc = hoop_sock_read_all(fd, body, h.body_len, deadline_ns)))
         return rc;
+    if (!hoop_auth_sealed(bs->token, head, body, h.body_len))
+        return -EPROTO;
     struct hoop_buf b = {.p = body, .len = h.body_len};
     uint32_t status = hoop_buf_get_u32(&b);
     uint32_t culprit = hoop_buf_get_u32(&b);

@@ -1,6 +1,7 @@
 /* root.c - rank 0's side of the bootstrap: listen at HOOP_ROOT, check each
  * joining rank, then hand everyone the table. */
 #include "bootstrap/bootstrap.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/listener.h"
 #include "common/log.h"
@@ -47,7 +48,8 @@ static int root_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
     char why[256];
     hoop_status_t code = HOOP_ERR_INVALID;
 
-    if (h->kind == HOOP_HELLO_REFUSE && hoop_token_equal(h->token, cfg->token) && h->rank > 0 &&
+    /* The listener hands over only peers that proved the job token. */
+    if (h->kind == HOOP_HELLO_REFUSE && h->rank > 0 &&
         h->rank < (uint32_t)cfg->size && c->bs->fds[h->rank] < 0) {
         /* A rank of this job that cannot join: the job cannot form. */
         c->failed = (int)h->rank;
@@ -64,10 +66,6 @@ static int root_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
     }
     if (h->kind != HOOP_HELLO_JOIN) {
         snprintf(why, sizeof(why), "expected a join hello, got kind %u", h->kind);
-    } else if (!hoop_token_equal(h->token, cfg->token)) {
-        snprintf(why, sizeof(why),
-                 "wrong job token: rank %u's HOOP_TOKEN differs from rank 0's (another job?)",
-                 h->rank);
     } else if (h->size != (uint32_t)cfg->size) {
         code = HOOP_ERR_MISMATCH;
         snprintf(why, sizeof(why), "rank %u says the job has %u ranks, rank 0 says %d", h->rank,
@@ -185,7 +183,7 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
     struct hoop_listener l;
     rc = hoop_listener_open(&l, lfd,
                             HOOP_PEER_WIRE_MAX > HOOP_REFUSE_MAX ? HOOP_PEER_WIRE_MAX : HOOP_REFUSE_MAX,
-                            c.who);
+                            c.who, 0, cfg->token);
     if (rc == 0)
         rc = hoop_listener_serve(&l, deadline, NULL, 0, root_on_hello, &c);
     hoop_listener_close(&l);
@@ -238,9 +236,9 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
         hoop_peer_encode(&b, &bs->peers[r]);
     struct hoop_hello h = {.kind = HOOP_HELLO_TABLE, .rank = 0, .size = (uint32_t)cfg->size,
                            .comm_id = bs->comm_id, .body_len = (uint32_t)b.pos};
-    memcpy(h.token, cfg->token, HOOP_TOKEN_BYTES);
     uint8_t head[HOOP_HELLO_BYTES];
     hoop_hello_encode(&h, head);
+    hoop_auth_seal(cfg->token, head, body, b.pos);
     st = HOOP_OK;
     for (int r = 1; r < cfg->size && st == HOOP_OK; r++) {
         rc = hoop_sock_write_all(bs->fds[r], head, sizeof(head), deadline);

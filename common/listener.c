@@ -1,10 +1,14 @@
 /* listener.c - a poll loop over the listening socket and the connections
  * that have not finished their hello yet. */
 #include "common/listener.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/sock.h"
+#include "hoop.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +20,8 @@
 #define HOOP_PENDING_MAX 64
 /* Descriptors whose reading ends a serve, at most. */
 #define HOOP_LISTENER_WAKE_MAX 8
-/* A real peer sends its hello right after connecting. */
+/* A real peer sends its hello right after connecting, and its proof
+ * right after the challenge: the grace covers both. */
 #define HOOP_HELLO_GRACE_NS 5000000000ull
 /* ... and is never evicted for a newcomer before it has had this long,
  * however loaded the machine: a flood then waits in the kernel's backlog
@@ -28,20 +33,44 @@ struct hoop_listen_pending {
     uint64_t since;    /* accepted */
     uint64_t deadline; /* since + grace */
     size_t got;        /* bytes of hello + body received */
+    int challenged;    /* the challenge is sent: reading the proof */
+    size_t pgot;       /* bytes of the proof received */
     uint8_t head[HOOP_HELLO_BYTES];
+    uint8_t proof[HOOP_AUTH_BYTES];
+    struct hoop_auth_msg chal;
     struct hoop_hello_msg msg;
     uint8_t *body;
 };
 
-int hoop_listener_open(struct hoop_listener *l, int lfd, size_t max_body, const char *who)
+/* An outgoing connection waiting for its peer's challenge. */
+struct hoop_listen_out {
+    int fd;
+    int peer;
+    int state; /* 1 waiting, 0 proved, or -errno */
+    uint64_t deadline;
+    size_t got;
+    uint8_t hello[HOOP_HELLO_BYTES];
+    uint8_t chal[HOOP_AUTH_BYTES];
+};
+
+int hoop_listener_open(struct hoop_listener *l, int lfd, size_t max_body, const char *who,
+                       int rank, const uint8_t token[HOOP_TOKEN_BYTES])
 {
     memset(l, 0, sizeof(*l));
     l->lfd = lfd;
     l->max_body = max_body;
+    l->rank = rank;
+    memcpy(l->token, token, HOOP_TOKEN_BYTES);
     snprintf(l->who, sizeof(l->who), "%s", who);
     l->pend = calloc(HOOP_PENDING_MAX, sizeof(*l->pend));
-    if (!l->pend)
+    l->pfd = calloc(HOOP_PENDING_MAX + 1 + HOOP_LISTENER_WAKE_MAX, sizeof(*l->pfd));
+    if (!l->pend || !l->pfd) {
+        free(l->pend);
+        free(l->pfd);
+        l->pend = NULL;
+        l->pfd = NULL;
         return -ENOMEM;
+    }
     for (int i = 0; i < HOOP_PENDING_MAX; i++)
         l->pend[i].fd = -1;
     return 0;
@@ -63,8 +92,14 @@ void hoop_listener_close(struct hoop_listener *l)
     for (int i = 0; i < HOOP_PENDING_MAX; i++)
         pending_free(&l->pend[i]);
     free(l->pend);
+    free(l->out);
+    free(l->pfd);
     l->pend = NULL;
+    l->out = NULL;
+    l->pfd = NULL;
+    l->nout = l->outcap = 0;
     hoop_log_limit_flush(&l->log, l->who);
+    memset(l->token, 0, sizeof(l->token));
 }
 
 static void pending_drop(struct hoop_listener *l, struct hoop_listen_pending *p, const char *why)
@@ -74,14 +109,89 @@ static void pending_drop(struct hoop_listener *l, struct hoop_listen_pending *p,
     pending_free(p);
 }
 
-/* Read what is there; 1 when the message is complete, 0 when more is
- * needed, -1 when the connection was dropped. */
+/* Tell the peer why it is refused (a hello of kind REFUSE in its own
+ * version, body the sentence; never waits), log it, and drop it. */
+static void pending_refuse(struct hoop_listener *l, struct hoop_listen_pending *p,
+                           unsigned version, hoop_status_t code, const char *why)
+{
+    uint8_t msg[HOOP_HELLO_BYTES + 256];
+    size_t n = strnlen(why, 256);
+    struct hoop_hello h = {.kind = HOOP_HELLO_REFUSE, .rank = (uint32_t)l->rank,
+                           .aux = (uint32_t)code, .body_len = (uint32_t)n};
+    hoop_hello_encode(&h, msg);
+    msg[4] = (uint8_t)version;
+    msg[5] = (uint8_t)(version >> 8);
+    memcpy(msg + HOOP_HELLO_BYTES, why, n);
+    /* Unread bytes at close would reset the connection before the peer
+     * reads the sentence: take what it already sent. */
+    uint8_t sink[4096];
+    for (int i = 0; i < 16 && recv(p->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+        ;
+    (void)!send(p->fd, msg, HOOP_HELLO_BYTES + n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    shutdown(p->fd, SHUT_WR);
+    pending_drop(l, p, why);
+}
+
+/* The hello and body are in: send the challenge. 0, or -1 when the
+ * connection was dropped. */
+static int pending_challenge(struct hoop_listener *l, struct hoop_listen_pending *p)
+{
+    uint8_t out[HOOP_AUTH_BYTES];
+    int rc = hoop_auth_challenge(l->token, p->head, p->body, p->msg.hello.body_len, &p->chal, out);
+    if (rc) {
+        pending_drop(l, p, "no random numbers for its challenge");
+        return -1;
+    }
+    /* 64 bytes on a connection that has sent nothing back yet: the
+     * socket buffer takes them whole or the peer is broken. */
+    ssize_t n = send(p->fd, out, sizeof(out), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != (ssize_t)sizeof(out)) {
+        pending_drop(l, p, n < 0 ? strerror(errno) : "challenge not sent whole");
+        return -1;
+    }
+    p->challenged = 1;
+    return 0;
+}
+
+/* The proof is in: 1 when it holds, else -1 (refused and dropped). */
+static int pending_check(struct hoop_listener *l, struct hoop_listen_pending *p)
+{
+    const struct hoop_hello *h = &p->msg.hello;
+    int rc = hoop_auth_check(l->token, p->head, p->body, h->body_len, &p->chal, p->proof);
+    if (rc == 0)
+        return 1;
+    char why[200];
+    unsigned v = HOOP_WIRE_VERSION;
+    hoop_status_t code = HOOP_ERR_INVALID;
+    if (rc == -EACCES) {
+        snprintf(why, sizeof(why),
+                 "wrong job token: rank %u's HOOP_TOKEN differs from rank %d's (another job?)",
+                 h->rank, l->rank);
+    } else if (rc == -EPROTONOSUPPORT) {
+        v = hoop_wire_peer_version(p->proof);
+        code = HOOP_ERR_MISMATCH;
+        hoop_wire_version_why(v, why, sizeof(why));
+    } else {
+        snprintf(why, sizeof(why),
+                 "rank %u answered the token challenge with something that is not a proof",
+                 h->rank);
+    }
+    pending_refuse(l, p, v, code, why);
+    return -1;
+}
+
+/* Read what is there; 1 when the message is complete and its sender has
+ * proved the token, 0 when more is needed, -1 when the connection was
+ * dropped. */
 static int pending_read(struct hoop_listener *l, struct hoop_listen_pending *p)
 {
     for (;;) {
         size_t want;
         uint8_t *dst;
-        if (p->got < HOOP_HELLO_BYTES) {
+        if (p->challenged) {
+            want = HOOP_AUTH_BYTES - p->pgot;
+            dst = p->proof + p->pgot;
+        } else if (p->got < HOOP_HELLO_BYTES) {
             want = HOOP_HELLO_BYTES - p->got;
             dst = p->head + p->got;
         } else {
@@ -89,11 +199,17 @@ static int pending_read(struct hoop_listener *l, struct hoop_listen_pending *p)
             want = p->msg.hello.body_len - off;
             dst = p->body + off;
         }
-        if (want == 0)
-            return 1;
+        if (want == 0 && p->challenged)
+            return pending_check(l, p);
+        if (want == 0) {
+            if (pending_challenge(l, p))
+                return -1;
+            continue;
+        }
         ssize_t n = recv(p->fd, dst, want, MSG_DONTWAIT);
         if (n == 0) {
-            pending_drop(l, p, "closed before finishing its hello");
+            pending_drop(l, p, p->challenged ? "closed before answering the token challenge"
+                                             : "closed before finishing its hello");
             return -1;
         }
         if (n < 0) {
@@ -104,9 +220,20 @@ static int pending_read(struct hoop_listener *l, struct hoop_listen_pending *p)
             pending_drop(l, p, strerror(errno));
             return -1;
         }
+        if (p->challenged) {
+            p->pgot += (size_t)n;
+            continue;
+        }
         p->got += (size_t)n;
         if (p->got == HOOP_HELLO_BYTES) {
             int rc = hoop_hello_decode(p->head, l->max_body, &p->msg.hello);
+            if (rc == -EPROTONOSUPPORT) {
+                char why[160];
+                unsigned v = hoop_wire_peer_version(p->head);
+                hoop_wire_version_why(v, why, sizeof(why));
+                pending_refuse(l, p, v, HOOP_ERR_MISMATCH, why);
+                return -1;
+            }
             if (rc) {
                 pending_drop(l, p, hoop_hello_strerror(rc));
                 return -1;
@@ -213,6 +340,10 @@ static int listener_accept(struct hoop_listener *l, uint64_t now, uint64_t *bloc
             }
             return -err;
         }
+        /* The handshake is small messages each way: none may wait for
+         * the peer's delayed acknowledgement. */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         struct hoop_listen_pending *p = &l->pend[slot];
         if (p->fd >= 0)
             pending_drop(l, p, "too many connections without a hello; this one was silent longest");
@@ -227,18 +358,108 @@ static int listener_accept(struct hoop_listener *l, uint64_t now, uint64_t *bloc
     }
 }
 
-int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
-                        hoop_hello_cb cb, void *ctx)
+int hoop_listener_expect(struct hoop_listener *l, int fd, int peer,
+                         const uint8_t hello[HOOP_HELLO_BYTES])
 {
-    struct pollfd pfd[HOOP_PENDING_MAX + 1 + HOOP_LISTENER_WAKE_MAX];
+    if (l->nout == l->outcap) {
+        int cap = l->outcap ? 2 * l->outcap : 16;
+        struct hoop_listen_out *o = realloc(l->out, (size_t)cap * sizeof(*o));
+        struct pollfd *f = o ? realloc(l->pfd, (size_t)(HOOP_PENDING_MAX + 1 +
+                                                         HOOP_LISTENER_WAKE_MAX + cap) *
+                                                   sizeof(*f))
+                             : NULL;
+        if (o)
+            l->out = o;
+        if (!f)
+            return -ENOMEM;
+        l->pfd = f;
+        l->outcap = cap;
+    }
+    struct hoop_listen_out *o = &l->out[l->nout++];
+    memset(o, 0, sizeof(*o));
+    o->fd = fd;
+    o->peer = peer;
+    o->state = 1;
+    o->deadline = hoop_now_ns() + HOOP_HELLO_GRACE_NS;
+    memcpy(o->hello, hello, HOOP_HELLO_BYTES);
+    return 0;
+}
+
+void hoop_listener_forget(struct hoop_listener *l, int fd)
+{
+    for (int i = 0; i < l->nout; i++)
+        if (l->out[i].fd == fd) {
+            l->out[i--] = l->out[--l->nout];
+        }
+}
+
+/* Read an outgoing connection's challenge and answer it. */
+static void out_step(struct hoop_listener *l, struct hoop_listen_out *o)
+{
+    while (o->state == 1 && o->got < HOOP_AUTH_BYTES) {
+        ssize_t n = recv(o->fd, o->chal + o->got, HOOP_AUTH_BYTES - o->got, MSG_DONTWAIT);
+        if (n == 0) {
+            o->state = -ECONNRESET;
+        } else if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return;
+            if (errno != EINTR)
+                o->state = -errno;
+        } else {
+            o->got += (size_t)n;
+        }
+    }
+    if (o->state != 1)
+        return;
+    if (hoop_wire_peer_version(o->chal) != HOOP_WIRE_VERSION) {
+        o->state = -EPROTONOSUPPORT;
+        return;
+    }
+    if (o->chal[0] == 'H' && o->chal[1] == 'O' && o->chal[2] == 'O' && o->chal[3] == 'P') {
+        o->state = -ECONNREFUSED; /* a hello: its refusal */
+        return;
+    }
+    uint8_t proof[HOOP_AUTH_BYTES];
+    int verdict = hoop_auth_answer(l->token, o->hello, NULL, 0, o->chal, proof);
+    if (verdict && verdict != -EACCES) {
+        o->state = verdict;
+        return;
+    }
+    ssize_t n = send(o->fd, proof, sizeof(proof), MSG_DONTWAIT | MSG_NOSIGNAL);
+    o->state = verdict ? verdict : n == (ssize_t)sizeof(proof) ? 0 : n < 0 ? -errno : -EPIPE;
+}
+
+static int out_waiting(const struct hoop_listener *l)
+{
+    for (int i = 0; i < l->nout; i++)
+        if (l->out[i].state == 1)
+            return 1;
+    return 0;
+}
+
+/* Serve until the callback is done, or (outgoing 1) until no outgoing
+ * handshake is waiting, or (outgoing 2) only answer outgoing handshakes
+ * until none is waiting, accepting nothing. */
+static int listener_loop(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
+                         hoop_hello_cb cb, void *ctx, int outgoing)
+{
+    struct pollfd *pfd = l->pfd;
     int done = 0, result = 0;
     if (nwake > HOOP_LISTENER_WAKE_MAX)
         nwake = HOOP_LISTENER_WAKE_MAX;
     for (;;) {
+        for (int i = 0; i < l->nout; i++)
+            out_step(l, &l->out[i]);
         /* Hellos that are there are read before anyone is dropped. */
-        listener_read_all(l, cb, ctx, &done);
-        if (done)
+        if (outgoing < 2)
+            listener_read_all(l, cb, ctx, &done);
+        if (outgoing) {
+            done = 0;
+            if (!out_waiting(l))
+                break;
+        } else if (done) {
             break;
+        }
         uint64_t now = hoop_now_ns();
         if (now >= deadline_ns) {
             result = -ETIMEDOUT;
@@ -246,9 +467,14 @@ int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, const int
         }
         for (int i = 0; i < HOOP_PENDING_MAX; i++)
             if (l->pend[i].fd >= 0 && now >= l->pend[i].deadline)
-                pending_drop(l, &l->pend[i], "no complete hello within 5 s");
-        uint64_t blocked;
-        int got = listener_accept(l, now, &blocked);
+                pending_drop(l, &l->pend[i], l->pend[i].challenged
+                                                 ? "no answer to the token challenge within 5 s"
+                                                 : "no complete hello within 5 s");
+        for (int i = 0; i < l->nout; i++)
+            if (l->out[i].state == 1 && now >= l->out[i].deadline)
+                l->out[i].state = -ETIMEDOUT;
+        uint64_t blocked = UINT64_MAX;
+        int got = outgoing < 2 ? listener_accept(l, now, &blocked) : 0;
         if (got < 0) {
             result = got;
             break;
@@ -263,12 +489,19 @@ int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, const int
             pfd[n++] = (struct pollfd){.fd = l->lfd, .events = POLLIN};
         else if (blocked < until)
             until = blocked;
-        for (int i = 0; i < HOOP_PENDING_MAX; i++) {
+        for (int i = 0; i < HOOP_PENDING_MAX && outgoing < 2; i++) {
             if (l->pend[i].fd < 0)
                 continue;
             if (l->pend[i].deadline < until)
                 until = l->pend[i].deadline;
             pfd[n++] = (struct pollfd){.fd = l->pend[i].fd, .events = POLLIN};
+        }
+        for (int i = 0; i < l->nout; i++) {
+            if (l->out[i].state != 1)
+                continue;
+            if (l->out[i].deadline < until)
+                until = l->out[i].deadline;
+            pfd[n++] = (struct pollfd){.fd = l->out[i].fd, .events = POLLIN};
         }
         if (poll(pfd, (nfds_t)n, hoop_ms_left(until)) < 0 && errno != EINTR) {
             result = -errno;
@@ -284,4 +517,31 @@ int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, const int
     }
     hoop_log_limit_flush(&l->log, l->who);
     return result;
+}
+
+int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
+                        hoop_hello_cb cb, void *ctx)
+{
+    return listener_loop(l, deadline_ns, wake, nwake, cb, ctx, 0);
+}
+
+int hoop_listener_finish(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
+                         hoop_hello_cb cb, void *ctx, int *peer)
+{
+    int rc = listener_loop(l, deadline_ns, wake, nwake, cb, ctx, 1);
+    if (rc)
+        return rc; /* those waiting stay for the next call */
+    for (int i = 0; i < l->nout && !rc; i++)
+        if (l->out[i].state) {
+            rc = l->out[i].state;
+            *peer = l->out[i].peer;
+        }
+    l->nout = 0;
+    return rc;
+}
+
+void hoop_listener_answer(struct hoop_listener *l, uint64_t deadline_ns)
+{
+    if (out_waiting(l))
+        listener_loop(l, deadline_ns, NULL, 0, NULL, NULL, 2);
 }

@@ -11,7 +11,17 @@
  * and the table of connections that have not said their hello is bounded:
  * when it is full, the connection silent longest makes room, but never one
  * that has had less than a moment to speak, nor one that sent a whole
- * header. */
+ * header.
+ *
+ * No connection reaches the callback before it has proved the job token
+ * (auth.h): once its hello and body are in, the listener sends its
+ * challenge and reads the proof, in the same non-blocking loop and within
+ * the same grace, so a peer slow in its handshake holds up no one. A peer
+ * with another token or another wire version is refused with a sentence
+ * (sent back, and logged). The listener also finishes this process's own
+ * outgoing handshakes (hoop_listener_expect): a rank that connected to a
+ * peer answers that peer's challenge while it waits for its own peers, so
+ * that no rank waits on one that is itself waiting. */
 #ifndef HOOP_COMMON_LISTENER_H
 #define HOOP_COMMON_LISTENER_H
 
@@ -20,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 struct hoop_hello_msg {
@@ -39,17 +50,24 @@ struct hoop_hello_msg {
 typedef int (*hoop_hello_cb)(void *ctx, const struct hoop_hello_msg *msg, int *done);
 
 struct hoop_listen_pending;
+struct hoop_listen_out;
 
 struct hoop_listener {
     int lfd; /* the caller's: the listener never closes it */
     size_t max_body;
     char who[128]; /* names the listener in log lines ("rank 0: bootstrap root") */
+    int rank; /* names this side in refusals */
+    uint8_t token[HOOP_TOKEN_BYTES];
     struct hoop_listen_pending *pend;
+    struct hoop_listen_out *out; /* outgoing handshakes, nout of outcap */
+    int nout, outcap;
+    struct pollfd *pfd;
     struct hoop_log_limit log;
 };
 
-/* 0, or -ENOMEM. */
-int hoop_listener_open(struct hoop_listener *l, int lfd, size_t max_body, const char *who);
+/* 0, or -ENOMEM. rank and token are this side's. */
+int hoop_listener_open(struct hoop_listener *l, int lfd, size_t max_body, const char *who,
+                       int rank, const uint8_t token[HOOP_TOKEN_BYTES]);
 /* Closes the connections still pending (not lfd). A zeroed listener may be
  * closed. */
 void hoop_listener_close(struct hoop_listener *l);
@@ -62,5 +80,27 @@ void hoop_listener_close(struct hoop_listener *l);
  * for the next serve. */
 int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
                         hoop_hello_cb cb, void *ctx);
+
+/* An outgoing connection to peer whose hello (body-less, already sent) is
+ * hello: its challenge is answered by every serve from now on, until
+ * hoop_listener_finish says how it went. fd stays the caller's. 0 or
+ * -ENOMEM. */
+int hoop_listener_expect(struct hoop_listener *l, int fd, int peer,
+                         const uint8_t hello[HOOP_HELLO_BYTES]);
+/* Forget an outgoing connection (the caller closes it). */
+void hoop_listener_forget(struct hoop_listener *l, int fd);
+/* Serve (handing hellos to cb, whose done is ignored) until every
+ * outgoing handshake is over, then forget them all: 0 when each peer
+ * proved the token; else *peer is one that did not and the result says
+ * why: -EACCES (another token), -ECONNREFUSED (it refused this rank),
+ * -EPROTO, -EPROTONOSUPPORT (another wire version), -ECONNRESET, or as
+ * hoop_listener_serve. */
+int hoop_listener_finish(struct hoop_listener *l, uint64_t deadline_ns, const int *wake, int nwake,
+                         hoop_hello_cb cb, void *ctx, int *peer);
+/* A rank that gives up still answers the challenges of the connections
+ * it opened (accepting nothing), until deadline: its peers then see a
+ * connection that proved the token and closes, and fail at once, instead
+ * of waiting for one that never finished its handshake. */
+void hoop_listener_answer(struct hoop_listener *l, uint64_t deadline_ns);
 
 #endif

@@ -2,6 +2,7 @@
 #include "common/wire.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 static void put_le(uint8_t *p, uint64_t v, int n)
@@ -23,7 +24,7 @@ void hoop_hello_encode(const struct hoop_hello *h, uint8_t out[HOOP_HELLO_BYTES]
     put_le(out + 0, HOOP_WIRE_MAGIC, 4);
     put_le(out + 4, HOOP_WIRE_VERSION, 2);
     put_le(out + 6, h->kind, 2);
-    memcpy(out + 8, h->token, HOOP_TOKEN_BYTES);
+    memcpy(out + 8, h->auth, HOOP_TOKEN_BYTES);
     put_le(out + 40, h->rank, 4);
     put_le(out + 44, h->size, 4);
     put_le(out + 48, h->comm_id, 8);
@@ -43,7 +44,7 @@ int hoop_hello_decode(const uint8_t in[HOOP_HELLO_BYTES], size_t max_body, struc
         return -EPROTONOSUPPORT;
     if (t.kind < HOOP_HELLO_JOIN || t.kind > HOOP_HELLO_GOODBYE)
         return -EPROTO;
-    memcpy(t.token, in + 8, HOOP_TOKEN_BYTES);
+    memcpy(t.auth, in + 8, HOOP_TOKEN_BYTES);
     t.rank = (uint32_t)get_le(in + 40, 4);
     t.size = (uint32_t)get_le(in + 44, 4);
     t.comm_id = get_le(in + 48, 8);
@@ -63,6 +64,18 @@ const char *hoop_hello_strerror(int code)
     case EMSGSIZE: return "announced message length is too large";
     default: return "malformed hello";
     }
+}
+
+unsigned hoop_wire_peer_version(const uint8_t in[8])
+{
+    return (unsigned)get_le(in + 4, 2);
+}
+
+void hoop_wire_version_why(unsigned peer_version, char *out, size_t n)
+{
+    snprintf(out, n,
+             "speaks hoop wire version %u, this rank version %d: run the same hoop build everywhere",
+             peer_version, HOOP_WIRE_VERSION);
 }
 
 int hoop_token_from_string(const char *s, uint8_t out[HOOP_TOKEN_BYTES])

@@ -3,9 +3,12 @@
  *
  * Hello (64 bytes, little endian):
  *   0  u32 magic "HOOP"     4  u16 version      6  u16 kind
- *   8  u8  token[32]       40  u32 rank        44  u32 size
+ *   8  u8  auth[32]        40  u32 rank        44  u32 size
  *  48  u64 comm id         56  u32 aux         60  u32 body length
- * A body of `body length` bytes follows; its reader bounds it before use. */
+ * A body of `body length` bytes follows; its reader bounds it before use.
+ * The auth field never holds the job token: it is the initiator's nonce on
+ * the hello that opens a connection, the seal (a MAC) on a message sent
+ * over an authenticated one, zero on a refusal (see auth.h). */
 #ifndef HOOP_COMMON_WIRE_H
 #define HOOP_COMMON_WIRE_H
 
@@ -13,7 +16,7 @@
 #include <stdint.h>
 
 #define HOOP_WIRE_MAGIC 0x504f4f48u /* bytes 'H' 'O' 'O' 'P' */
-#define HOOP_WIRE_VERSION 1
+#define HOOP_WIRE_VERSION 2
 #define HOOP_HELLO_BYTES 64
 #define HOOP_TOKEN_BYTES 32
 
@@ -31,7 +34,7 @@ struct hoop_hello {
     uint32_t magic;
     uint16_t version;
     uint16_t kind;
-    uint8_t token[HOOP_TOKEN_BYTES];
+    uint8_t auth[HOOP_TOKEN_BYTES];
     uint32_t rank;
     uint32_t size;
     uint64_t comm_id;
@@ -48,6 +51,12 @@ int hoop_hello_decode(const uint8_t in[HOOP_HELLO_BYTES], size_t max_body, struc
 
 /* A short description of why decode failed, for logs. */
 const char *hoop_hello_strerror(int code);
+
+/* The version a hello (or an auth message) says it speaks, whatever it is. */
+unsigned hoop_wire_peer_version(const uint8_t in[8]);
+/* The sentence for a peer of another wire version ("speaks hoop wire
+ * version 1, this rank version 2: run the same hoop build everywhere"). */
+void hoop_wire_version_why(unsigned peer_version, char *out, size_t n);
 
 /* Token: the job's secret string (<= 32 bytes), zero-padded. */
 int hoop_token_from_string(const char *s, uint8_t out[HOOP_TOKEN_BYTES]);

@@ -211,9 +211,11 @@ static int wrong_token_rank(int rank, int size, int port, void *arg)
                                  hoop_status_str(HOOP_ERR_TIMEOUT), msg);
         if (!strstr(msg, "rank 1"))
             return harness_failf(rank, "root's error does not name \"rank 1\": %s", msg);
-    } else if (!strstr(msg, "token")) {
-        return harness_failf(rank, "error of the rank with the wrong token (%s) does not "
-                                   "mention \"token\": %s",
+    } else if (!strstr(msg, "refused this rank: wrong job token: rank 1's HOOP_TOKEN differs "
+                           "from rank 0's (another job?)")) {
+        /* The root proves nothing to it and refuses it with its sentence. */
+        return harness_failf(rank, "error of the rank with the wrong token (%s) is not the "
+                                   "root's refusal of a wrong token: %s",
                              hoop_status_str(st), msg);
     }
     if (took > 15.0)

@@ -9,6 +9,7 @@
  * itself, filters them too); unset, libfabric's first choice for tagged
  * messages on a reliable-datagram endpoint is taken. */
 #include "transport/ofi/ofi.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -509,9 +510,11 @@ static hoop_status_t ofi_connect(void *vtp, int peer, int channel, const char *p
     struct hoop_hello h = {.kind = HOOP_HELLO_DATA, .rank = (uint32_t)tp->rank,
                            .size = (uint32_t)tp->size, .comm_id = comm_id,
                            .aux = (uint32_t)channel, .body_len = (uint32_t)tp->name_len};
-    memcpy(h.token, tp->token, HOOP_TOKEN_BYTES);
     hoop_hello_encode(&h, msg);
     memcpy(msg + HOOP_HELLO_BYTES, tp->name, tp->name_len);
+    /* Sealed with the token, never carrying it; bound to this
+     * communicator, rank, channel and endpoint. */
+    hoop_auth_seal(tp->token, msg, msg + HOOP_HELLO_BYTES, tp->name_len);
     size_t got;
     rc = ofi_hello(tp, c, 1, msg, HOOP_HELLO_BYTES + tp->name_len, deadline_ns, &got);
     if (!rc)
@@ -546,14 +549,14 @@ static hoop_status_t ofi_accept(void *vtp, int peer, int channel, const char *pe
             why = hoop_hello_strerror(d);
         else if (h.kind != HOOP_HELLO_DATA)
             why = "not a data connection's hello";
-        else if (!hoop_token_equal(h.token, tp->token))
-            why = "wrong job token";
         else if (h.comm_id != comm_id)
             why = "belongs to another communicator";
         else if (h.rank != (uint32_t)peer || h.aux != (uint32_t)channel)
             why = "claims another rank or channel";
         else if (h.body_len == 0 || HOOP_HELLO_BYTES + h.body_len != got)
             why = "its endpoint name is not the length it says";
+        else if (!hoop_auth_sealed(tp->token, msg, msg + HOOP_HELLO_BYTES, h.body_len))
+            why = "wrong job token: its HOOP_TOKEN differs from this rank's (another job?)";
     }
     if (!rc && !why && (rc = ofi_peer_addr(tp, peer, msg + HOOP_HELLO_BYTES, &c->addr)))
         why = tp->err_text;

@@ -3,6 +3,7 @@
  * authenticated hello), and the ops table. The data path is in
  * queue.c, over the engine of uring.c or poll.c. */
 #include "transport/tcp/tcp.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/listener.h"
 #include "common/log.h"
@@ -169,7 +170,7 @@ static hoop_status_t tcp_listen(void *vtp, const struct sockaddr *local, socklen
                           tp->rank, ip, hoop_errno_str(rc));
     char who[64];
     snprintf(who, sizeof(who), "rank %d: tcp transport", tp->rank);
-    if ((rc = hoop_listener_open(&tp->listener, tp->lfd, 0, who)))
+    if ((rc = hoop_listener_open(&tp->listener, tp->lfd, 0, who, tp->rank, tp->token)))
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: %s", tp->rank,
                           hoop_errno_str(rc));
     socklen_t sl = sizeof(ss);
@@ -232,8 +233,10 @@ static void tcp_close(void *vc)
             break;
         }
     for (int i = 0; i < c->nsocks; i++)
-        if (c->socks[i].fd >= 0)
+        if (c->socks[i].fd >= 0) {
+            hoop_listener_forget(&tp->listener, c->socks[i].fd);
             close(c->socks[i].fd);
+        }
     free(c);
 }
 
@@ -295,10 +298,16 @@ static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *p
             struct hoop_hello h = {.kind = HOOP_HELLO_DATA, .rank = (uint32_t)tp->rank,
                                    .size = (uint32_t)tp->size, .comm_id = comm_id,
                                    .aux = TCP_AUX(channel, i)};
-            memcpy(h.token, tp->token, HOOP_TOKEN_BYTES);
             uint8_t head[HOOP_HELLO_BYTES];
             hoop_hello_encode(&h, head);
-            rc = hoop_sock_write_all(c->socks[i].fd, head, sizeof(head), deadline_ns);
+            rc = hoop_auth_nonce(head);
+            if (rc == 0)
+                rc = hoop_sock_write_all(c->socks[i].fd, head, sizeof(head), deadline_ns);
+            /* The peer's challenge is answered while this rank waits
+             * for its own peers (tcp_accept), never here: a connect
+             * must not wait for a peer that may be connecting to us. */
+            if (rc == 0)
+                rc = hoop_listener_expect(&tp->listener, c->socks[i].fd, peer, head);
         }
         if (rc == 0)
             rc = tcp_ready_socket(tp, c->socks[i].fd);
@@ -348,8 +357,6 @@ static int tcp_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
     int channel = (int)(h->aux >> 16), index = (int)(h->aux & 0xffff);
     if (h->kind != HOOP_HELLO_DATA)
         why = "not a data connection";
-    else if (!hoop_token_equal(h->token, tp->token))
-        why = "wrong job token";
     else if (h->comm_id != a->comm_id)
         why = "belongs to another communicator";
     else if (h->rank >= (uint32_t)tp->size || channel > HOOP_CHANNEL_P2P ||
@@ -401,6 +408,30 @@ static hoop_status_t tcp_accept(void *vtp, int peer, int channel, const char *pe
     if (a.have < c->nsocks)
         rc = hoop_listener_serve(&tp->listener, deadline_ns, tp->watch.fd, tp->watch.n, tcp_on_hello,
                                  &a);
+    /* The connections this rank opened answer their challenges too
+     * before any of them carries data; what arrives meanwhile waits. */
+    int bad = -1;
+    if (rc == 0 && tp->listener.nout) {
+        struct tcp_accept_ctx later = {.tp = tp, .c = c, .peer = -1, .comm_id = comm_id};
+        rc = hoop_listener_finish(&tp->listener, deadline_ns, tp->watch.fd, tp->watch.n,
+                                  tcp_on_hello, &later, &bad);
+    }
+    if (rc && rc != -EINTR) {
+        uint64_t soon = hoop_now_ns() + 1000000000ull;
+        hoop_listener_answer(&tp->listener, soon < deadline_ns ? soon : deadline_ns);
+    }
+    if (bad >= 0) {
+        tcp_close(c);
+        return hoop_error(rc == -EACCES ? HOOP_ERR_INVALID : HOOP_ERR_PEER,
+                          "rank %d: tcp transport: rank %d did not prove this job's token on the "
+                          "connection this rank opened to it: %s", tp->rank, bad,
+                          rc == -EACCES ? "wrong job token: its HOOP_TOKEN differs from this "
+                                          "rank's (another job?)"
+                          : rc == -ECONNREFUSED ? "it refused this rank (its log says why)"
+                          : rc == -EPROTONOSUPPORT ? "it speaks another hoop wire version: run "
+                                                     "the same hoop build everywhere"
+                                                   : hoop_errno_str(rc));
+    }
     if (rc == -EINTR) {
         /* The communicator's control spoke: the sockets that came wait for
          * the next accept, which the caller makes unless it gives up. */
