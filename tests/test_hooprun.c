@@ -418,7 +418,7 @@ Test(hooprun, bind_to_core_puts_rank_k_on_the_kth_cpu, .timeout = 60)
         if (CPU_ISSET(c, &set))
             cpus[ncpus++] = c;
     int np = ncpus + 1 > 16 ? 16 : ncpus + 1;
-    char npstr[8];
+    char npstr[16];
     snprintf(npstr, sizeof npstr, "%d", np);
     struct proc_capture r;
     run_hooprun(&r, ARGS("--timeout", "30", "--no-tag", "--bind-to", "core", "-np", npstr, "sh",
