@@ -233,6 +233,14 @@ static int mr_rank(hoop_comm_t *comm, int rank, int size, void *arg)
 
 static void mr_over(const char *prov)
 {
+    /* The scenario frees the upper half of a buffer and maps a buffer twice
+     * as large at the same address later; under TSan that freed range is
+     * taken by the sanitizer's own mappings in between ("could not map
+     * 8388608 bytes at ..."), so the scenario cannot be set up there. The
+     * ASan and plain passes run it. */
+    if (HARNESS_TSAN)
+        cr_skip_test("under TSan the freed address range the remapping scenario grows into is "
+                     "taken by the sanitizer's own mappings");
     setenv("HOOP_TRANSPORT", "ofi", 1);
     setenv("HOOP_OFI_PROVIDER", prov, 1);
     setenv("HOOP_OFI_WRITE_BYTES", "64K", 1); /* registrations serve writes (off by default) */
