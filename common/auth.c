@@ -16,37 +16,23 @@
 static const char auth_label[] = "hoop auth 2";
 static const char seal_label[] = "hoop seal 2";
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 void hoop_auth_encode(const struct hoop_auth_msg *m, uint8_t out[HOOP_AUTH_BYTES])
 {
-    put_le(out, HOOP_AUTH_MAGIC, 4);
-    put_le(out + 4, HOOP_WIRE_VERSION, 2);
-    put_le(out + 6, m->step, 2);
+    hoop_put_le(out, HOOP_AUTH_MAGIC, 4);
+    hoop_put_le(out + 4, HOOP_WIRE_VERSION, 2);
+    hoop_put_le(out + 6, m->step, 2);
     memcpy(out + 8, m->nonce, HOOP_AUTH_NONCE_BYTES);
     memcpy(out + 32, m->mac, HOOP_MAC_BYTES);
 }
 
 int hoop_auth_decode(const uint8_t in[HOOP_AUTH_BYTES], struct hoop_auth_msg *m)
 {
-    if (get_le(in, 4) != HOOP_AUTH_MAGIC)
+    if (hoop_get_le(in, 4) != HOOP_AUTH_MAGIC)
         return -EPROTO;
-    m->version = (uint16_t)get_le(in + 4, 2);
+    m->version = (uint16_t)hoop_get_le(in + 4, 2);
     if (m->version != HOOP_WIRE_VERSION)
         return -EPROTONOSUPPORT;
-    m->step = (uint16_t)get_le(in + 6, 2);
+    m->step = (uint16_t)hoop_get_le(in + 6, 2);
     if (m->step != HOOP_AUTH_CHALLENGE && m->step != HOOP_AUTH_PROOF)
         return -EPROTO;
     memcpy(m->nonce, in + 8, HOOP_AUTH_NONCE_BYTES);
@@ -151,7 +137,7 @@ int hoop_auth_connect(int fd, const uint8_t token[HOOP_TOKEN_BYTES],
     int rc = hoop_sock_read_all(fd, reply, HOOP_AUTH_BYTES, deadline_ns);
     if (rc)
         return rc;
-    if (get_le(reply, 4) == HOOP_WIRE_MAGIC)
+    if (hoop_get_le(reply, 4) == HOOP_WIRE_MAGIC)
         return 1;
     uint8_t proof[HOOP_AUTH_BYTES];
     int verdict = hoop_auth_answer(token, hello, body, body_len, reply, proof);

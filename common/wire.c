@@ -5,39 +5,25 @@
 #include <stdio.h>
 #include <string.h>
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 void hoop_hello_encode(const struct hoop_hello *h, uint8_t out[HOOP_HELLO_BYTES])
 {
-    put_le(out + 0, HOOP_WIRE_MAGIC, 4);
-    put_le(out + 4, HOOP_WIRE_VERSION, 2);
-    put_le(out + 6, h->kind, 2);
+    hoop_put_le(out + 0, HOOP_WIRE_MAGIC, 4);
+    hoop_put_le(out + 4, HOOP_WIRE_VERSION, 2);
+    hoop_put_le(out + 6, h->kind, 2);
     memcpy(out + 8, h->auth, HOOP_TOKEN_BYTES);
-    put_le(out + 40, h->rank, 4);
-    put_le(out + 44, h->size, 4);
-    put_le(out + 48, h->comm_id, 8);
-    put_le(out + 56, h->aux, 4);
-    put_le(out + 60, h->body_len, 4);
+    hoop_put_le(out + 40, h->rank, 4);
+    hoop_put_le(out + 44, h->size, 4);
+    hoop_put_le(out + 48, h->comm_id, 8);
+    hoop_put_le(out + 56, h->aux, 4);
+    hoop_put_le(out + 60, h->body_len, 4);
 }
 
 int hoop_hello_decode(const uint8_t in[HOOP_HELLO_BYTES], size_t max_body, struct hoop_hello *h)
 {
     struct hoop_hello t;
-    t.magic = (uint32_t)get_le(in, 4);
-    t.version = (uint16_t)get_le(in + 4, 2);
-    t.kind = (uint16_t)get_le(in + 6, 2);
+    t.magic = (uint32_t)hoop_get_le(in, 4);
+    t.version = (uint16_t)hoop_get_le(in + 4, 2);
+    t.kind = (uint16_t)hoop_get_le(in + 6, 2);
     if (t.magic != HOOP_WIRE_MAGIC)
         return -EPROTO;
     if (t.version != HOOP_WIRE_VERSION)
@@ -45,11 +31,11 @@ int hoop_hello_decode(const uint8_t in[HOOP_HELLO_BYTES], size_t max_body, struc
     if (t.kind < HOOP_HELLO_JOIN || t.kind > HOOP_HELLO_GOODBYE)
         return -EPROTO;
     memcpy(t.auth, in + 8, HOOP_TOKEN_BYTES);
-    t.rank = (uint32_t)get_le(in + 40, 4);
-    t.size = (uint32_t)get_le(in + 44, 4);
-    t.comm_id = get_le(in + 48, 8);
-    t.aux = (uint32_t)get_le(in + 56, 4);
-    t.body_len = (uint32_t)get_le(in + 60, 4);
+    t.rank = (uint32_t)hoop_get_le(in + 40, 4);
+    t.size = (uint32_t)hoop_get_le(in + 44, 4);
+    t.comm_id = hoop_get_le(in + 48, 8);
+    t.aux = (uint32_t)hoop_get_le(in + 56, 4);
+    t.body_len = (uint32_t)hoop_get_le(in + 60, 4);
     if (t.body_len > max_body)
         return -EMSGSIZE;
     *h = t;
@@ -68,7 +54,7 @@ const char *hoop_hello_strerror(int code)
 
 unsigned hoop_wire_peer_version(const uint8_t in[8])
 {
-    return (unsigned)get_le(in + 4, 2);
+    return (unsigned)hoop_get_le(in + 4, 2);
 }
 
 void hoop_wire_version_why(unsigned peer_version, char *out, size_t n)
@@ -113,12 +99,12 @@ static uint8_t *buf_take(struct hoop_buf *b, size_t n)
     {                                                                \
         uint8_t *p = buf_take(b, bytes);                             \
         if (p)                                                       \
-            put_le(p, v, bytes);                                     \
+            hoop_put_le(p, v, bytes);                                     \
     }                                                                \
     uint##bits##_t hoop_buf_get_u##bits(struct hoop_buf *b)          \
     {                                                                \
         uint8_t *p = buf_take(b, bytes);                             \
-        return p ? (uint##bits##_t)get_le(p, bytes) : 0;             \
+        return p ? (uint##bits##_t)hoop_get_le(p, bytes) : 0;             \
     }
 
 HOOP_BUF_INT(8, 1)

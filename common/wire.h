@@ -120,4 +120,20 @@ void hoop_frame_encode(const struct hoop_frame *f, uint8_t out[HOOP_FRAME_BYTES]
  * f is filled only on success. */
 int hoop_frame_decode(const uint8_t in[HOOP_FRAME_BYTES], struct hoop_frame *f);
 
+/* v as n little-endian bytes at p, and back: the byte order of every
+ * message hoop puts on the wire (hellos, frames, the token handshake). */
+static inline void hoop_put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t hoop_get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
 #endif
