@@ -1,6 +1,7 @@
 /* emulate.c - the pipeline's stream over host memory (emulate.h). */
 #include "gpu/emulate.h"
 #include "gpu/gpu.h"
+#include "common/clock.h"
 #include "reduce/reduce.h"
 
 #include <stdint.h>
@@ -19,7 +20,13 @@ struct emu_op {
     hoop_op_t op;
     int avg_n;
     unsigned ev;
+    uint64_t ready_ns; /* done no earlier than this */
 };
+
+/* Each queued op takes this long after the one before it (or after it was
+ * queued): like a GPU, the work ends while the host does other things,
+ * and the transport may have nothing in flight meanwhile. */
+#define EMU_OP_NS 20000ull
 
 /* A ring of queued work; when it is full the oldest is done at once (the
  * order is kept, only the lateness is less). */
@@ -31,7 +38,7 @@ struct hoop_gpu_emu {
     /* Per event: the queue position of its last mark, and whether done. */
     unsigned long long mark_at[HOOP_GPU_EVENTS];
     unsigned char marked[HOOP_GPU_EVENTS];
-    unsigned long long done; /* ops done so far (= head) */
+    uint64_t last_ready; /* ready_ns of the last op queued */
     void *slots;
 };
 
@@ -95,6 +102,9 @@ static struct emu_op *push(struct hoop_gpu_emu *e)
         run_one(e);
     struct emu_op *o = &e->q[e->tail % EMU_QUEUE];
     memset(o, 0, sizeof(*o));
+    uint64_t now = hoop_now_ns();
+    o->ready_ns = (e->last_ready > now ? e->last_ready : now) + EMU_OP_NS;
+    e->last_ready = o->ready_ns;
     e->tail++;
     return o;
 }
@@ -146,8 +156,9 @@ int hoop_gpu_emu_mark(struct hoop_gpu_emu *e, unsigned ev)
 
 int hoop_gpu_emu_passed(struct hoop_gpu_emu *e, unsigned ev)
 {
-    /* A little of the work is done per question: one op. */
-    if (e->head < e->tail)
+    /* The work whose time has come is done. */
+    uint64_t now = hoop_now_ns();
+    while (e->head < e->tail && e->q[e->head % EMU_QUEUE].ready_ns <= now)
         run_one(e);
     if (!e->marked[ev])
         return 1; /* never marked: nothing to wait for (as cudaEventQuery) */

@@ -1,8 +1,10 @@
 /* emulate.h - the pipeline's stream over host memory (HOOP_GPU_EMULATE=1,
  * gpu.h), for the tests of machines without a GPU. Copies and reductions
- * are queued, not done: an event is asked about, and only then is the
- * oldest queued work done, a little at a time, so that whoever reads data
- * before its event has passed reads what was there before. */
+ * are queued, not done: each ends some microseconds after the one before
+ * it (as on a GPU, while the host does other things, and the transport
+ * may have nothing in flight), and is done when an event is asked about
+ * after that time, so that whoever reads data before its event has passed
+ * reads what was there before. */
 #ifndef HOOP_GPU_EMULATE_H
 #define HOOP_GPU_EMULATE_H
 
@@ -22,8 +24,8 @@ int hoop_gpu_emu_reduce(struct hoop_gpu_emu *e, void *dst, void *dst2, const voi
                         const void *b, size_t n, hoop_dtype_t dtype, hoop_op_t op, int avg_n,
                         char *why, size_t why_len);
 int hoop_gpu_emu_mark(struct hoop_gpu_emu *e, unsigned ev);
-/* 1 when the work before ev's last mark is done (after doing a little
- * more of it), 0 when not yet. */
+/* 1 when the work before ev's last mark is done (after doing the work
+ * whose time has come), 0 when not yet. */
 int hoop_gpu_emu_passed(struct hoop_gpu_emu *e, unsigned ev);
 void hoop_gpu_emu_drain(struct hoop_gpu_emu *e);
 

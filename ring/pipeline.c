@@ -6,6 +6,7 @@
 #include "reduce/reduce.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -651,14 +652,21 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
         if (moved)
             continue;
         /* GPU work outstanding: the transport's wait cannot see it end, so
-         * it looks again soon. */
+         * it looks again soon; and where the transport has nothing in
+         * flight at all (it says so with -EDEADLK), only the GPU can move:
+         * the loop looks at its events, giving up the CPU in between. */
         uint64_t until = deadline;
-        if (p->device && (x.fhead < x.ftail || x.gstage > x.stail)) {
+        int gpu_busy = p->device && (x.fhead < x.ftail || x.gstage > x.stail);
+        if (gpu_busy) {
             uint64_t soon = hoop_now_ns() + 20000;
             if (soon < until)
                 until = soon;
         }
         int rc = hoop_ring_progress(r, until);
+        if (rc == -EDEADLK && gpu_busy) {
+            sched_yield();
+            rc = 0;
+        }
         if (rc < 0)
             return run_failed(&x, rc, timeout_s);
         if (rc == 0 && hoop_now_ns() >= deadline)

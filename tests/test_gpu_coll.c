@@ -103,8 +103,13 @@ static void dev_free(int real, void *p)
 static int dev_put(int real, void *d, const void *h, size_t n)
 {
 #ifdef HOOP_HAVE_CUDA
+    /* cudaMemcpy from pageable memory may return before the copy has
+     * landed: the device is synchronized, as hoop.h asks of the caller. */
     if (real)
-        return cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) == cudaSuccess ? 0 : -1;
+        return cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) == cudaSuccess &&
+                       cudaDeviceSynchronize() == cudaSuccess
+                   ? 0
+                   : -1;
 #endif
     memcpy(d, h, n);
     return 0;
