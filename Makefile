@@ -184,8 +184,10 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # guest can run); python, the Python package (hoop, hoop.torch) on 1..4
 # ranks under hooprun with /usr/bin/python3 or HOOP_PYTHON (skipped, saying
 # why, without torch, numpy or pytest there; HOOP_TEST_REQUIRE_PYTHON=1
-# makes that a failure).
-TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python
+# makes that a failure); gpuemu, the collective, fault and mismatch suites
+# with every buffer taken for device memory and the device pipeline run
+# over host memory (HOOP_GPU_EMULATE=1, docs/gpu.md).
+TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python gpuemu
 MP_SUITES := @(allreduce|async|auth|bootstrap|collectives|faults|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
 # The verbs pass runs in an emulated guest where no RDMA device is here, a
@@ -233,6 +235,8 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	        $(abspath $(BUILD)) \
 	        --jobs 2 --filter='$(VERBS_SUITES)' $(TEST_ARGS) ;; \
 	    python) $(TEST_ENV) $(CURDIR)/tests/python/run.sh $(abspath $(BUILD)) ;; \
+	    gpuemu) $(TEST_ENV) HOOP_GPU_EMULATE=1 $(TEST_RUN) \
+	        --filter='@(allreduce|collectives|faults|mismatch|paths|async)/*' $(TEST_ARGS) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
 	done

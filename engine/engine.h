@@ -151,6 +151,8 @@ struct hoop_engine {
     double stall_check_s, stall_shutdown_s;
     uint8_t *fusion; /* fusion_cap bytes, kept */
     size_t fusion_cap;
+    void *dfusion;   /* on the GPU, for groups with device buffers: dfusion_cap bytes, kept */
+    size_t dfusion_cap;
     /* negotiation table, in the order names were first announced */
     struct eng_entry **tab;
     int ntab, tab_cap;

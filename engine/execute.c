@@ -1,11 +1,15 @@
 /* execute.c - run a cycle's responses, in their order, on the engine's
  * thread: allreduces of the same dtype, op and scale factors fused into the
  * fusion buffer up to the threshold, everything else one collective each.
- * Only hoop.h's collectives are called.
+ * Only hoop.h's collectives are called. Allreduces of device buffers (a
+ * group with any) are fused in a buffer on the GPU, copied and scaled
+ * there (gpu/gpu.h).
  */
 #include "engine/engine.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "gpu/gpu.h"
+#include "reduce/reduce.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,36 +57,64 @@ static void count_collective(struct hoop_engine *e, int fused)
 
 static void scale(void *buf, size_t n, int dtype, double f)
 {
-    if (f == 1.0)
-        return;
-    switch (dtype) {
-    case HOOP_F32: {
-        float *p = buf;
-        float ff = (float)f;
-        for (size_t i = 0; i < n; i++)
-            p[i] *= ff;
-        break;
+    hoop_reduce_scale(buf, n, (hoop_dtype_t)dtype, f);
+}
+
+static int on_gpu(const void *p)
+{
+    return p && hoop_gpu_mem_kind(p).kind == HOOP_MEM_DEVICE;
+}
+
+/* scale(), on the GPU for device memory. */
+static hoop_status_t scale_any(struct hoop_engine *e, const char *name, void *buf, size_t n,
+                               int dtype, double f)
+{
+    if (f == 1.0 || !n)
+        return HOOP_OK;
+    if (!on_gpu(buf)) {
+        scale(buf, n, dtype, f);
+        return HOOP_OK;
     }
-    case HOOP_F64: {
-        double *p = buf;
-        for (size_t i = 0; i < n; i++)
-            p[i] *= f;
-        break;
+    char why[256];
+    if (hoop_gpu_scale(buf, n, (hoop_dtype_t)dtype, f, why, sizeof(why)))
+        return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': %s", e->rank, name, why);
+    return HOOP_OK;
+}
+
+/* memcpy, or cudaMemcpy where either side is device memory. */
+static hoop_status_t copy_any(struct hoop_engine *e, const char *name, void *dst, const void *src,
+                              size_t bytes)
+{
+    if (!bytes || dst == src)
+        return HOOP_OK;
+    if (!on_gpu(dst) && !on_gpu(src)) {
+        memcpy(dst, src, bytes);
+        return HOOP_OK;
     }
-    case HOOP_F16: {
-        unsigned short *p = buf;
-        for (size_t i = 0; i < n; i++)
-            p[i] = hoop_f32_to_f16(hoop_f16_to_f32(p[i]) * (float)f);
-        break;
+    char why[256];
+    if (hoop_gpu_memcpy(dst, src, bytes, why, sizeof(why)))
+        return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': %s", e->rank, name, why);
+    return HOOP_OK;
+}
+
+/* The fusion buffer on the GPU, at least bytes long (kept, grown). */
+static hoop_status_t dscratch(struct hoop_engine *e, size_t bytes, uint8_t **buf)
+{
+    if (!e->dfusion || e->dfusion_cap < bytes) {
+        size_t cap = e->fusion_threshold > bytes ? (size_t)e->fusion_threshold : bytes;
+        char why[256];
+        void *p = NULL;
+        hoop_gpu_free(e->dfusion);
+        e->dfusion = NULL;
+        e->dfusion_cap = 0;
+        if (hoop_gpu_malloc(&p, cap ? cap : 1, why, sizeof(why)))
+            return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: a fusion buffer of %zu bytes on "
+                              "the GPU (HOOP_FUSION_THRESHOLD): %s", e->rank, cap, why);
+        e->dfusion = p;
+        e->dfusion_cap = cap;
     }
-    case HOOP_BF16: {
-        unsigned short *p = buf;
-        for (size_t i = 0; i < n; i++)
-            p[i] = hoop_f32_to_bf16(hoop_bf16_to_f32(p[i]) * (float)f);
-        break;
-    }
-    default: break; /* refused at enqueue */
-    }
+    *buf = e->dfusion;
+    return HOOP_OK;
 }
 
 static hoop_status_t scratch(struct hoop_engine *e, size_t bytes, uint8_t **buf, int *temp)
@@ -133,9 +165,9 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
         eng_op_t *op = r0->op;
         const void *src = op->send[0];
         if (r0->p.pre != 1.0 && r0->p.count) {
-            if (op->send[0] != op->recv[0])
-                memcpy(op->recv[0], op->send[0], r0->p.count * es);
-            scale(op->recv[0], r0->p.count, r0->p.dtype, r0->p.pre);
+            if ((st = copy_any(e, r0->p.name, op->recv[0], op->send[0], r0->p.count * es)) ||
+                (st = scale_any(e, r0->p.name, op->recv[0], r0->p.count, r0->p.dtype, r0->p.pre)))
+                return st;
             src = op->recv[0];
         }
         tl_all(e, g, n, "HOOP_ALLREDUCE");
@@ -144,42 +176,60 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
         count_collective(e, 1);
         if (st)
             return st;
-        scale(op->recv[0], r0->p.count, r0->p.dtype, r0->p.post);
-        return HOOP_OK;
+        return scale_any(e, r0->p.name, op->recv[0], r0->p.count, r0->p.dtype, r0->p.post);
     }
     size_t total = 0;
-    for (int i = 0; i < n; i++)
+    int dev = 0;
+    for (int i = 0; i < n; i++) {
         total += g[i]->p.count;
+        for (int s = 0; g[i]->op && s < nseg(g[i]) && !dev; s++)
+            dev = on_gpu(g[i]->op->send[s]) || on_gpu(g[i]->op->recv[s]);
+    }
+    /* A group with device buffers is fused on the GPU (which group a
+     * tensor is in was agreed by every rank; where it is fused is this
+     * rank's own business). */
     uint8_t *buf;
-    int temp;
-    if ((st = scratch(e, total * es, &buf, &temp)))
+    int temp = 0;
+    if ((st = dev ? dscratch(e, total * es, &buf) : scratch(e, total * es, &buf, &temp)))
         return st;
     tl_all(e, g, n, "MEMCPY_IN_FUSION_BUFFER");
     size_t off = 0;
-    for (int i = 0; i < n; i++)
-        for (int s = 0; s < nseg(g[i]); s++) {
+    for (int i = 0; i < n && !st; i++)
+        for (int s = 0; s < nseg(g[i]) && !st; s++) {
             size_t b = seg_count(g[i], s) * es;
-            if (!g[i]->op)
+            if (!g[i]->op && !dev) {
                 memset(buf + off, 0, b); /* a joined rank gives zeros */
-            else if (b)
-                memcpy(buf + off, g[i]->op->send[s], b);
+            } else if (!g[i]->op) {
+                char why[256];
+                if (hoop_gpu_memset(buf + off, 0, b, why, sizeof(why)))
+                    st = hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: %s", e->rank, why);
+            } else {
+                st = copy_any(e, g[i]->p.name, buf + off, g[i]->op->send[s], b);
+            }
             off += b;
         }
-    scale(buf, total, r0->p.dtype, r0->p.pre);
+    if (!st)
+        st = scale_any(e, r0->p.name, buf, total, r0->p.dtype, r0->p.pre);
     tl_all(e, g, n, NULL);
+    if (st) {
+        if (temp)
+            free(buf);
+        return st;
+    }
     tl_all(e, g, n, "HOOP_ALLREDUCE");
     st = hoop_allreduce(e->comm, buf, buf, total, r0->p.dtype, r0->p.op);
     tl_all(e, g, n, NULL);
     count_collective(e, n);
+    if (!st)
+        st = scale_any(e, r0->p.name, buf, total, r0->p.dtype, r0->p.post);
     if (!st) {
-        scale(buf, total, r0->p.dtype, r0->p.post);
         tl_all(e, g, n, "MEMCPY_OUT_FUSION_BUFFER");
         off = 0;
-        for (int i = 0; i < n; i++)
-            for (int s = 0; s < nseg(g[i]); s++) {
+        for (int i = 0; i < n && !st; i++)
+            for (int s = 0; s < nseg(g[i]) && !st; s++) {
                 size_t b = seg_count(g[i], s) * es;
                 if (g[i]->op && b)
-                    memcpy(g[i]->op->recv[s], buf + off, b);
+                    st = copy_any(e, g[i]->p.name, g[i]->op->recv[s], buf + off, b);
                 off += b;
             }
         tl_all(e, g, n, NULL);

@@ -13,6 +13,7 @@
  * lists, applied in rank order to the table. Then the responses run.
  */
 #include "engine/engine.h"
+#include "gpu/gpu.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/param.h"
@@ -408,6 +409,7 @@ static void engine_free(struct hoop_engine *e)
     free(e->lists);
     free(e->lcounts);
     free(e->fusion);
+    hoop_gpu_free(e->dfusion);
     eng_timeline_close(e->tl);
     eng_tune_free(e);
     pthread_cond_destroy(&e->wake);

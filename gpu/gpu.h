@@ -127,6 +127,19 @@ int hoop_gpu_pipe_passed(struct hoop_gpu_pipe *g, unsigned ev, char *why, size_t
 /* Wait until everything queued is done. */
 int hoop_gpu_pipe_drain(struct hoop_gpu_pipe *g, char *why, size_t why_len);
 
+/* ---- Device memory for the layers above (alloc.c, scale.cu) ----
+ * Synchronous, on the calling thread's current device; 0, or non-zero
+ * with a sentence in why. Built without CUDA: -1, saying so. */
+int hoop_gpu_malloc(void **p, size_t bytes, char *why, size_t why_len);
+void hoop_gpu_free(void *p);
+/* cudaMemcpyDefault: any direction, pinned, plain or device memory. */
+int hoop_gpu_memcpy(void *dst, const void *src, size_t bytes, char *why, size_t why_len);
+int hoop_gpu_memset(void *p, int v, size_t bytes, char *why, size_t why_len);
+/* buf[i] *= f for n floating-point elements of device memory, with the
+ * bits of the engine's CPU scaling (f16 and bf16 through f32; f32 times
+ * f rounded to float), and waits for it. */
+int hoop_gpu_scale(void *buf, size_t n, hoop_dtype_t dtype, double f, char *why, size_t why_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,20 +8,25 @@
  * A communicator is used by one thread at a time: collectives on the same
  * communicator must not be called concurrently.
  *
- * GPU buffers (CUDA). The contract, for the builds that take them:
+ * GPU buffers (CUDA). Every collective takes device memory (cudaMalloc)
+ * in a build with CUDA, on every transport. The contract:
  * - the caller's work on the buffers is complete when it calls (synchronise
- *   the streams that write sendbuf, or read recvbuf, first);
+ *   the streams that write sendbuf, or read recvbuf, first: a cudaMemcpy
+ *   from pageable memory may return before its copy has landed);
  * - the results are in device memory when the call returns (no stream of
  *   the caller's is used or left running);
- * - the device is the caller's current device (cudaSetDevice), and both
- *   buffers are on it.
+ * - both buffers are on one GPU (normally the caller's current device;
+ *   hoop works on the GPU the buffers are on, and gives the calling
+ *   thread its current device back). A communicator works with one GPU:
+ *   its first call on device buffers decides which, and buffers on
+ *   another GPU are HOOP_ERR_INVALID. Several ranks may share a GPU.
  * Both buffers live on the host (plain, pinned or managed memory) or both
- * on the same GPU: one of each, or two GPUs, is HOOP_ERR_INVALID. This
- * build moves host memory only: a device buffer is refused with
- * HOOP_ERR_UNSUPPORTED ("device buffers are not supported yet by this
- * build") before anything moves, and the communicator stays usable. A
- * library built without CUDA, or running where no driver or GPU is, takes
- * every pointer for host memory (docs/gpu.md).
+ * on the same GPU: one of each, or two GPUs, is HOOP_ERR_INVALID. Ranks
+ * may differ: one rank's device buffers meet another's host buffers.
+ * Data moves through pinned host memory of the communicator's, chunk by
+ * chunk, reductions running on the GPU with the bits of the CPU's
+ * (docs/gpu.md). A library built without CUDA, or running where no
+ * driver or GPU is, takes every pointer for host memory.
  */
 #ifndef HOOP_H
 #define HOOP_H

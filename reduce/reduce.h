@@ -13,6 +13,11 @@
  * division (toward zero) for integers. Signed integer sums and products wrap
  * around as two's complement, with no undefined behaviour. Every
  * instruction set gives the same bits. */
+/* buf[i] *= f for n elements of a floating-point dtype (f16 and bf16
+ * through f32, f32 times (float)f); integers are left as they are. The
+ * engine's prescale and postscale (scale.c). */
+void hoop_reduce_scale(void *buf, size_t n, hoop_dtype_t dtype, double f);
+
 void hoop_reduce_kernel(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype,
                         hoop_op_t op, int avg_n);
 

@@ -14,6 +14,7 @@
 #include "gpu/gpu.h"
 #include "harness.h"
 #include "hoop.h"
+#include "hoop_engine.h"
 #include "values.h"
 
 #include <pthread.h>
@@ -438,3 +439,102 @@ Test(gpucoll, rank_killed_mid_allreduce_on_device_buffers, .timeout = 120)
                       "rank %d did not fail as wanted:\n%s", r, job.report);
     }
 }
+
+/* ---- the engine: allreduces of device buffers, fused on the GPU ---- */
+
+#define ENG_TENSORS 5
+
+/* Five f32 tensors of different lengths and one bf16 tensor, allreduced
+ * (average, prescale 0.5, postscale 3) through the engine twice: on host
+ * buffers, then on device buffers (so fused into the GPU fusion buffer);
+ * the results must be the same bits. */
+static int engine_rank(int rank, int size, int port, void *varg)
+{
+    const struct coll_arg *a = varg;
+#ifdef HOOP_HAVE_CUDA
+    if (a->real && cudaSetDevice(0) != cudaSuccess)
+        return harness_failf(rank, "cudaSetDevice(0) failed");
+#endif
+    hoop_config_t cfg;
+    char root[64], token[64];
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_engine_t *e;
+    hoop_status_t st = hoop_engine_create(&e, &cfg);
+    if (st)
+        return harness_fail(rank, "hoop_engine_create", st);
+    static const size_t lens[ENG_TENSORS] = {1, 1000, 70000, 3, 300000};
+    float *host[ENG_TENSORS], *back[ENG_TENSORS];
+    void *dev[ENG_TENSORS];
+    int rc = 0;
+    for (int i = 0; i < ENG_TENSORS; i++) {
+        host[i] = malloc(lens[i] * 4);
+        back[i] = malloc(lens[i] * 4);
+        dev[i] = dev_alloc(a->real, lens[i] * 4);
+        if (!host[i] || !back[i] || !dev[i])
+            return harness_failf(rank, "out of memory");
+    }
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        int on_dev = pass == 1;
+        hoop_engine_handle_t *h[ENG_TENSORS];
+        for (int i = 0; i < ENG_TENSORS; i++) {
+            fill(host[i], lens[i], HOOP_F32, 77u * (uint64_t)(rank + 1) + (uint64_t)i);
+            if (on_dev && dev_put(a->real, dev[i], host[i], lens[i] * 4))
+                return harness_failf(rank, "copy to the device failed");
+        }
+        if (on_dev && !a->real)
+            hoop_gpu_emulate_force(1);
+        for (int i = ENG_TENSORS - 1; i >= 0 && !rc; i--) { /* another order than rank 0's? */
+            int k = rank % 2 ? i : ENG_TENSORS - 1 - i;
+            char name[32];
+            snprintf(name, sizeof(name), "grad.%d", k);
+            void *buf = on_dev ? dev[k] : (void *)host[k];
+            st = hoop_engine_allreduce(e, name, buf, buf, lens[k], HOOP_F32, HOOP_AVG, 0.5, 3.0,
+                                       NULL, NULL, &h[k]);
+            if (st)
+                rc = harness_fail(rank, "hoop_engine_allreduce", st);
+        }
+        for (int i = 0; i < ENG_TENSORS && !rc; i++) {
+            st = hoop_engine_wait(h[i], 30);
+            const char *why = "";
+            if (st || (st = hoop_engine_status(h[i], &why)))
+                rc = harness_failf(rank, "engine allreduce %d on %s buffers: %s", i,
+                                   on_dev ? "device" : "host", why);
+            hoop_engine_release(h[i]);
+        }
+        if (on_dev && !a->real)
+            hoop_gpu_emulate_force(0);
+        for (int i = 0; i < ENG_TENSORS && !rc; i++) {
+            if (!on_dev) {
+                memcpy(back[i], host[i], lens[i] * 4);
+                continue;
+            }
+            float *got = malloc(lens[i] * 4);
+            if (!got || dev_get(a->real, got, dev[i], lens[i] * 4))
+                rc = harness_failf(rank, "copy from the device failed");
+            for (size_t j = 0; !rc && j < lens[i]; j++)
+                if (memcmp(&got[j], &back[i][j], 4))
+                    rc = harness_failf(rank, "engine tensor %d element %zu: %a on the device, %a "
+                                       "on the host", i, j, (double)got[j], (double)back[i][j]);
+            free(got);
+        }
+    }
+    for (int i = 0; i < ENG_TENSORS; i++) {
+        free(host[i]);
+        free(back[i]);
+        dev_free(a->real, dev[i]);
+    }
+    hoop_engine_destroy(e);
+    return rc;
+}
+
+static void engine_test(int n)
+{
+    struct coll_arg a = {.real = gpu_mode()};
+    char report[8192];
+    bool ok = harness_run_raw(n, engine_rank, &a, 120, report, sizeof(report));
+    cr_assert(ok, "engine at N = %d on %s device buffers:\n%s", n, a.real ? "GPU" : "emulated",
+              report);
+}
+
+Test(gpucoll, engine_fuses_device_allreduces_ranks_2, .timeout = 150) { engine_test(2); }
+Test(gpucoll, engine_fuses_device_allreduces_ranks_3, .timeout = 150) { engine_test(3); }
