@@ -65,6 +65,18 @@ static int on_gpu(const void *p)
     return p && hoop_gpu_mem_kind(p).kind == HOOP_MEM_DEVICE;
 }
 
+/* The engine's thread works on the GPU of a device buffer p (its copies,
+ * kernels and fusion buffer), whatever device it was on. */
+static hoop_status_t use_gpu_of(struct hoop_engine *e, const char *name, const void *p)
+{
+    char why[256];
+    struct hoop_mem m = hoop_gpu_mem_kind(p);
+    if (m.kind == HOOP_MEM_DEVICE && hoop_gpu_set_device(m.device, why, sizeof(why)))
+        return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': GPU %d: %s", e->rank, name,
+                          m.device, why);
+    return HOOP_OK;
+}
+
 /* scale(), on the GPU for device memory. */
 static hoop_status_t scale_any(struct hoop_engine *e, const char *name, void *buf, size_t n,
                                int dtype, double f)
@@ -164,6 +176,8 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
         /* One tensor: no copy through the fusion buffer. */
         eng_op_t *op = r0->op;
         const void *src = op->send[0];
+        if (on_gpu(op->recv[0]) && (st = use_gpu_of(e, r0->p.name, op->recv[0])))
+            return st;
         if (r0->p.pre != 1.0 && r0->p.count) {
             if ((st = copy_any(e, r0->p.name, op->recv[0], op->send[0], r0->p.count * es)) ||
                 (st = scale_any(e, r0->p.name, op->recv[0], r0->p.count, r0->p.dtype, r0->p.pre)))
@@ -179,12 +193,17 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
         return scale_any(e, r0->p.name, op->recv[0], r0->p.count, r0->p.dtype, r0->p.post);
     }
     size_t total = 0;
-    int dev = 0;
+    const void *dev_buf = NULL;
     for (int i = 0; i < n; i++) {
         total += g[i]->p.count;
-        for (int s = 0; g[i]->op && s < nseg(g[i]) && !dev; s++)
-            dev = on_gpu(g[i]->op->send[s]) || on_gpu(g[i]->op->recv[s]);
+        for (int s = 0; g[i]->op && s < nseg(g[i]) && !dev_buf; s++)
+            dev_buf = on_gpu(g[i]->op->recv[s]) ? g[i]->op->recv[s]
+                      : on_gpu(g[i]->op->send[s]) ? g[i]->op->send[s]
+                                                  : NULL;
     }
+    int dev = dev_buf != NULL;
+    if (dev && (st = use_gpu_of(e, r0->p.name, dev_buf)))
+        return st;
     /* A group with device buffers is fused on the GPU (which group a
      * tensor is in was agreed by every rank; where it is fused is this
      * rank's own business). */

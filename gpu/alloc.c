@@ -28,6 +28,17 @@ static int failed(cudaError_t e, const char *what, char *why, size_t len)
     return (int)e;
 }
 
+int hoop_gpu_set_device(int device, char *why, size_t why_len)
+{
+    if (hoop_gpu_emulated())
+        return 0;
+    int cur = -1;
+    cudaError_t e = cudaGetDevice(&cur);
+    if (e == cudaSuccess && cur != device)
+        e = cudaSetDevice(device);
+    return e == cudaSuccess ? 0 : failed(e, "selecting the device", why, why_len);
+}
+
 int hoop_gpu_malloc(void **p, size_t bytes, char *why, size_t why_len)
 {
     if (hoop_gpu_emulated())
@@ -78,6 +89,11 @@ static int without(char *why, size_t len)
 {
     snprintf(why, len, "libhoop was built without CUDA");
     return -1;
+}
+
+int hoop_gpu_set_device(int device, char *why, size_t why_len)
+{
+    return hoop_gpu_emulated() ? 0 : without(why, why_len);
 }
 
 int hoop_gpu_malloc(void **p, size_t bytes, char *why, size_t why_len)

@@ -130,6 +130,8 @@ int hoop_gpu_pipe_drain(struct hoop_gpu_pipe *g, char *why, size_t why_len);
 /* ---- Device memory for the layers above (alloc.c, scale.cu) ----
  * Synchronous, on the calling thread's current device; 0, or non-zero
  * with a sentence in why. Built without CUDA: -1, saying so. */
+/* Make GPU `device` the calling thread's current device. */
+int hoop_gpu_set_device(int device, char *why, size_t why_len);
 int hoop_gpu_malloc(void **p, size_t bytes, char *why, size_t why_len);
 void hoop_gpu_free(void *p);
 /* cudaMemcpyDefault: any direction, pinned, plain or device memory. */

@@ -32,6 +32,11 @@ static void gpu_probe(void)
 #endif
 }
 
+HOOP_API int hoop_cuda_built(void)
+{
+    return hoop_gpu_built();
+}
+
 int hoop_gpu_built(void)
 {
 #ifdef HOOP_HAVE_CUDA

@@ -203,6 +203,10 @@ HOOP_API int hoop_op_parse(const char *name);
 
 /* Conversions used by the f16 and bf16 reductions (round to nearest even),
  * exported so that callers can build inputs and check results. */
+/* 1 when this library takes CUDA device buffers (built with CUDA; a GPU is
+ * still needed at run time), else 0. */
+HOOP_API int hoop_cuda_built(void);
+
 HOOP_API float hoop_f16_to_f32(unsigned short h);
 HOOP_API unsigned short hoop_f32_to_f16(float f);
 HOOP_API float hoop_bf16_to_f32(unsigned short h);

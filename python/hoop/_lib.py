@@ -146,6 +146,7 @@ def _prototypes(L):
         "hoop_comm_transport": (c_char_p, [c_void_p]),
         "hoop_last_error": (c_char_p, []),
         "hoop_status_str": (c_char_p, [c_int]),
+        "hoop_cuda_built": (c_int, []),
         "hoop_engine_create_with": (c_int, [P(c_void_p), c_void_p]),
         "hoop_engine_destroy": (c_int, [c_void_p]),
         "hoop_engine_allreduce": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int,

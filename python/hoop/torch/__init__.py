@@ -12,6 +12,7 @@ from .. import (init as _init, shutdown, is_initialized, rank, size, local_rank,
                 cross_size, library_path, Average, Sum, Min, Max, Product, Adasum, HoopError,
                 HoopInvalidError, HoopTimeoutError, HoopPeerError, HoopMismatchError, HoopUnsupportedError,
                 HoopSystemError, HoopAbortedError, _engine)
+from .. import _lib
 from .compression import Compression
 from .functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_,
@@ -66,7 +67,9 @@ def ccl_built():
 
 
 def cuda_built():
-    return False
+    """True when libhoop takes CUDA tensors itself (built with CUDA): their
+    allreduces then run on the GPU path, without a copy to the CPU."""
+    return bool(_lib.lib().hoop_cuda_built())
 
 
 def rocm_built():

@@ -1,8 +1,11 @@
 """horovod.torch's collectives over hoop's engine, on torch tensors.
 
-CPU tensors are handed to hoop in place when contiguous. CUDA tensors go
-through host memory (hoop has no GPU path yet): the current stream is
-synchronized, the tensor copied to the CPU, reduced there and copied back.
+CPU tensors are handed to hoop in place when contiguous. CUDA tensors: the
+tensor's current stream is synchronized first (hoop.h's contract); where
+libhoop is built with CUDA, allreduces (grouped or not) hand hoop the
+device memory itself, which it moves through its own pinned buffers and
+reduces on the GPU; the other collectives, and every one where libhoop has
+no CUDA, go through a copy on the CPU.
 """
 import torch
 
@@ -31,6 +34,24 @@ def _host(t):
             torch.cuda.current_stream(t.device).synchronize()
         return t.to("cpu").contiguous()
     return t if t.is_contiguous() else t.contiguous()
+
+
+_CUDA_BUILT = None
+
+
+def _device_ok(t):
+    """t itself (contiguous, its stream synchronized) where hoop takes its
+    device memory, else a CPU copy (_host)."""
+    global _CUDA_BUILT
+    if t.is_cuda:
+        if _CUDA_BUILT is None:
+            _CUDA_BUILT = bool(_lib.lib().hoop_cuda_built())
+        if _CUDA_BUILT:
+            t = t.detach()
+            t = t if t.is_contiguous() else t.contiguous()
+            torch.cuda.current_stream(t.device).synchronize()
+            return t
+    return _host(t)
 
 
 def _ptr(t):
@@ -62,7 +83,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     op = _op(average, op)
     name = _engine.auto_name("allreduce", name)
     dt = _dtype(tensor, "allreduce '%s'" % name)
-    buf = _host(tensor)
+    buf = _device_ok(tensor)
     return _engine.allreduce(name, _ptr(buf), _ptr(buf), buf.numel(), dt, op, prescale_factor,
                              postscale_factor, [buf, tensor], lambda h: _write_back(tensor, buf))
 
@@ -117,7 +138,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     dts = {_dtype(t, "grouped allreduce '%s'" % name) for t in tensors}
     if len(dts) != 1:
         raise TypeError("hoop: grouped allreduce '%s': every tensor must have one dtype" % name)
-    bufs = [_host(t) for t in tensors]
+    bufs = [_device_ok(t) for t in tensors]
     ptrs = [_ptr(b) for b in bufs]
 
     def finish(h):
