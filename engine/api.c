@@ -365,6 +365,47 @@ hoop_status_t hoop_engine_reduce_scatter(hoop_engine_t *e, const char *name, con
     return submit(e, o, handle);
 }
 
+hoop_status_t hoop_engine_reduce_scatterv(hoop_engine_t *e, const char *name, const void *sendbuf,
+                                          void *recvbuf, const size_t *recvcounts,
+                                          hoop_dtype_t dtype, hoop_op_t op, double pre, double post,
+                                          hoop_engine_cb_t cb, void *cb_arg,
+                                          hoop_engine_handle_t **handle)
+{
+    hoop_status_t st = check_common(e, name, dtype, 1, op, pre, post, handle);
+    if (st)
+        return st;
+    if (!recvcounts)
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': recvcounts is NULL", e->rank,
+                          name);
+    size_t es = hoop_dtype_size(dtype);
+    uint64_t total = 0;
+    for (int j = 0; j < e->size; j++) {
+        if (recvcounts[j] > (SIZE_MAX / 4) / es - total)
+            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': recvcounts too large",
+                              e->rank, name);
+        total += recvcounts[j];
+    }
+    if ((total && !sendbuf) || (recvcounts[e->rank] && !recvbuf))
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': a buffer is NULL", e->rank,
+                          name);
+    eng_op_t *o = op_new(EK_REDUCE_SCATTER, name, dtype, op, pre, post, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    o->p.count = total;
+    o->p.nvals = (uint32_t)e->size;
+    o->p.vals = malloc(sizeof(uint64_t) * (size_t)e->size);
+    if (!o->p.vals) {
+        o->refs = 1;
+        op_unref(o);
+        return no_memory(e, name);
+    }
+    for (int j = 0; j < e->size; j++)
+        o->p.vals[j] = recvcounts[j];
+    o->send1 = sendbuf;
+    o->recv1 = recvbuf;
+    return submit(e, o, handle);
+}
+
 hoop_status_t hoop_engine_barrier(hoop_engine_t *e, hoop_engine_cb_t cb, void *cb_arg,
                                   hoop_engine_handle_t **handle)
 {

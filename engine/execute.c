@@ -334,91 +334,112 @@ static hoop_status_t run_alltoall(struct hoop_engine *e, struct eng_resp *r)
     if (n < 1)
         return hoop_error(HOOP_ERR_INVALID, "engine: no ranks");
     size_t es = hoop_dtype_size(r->p.dtype);
-    const uint64_t *S = r->splits;
-    uint64_t block = 0, mine = 0;
-    for (int i = 0; i < n * n; i++)
-        if (S[i] > block)
-            block = S[i];
+    const uint64_t *S = r->splits; /* S[i*n+j]: what rank i sends rank j */
+    uint64_t mine = 0, moved = 0;
     for (int i = 0; i < n; i++)
         mine += S[(size_t)i * n + me];
-    if (block > (SIZE_MAX / 4) / es / (size_t)n) {
-        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': splits too large to pack",
-                          e->rank, r->p.name);
-    }
-    size_t bb = (size_t)block * es;
-    uint8_t *sp = calloc((size_t)n, bb ? bb : 1);
-    uint8_t *rp = malloc((size_t)n * (bb ? bb : 1));
+    for (int i = 0; i < n * n; i++)
+        moved |= S[i];
+    if (mine > (SIZE_MAX / 4) / es)
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': splits too large", e->rank,
+                          r->p.name);
+    /* sc, sd, rc, rd: the per peer counts and offsets of hoop_alltoallv;
+     * the blocks one after the other on both sides, so the output needs no
+     * copy and nothing is padded. */
+    size_t *v = malloc(4 * sizeof(size_t) * (size_t)n);
     uint8_t *out = malloc(mine ? (size_t)mine * es : 1);
     uint64_t *counts = malloc(8 * (size_t)n);
-    if (!sp || !rp || !out || !counts) {
-        free(sp);
-        free(rp);
+    if (!v || !out || !counts) {
+        free(v);
         free(out);
         free(counts);
         return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of memory", e->rank,
                           r->p.name);
     }
-    /* Blocks padded to the largest split: hoop_alltoall moves equal blocks. */
-    size_t off = 0;
+    size_t *sc = v, *sd = v + n, *rc = v + 2 * n, *rd = v + 3 * n, so = 0, ro = 0;
     for (int j = 0; j < n; j++) {
-        size_t b = (size_t)S[(size_t)me * n + j] * es;
-        if (b)
-            memcpy(sp + (size_t)j * bb, (const uint8_t *)op->send[0] + off, b);
-        off += b;
+        sc[j] = (size_t)S[(size_t)me * n + j];
+        sd[j] = so;
+        so += sc[j];
+        rc[j] = (size_t)S[(size_t)j * n + me];
+        rd[j] = ro;
+        ro += rc[j];
+        counts[j] = rc[j];
     }
     struct eng_resp *g[1] = {r};
     tl_all(e, g, 1, "HOOP_ALLTOALL");
-    hoop_status_t st = block ? hoop_alltoall(e->comm, sp, rp, (size_t)block, r->p.dtype) : HOOP_OK;
+    /* The negotiation agreed on every rank's splits: a call with nothing
+     * to move anywhere is skipped on every rank alike. */
+    hoop_status_t st = moved ? hoop_alltoallv(e->comm, op->send[0], sc, sd, out, rc, rd,
+                                              r->p.dtype)
+                             : HOOP_OK;
     tl_all(e, g, 1, NULL);
-    if (block)
+    if (moved)
         count_collective(e, 1);
-    if (!st) {
-        off = 0;
-        for (int i = 0; i < n; i++) {
-            counts[i] = S[(size_t)i * n + me];
-            size_t b = (size_t)counts[i] * es;
-            if (b)
-                memcpy(out + off, rp + (size_t)i * bb, b);
-            off += b;
-        }
-        op->out = out;
-        op->out_count = (size_t)mine;
-        op->counts = counts;
-        op->ncounts = n;
-    } else {
+    free(v);
+    if (st) {
         free(out);
         free(counts);
+        return st;
     }
-    free(sp);
-    free(rp);
-    return st;
+    op->out = out;
+    op->out_count = (size_t)mine;
+    op->counts = counts;
+    op->ncounts = n;
+    return HOOP_OK;
 }
 
 static hoop_status_t run_reduce_scatter(struct hoop_engine *e, struct eng_resp *r)
 {
     eng_op_t *op = r->op;
     size_t es = hoop_dtype_size(r->p.dtype);
-    size_t all = (size_t)r->p.count * (size_t)e->size;
-    const void *src = op->send[0];
-    void *tmp = NULL;
-    if (r->p.pre != 1.0 && all) {
-        tmp = malloc(all * es);
-        if (!tmp)
+    /* Equal blocks (p.count each), or a count per rank (p.vals; p.count is
+     * then their sum). */
+    int uneven = r->p.nvals != 0;
+    size_t all = uneven ? (size_t)r->p.count : (size_t)r->p.count * (size_t)e->size;
+    size_t mine = uneven ? (size_t)r->p.vals[e->rank] : (size_t)r->p.count;
+    size_t *counts = NULL;
+    if (uneven) {
+        counts = malloc(sizeof(size_t) * (size_t)e->size);
+        if (!counts)
             return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of memory", e->rank,
                               r->p.name);
-        memcpy(tmp, src, all * es);
-        scale(tmp, all, r->p.dtype, r->p.pre);
+        for (int k = 0; k < e->size; k++)
+            counts[k] = (size_t)r->p.vals[k];
+    }
+    const void *src = op->send[0];
+    void *tmp = NULL;
+    int dev = on_gpu(src) || on_gpu(op->recv[0]);
+    hoop_status_t st = dev ? use_gpu_of(e, r->p.name, on_gpu(src) ? src : op->recv[0]) : HOOP_OK;
+    if (!st && r->p.pre != 1.0 && all) {
+        /* Scaled in a copy, where the input lives. */
+        char why[256];
+        if (dev && hoop_gpu_malloc(&tmp, all * es, why, sizeof(why)))
+            st = hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': %s", e->rank, r->p.name, why);
+        else if (!dev && !(tmp = malloc(all * es)))
+            st = hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of memory", e->rank,
+                            r->p.name);
+        if (!st)
+            st = copy_any(e, r->p.name, tmp, src, all * es);
+        if (!st)
+            st = scale_any(e, r->p.name, tmp, all, r->p.dtype, r->p.pre);
         src = tmp;
+    }
+    if (st) {
+        dev ? hoop_gpu_free(tmp) : free(tmp);
+        free(counts);
+        return st;
     }
     struct eng_resp *g[1] = {r};
     tl_all(e, g, 1, "HOOP_REDUCESCATTER");
-    hoop_status_t st =
-        hoop_reduce_scatter(e->comm, src, op->recv[0], (size_t)r->p.count, r->p.dtype, r->p.op);
+    st = uneven ? hoop_reduce_scatterv(e->comm, src, op->recv[0], counts, r->p.dtype, r->p.op)
+                : hoop_reduce_scatter(e->comm, src, op->recv[0], mine, r->p.dtype, r->p.op);
     tl_all(e, g, 1, NULL);
     count_collective(e, 1);
-    free(tmp);
+    dev ? hoop_gpu_free(tmp) : free(tmp);
+    free(counts);
     if (!st)
-        scale(op->recv[0], (size_t)r->p.count, r->p.dtype, r->p.post);
+        st = scale_any(e, r->p.name, op->recv[0], mine, r->p.dtype, r->p.post);
     return st;
 }
 

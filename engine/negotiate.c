@@ -58,8 +58,27 @@ int eng_params_equal(const struct eng_params *a, const struct eng_params *b, int
         if (a->row != b->row)
             DIFF("%llu", (unsigned long long)a->row, (unsigned long long)b->row,
                  "elements per row");
-    } else if (a->kind != EK_ALLTOALL && a->count != b->count) {
+    } else if (a->kind != EK_ALLTOALL && a->count != b->count &&
+               !(a->kind == EK_REDUCE_SCATTER && a->nvals && b->nvals)) {
+        /* (Uneven reduce_scatters compare their blocks below, which says more.) */
         DIFF("%llu", (unsigned long long)a->count, (unsigned long long)b->count, "count");
+    }
+    if (a->kind == EK_REDUCE_SCATTER) {
+        /* Uneven blocks (reduce_scatterv): every rank gives the same. */
+        if (a->nvals != b->nvals) {
+            snprintf(why, why_len, "rank %d calls %s but rank %d calls %s", ra,
+                     a->nvals ? "reduce_scatterv" : "reduce_scatter", rb,
+                     b->nvals ? "reduce_scatterv" : "reduce_scatter");
+            return 0;
+        }
+        for (uint32_t i = 0; i < a->nvals; i++)
+            if (a->vals[i] != b->vals[i]) {
+                snprintf(why, why_len,
+                         "rank %d gives rank %u's block %llu elements but rank %d gives %llu",
+                         ra, (unsigned)i, (unsigned long long)a->vals[i], rb,
+                         (unsigned long long)b->vals[i]);
+                return 0;
+            }
     }
     if (a->kind == EK_ALLREDUCE) {
         if (a->nvals != b->nvals)

@@ -138,7 +138,8 @@ hoop_status_t eng_list_parse(struct hoop_engine *e, int from, const uint8_t *buf
                 goto bad;
             }
             if (p.nvals > ENG_VALS_MAX || (size_t)p.nvals * 8 > r.left ||
-                (p.kind == EK_ALLTOALL && p.nvals != (uint32_t)e->size)) {
+                (p.kind == EK_ALLTOALL && p.nvals != (uint32_t)e->size) ||
+                (p.kind == EK_REDUCE_SCATTER && p.nvals && p.nvals != (uint32_t)e->size)) {
                 what = "a request with a bad number of values";
                 goto bad;
             }

@@ -150,6 +150,17 @@ HOOP_API hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, vo
 HOOP_API hoop_status_t hoop_reduce_scatter(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
                                            size_t recvcount, hoop_dtype_t dtype, hoop_op_t op);
 
+/* Like reduce_scatter with a count per rank: rank r gets recvcounts[r]
+ * elements, block r of the reduction of every rank's sendbuf, which holds
+ * the blocks one after the other (the sum of recvcounts elements; block r
+ * starts at the sum of recvcounts[0..r)). Every rank passes the same
+ * recvcounts: one that differs fails the call on every rank with
+ * HOOP_ERR_MISMATCH. Counts may be 0. Ring: each rank sends every block
+ * but its own once. In place when recvbuf is block `rank` of sendbuf. */
+HOOP_API hoop_status_t hoop_reduce_scatterv(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                            const size_t *recvcounts, hoop_dtype_t dtype,
+                                            hoop_op_t op);
+
 /* recvbuf (size * sendcount elements) gets every rank's sendbuf, rank r's
  * at block r. Ring. In place when
  * sendbuf == (char *)recvbuf + rank * sendcount * element size. */
@@ -181,6 +192,20 @@ HOOP_API hoop_status_t hoop_reduce(hoop_comm_t *comm, const void *sendbuf, void 
  * Pairwise exchange over direct connections, made on first use. */
 HOOP_API hoop_status_t hoop_alltoall(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, hoop_dtype_t dtype);
+
+/* Like alltoall with a count per pair: sendcounts[j] elements at element
+ * offset sdispls[j] of sendbuf go to rank j, and recvcounts[i] elements
+ * from rank i land at element offset rdispls[i] of recvbuf (receive blocks
+ * must not overlap; buffers must not overlap). Counts may be 0. The ranks
+ * first agree, in one small ring allreduce, that sendcounts[j] on rank i
+ * equals recvcounts[i] on rank j for every pair; when not, every rank
+ * returns HOOP_ERR_MISMATCH naming the first pair that disagrees, nothing
+ * has moved, and the communicator stays usable. Then a pairwise exchange
+ * over direct connections, as alltoall. */
+HOOP_API hoop_status_t hoop_alltoallv(hoop_comm_t *comm, const void *sendbuf,
+                                      const size_t *sendcounts, const size_t *sdispls,
+                                      void *recvbuf, const size_t *recvcounts,
+                                      const size_t *rdispls, hoop_dtype_t dtype);
 
 /* Returns once every rank has entered it. */
 HOOP_API hoop_status_t hoop_barrier(hoop_comm_t *comm);

@@ -117,6 +117,18 @@ HOOP_API hoop_status_t hoop_engine_reduce_scatter(hoop_engine_t *engine, const c
                                                   hoop_engine_cb_t cb, void *cb_arg,
                                                   hoop_engine_handle_t **handle);
 
+/* Like reduce_scatter with a count per rank (hoop_reduce_scatterv): rank r
+ * gets recvcounts[r] elements of the reduction of every rank's sendbuf,
+ * which holds the blocks one after the other. Every rank passes the same
+ * recvcounts (hoop_engine_size entries); ranks that differ fail the
+ * operation on every rank with HOOP_ERR_MISMATCH. */
+HOOP_API hoop_status_t hoop_engine_reduce_scatterv(hoop_engine_t *engine, const char *name,
+                                                   const void *sendbuf, void *recvbuf,
+                                                   const size_t *recvcounts, hoop_dtype_t dtype,
+                                                   hoop_op_t op, double prescale, double postscale,
+                                                   hoop_engine_cb_t cb, void *cb_arg,
+                                                   hoop_engine_handle_t **handle);
+
 /* Completes once every rank has enqueued its barrier (the k-th barrier of
  * each rank meets the k-th of the others). */
 HOOP_API hoop_status_t hoop_engine_barrier(hoop_engine_t *engine, hoop_engine_cb_t cb, void *cb_arg,

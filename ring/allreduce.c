@@ -76,3 +76,10 @@ hoop_status_t hoop_ring_agree(struct hoop_ring *r, const char *what, double time
     free(b);
     return st;
 }
+
+hoop_status_t hoop_ring_agree_sum(struct hoop_ring *r, const char *what, uint64_t *vals,
+                                  size_t count, double timeout_s)
+{
+    return ring_allreduce(r, r->cur.coll, what, vals, vals, count, HOOP_U64, HOOP_SUM, timeout_s,
+                          1, 0);
+}

@@ -14,7 +14,7 @@ static const char *const coll_names[] = {
     [HOOP_COLL_ALLREDUCE] = "allreduce", [HOOP_COLL_REDUCE_SCATTER] = "reduce_scatter",
     [HOOP_COLL_ALLGATHER] = "allgather", [HOOP_COLL_BROADCAST] = "broadcast",
     [HOOP_COLL_REDUCE] = "reduce",       [HOOP_COLL_ALLTOALL] = "alltoall",
-    [HOOP_COLL_BARRIER] = "barrier",
+    [HOOP_COLL_BARRIER] = "barrier",     [HOOP_COLL_ALLTOALLV] = "alltoallv",
 };
 
 const char *hoop_coll_str(int coll)
@@ -95,6 +95,11 @@ void hoop_frame_what(const struct hoop_frame *f, char *out, size_t n)
                  f->op < HOOP_OP_COUNT ? hoop_op_str((hoop_op_t)f->op) : "(unknown op)");
     if (f->root != HOOP_FRAME_NONE)
         snprintf(root, sizeof(root), ", root %u", f->root);
+    if (f->coll == HOOP_COLL_ALLTOALLV) { /* no count of its own */
+        snprintf(out, n, "%s #%llu (%s)", hoop_coll_str(f->coll), (unsigned long long)f->seq,
+                 f->dtype < HOOP_DTYPE_COUNT ? hoop_dtype_str((hoop_dtype_t)f->dtype) : "?");
+        return;
+    }
     snprintf(out, n, "%s #%llu (%llu x %s%s%s)", hoop_coll_str(f->coll),
              (unsigned long long)f->seq, (unsigned long long)f->count,
              f->dtype < HOOP_DTYPE_COUNT ? hoop_dtype_str((hoop_dtype_t)f->dtype) : "?", op, root);

@@ -28,6 +28,7 @@ enum hoop_coll_kind {
     HOOP_COLL_REDUCE,
     HOOP_COLL_ALLTOALL,
     HOOP_COLL_BARRIER,
+    HOOP_COLL_ALLTOALLV, /* its frames' count is 0: the counts differ per pair */
 };
 
 /* The step of an announcement. */

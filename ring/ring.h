@@ -158,11 +158,20 @@ hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void
  * so that every rank learns that the ranks agree, or fails, before any
  * waits for a connection. */
 hoop_status_t hoop_ring_agree(struct hoop_ring *r, const char *what, double timeout_s);
+/* The same with data: the u64 sum of every rank's vals (count entries,
+ * in place; count >= size so that every hop compares frames). */
+hoop_status_t hoop_ring_agree_sum(struct hoop_ring *r, const char *what, uint64_t *vals,
+                                  size_t count, double timeout_s);
 /* One byte around the ring and back, as its own collective in the frames. */
 hoop_status_t hoop_ring_barrier(struct hoop_ring *r, double timeout_s);
-hoop_status_t hoop_ring_reduce_scatter(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
-                                       size_t recvcount, hoop_dtype_t dtype, hoop_op_t op,
-                                       double timeout_s);
+/* Block k of sendbuf (counts[k] elements at element offset displs[k]; the
+ * blocks one after the other) is reduced into rank k's recvbuf. The frames
+ * say frame_count and blocks (hoop_frame_blocks of counts, or 0 where the
+ * count says it all). */
+hoop_status_t hoop_ring_reduce_scatterv(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
+                                        const size_t *counts, const size_t *displs,
+                                        size_t frame_count, uint64_t blocks, hoop_dtype_t dtype,
+                                        hoop_op_t op, double timeout_s);
 /* recvbuf already holds this rank's block (the caller copies it). */
 hoop_status_t hoop_ring_allgatherv(struct hoop_ring *r, void *recvbuf, const size_t *counts,
                                    const size_t *displs, hoop_dtype_t dtype, double timeout_s);
@@ -180,6 +189,15 @@ hoop_status_t hoop_ring_empty(struct hoop_ring *r, int coll, hoop_dtype_t dtype,
 /* Over direct connections, not the ring. */
 hoop_status_t hoop_ring_alltoall(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                  size_t count, hoop_dtype_t dtype, double timeout_s);
+/* Per peer counts and element offsets (size entries each). The ranks first
+ * agree, in one small ring allreduce, that what each sends each is what
+ * that one expects; when not, every rank returns HOOP_ERR_MISMATCH naming
+ * the first such pair, with *agreed set: nothing has moved and the ring is
+ * still in step. Any other failure leaves *agreed 0. */
+hoop_status_t hoop_ring_alltoallv(struct hoop_ring *r, const void *sendbuf,
+                                  const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
+                                  const size_t *recvcounts, const size_t *rdispls,
+                                  hoop_dtype_t dtype, double timeout_s, int *agreed);
 /* Recursive doubling for small messages; count * dtype size must fit in
  * one ring chunk (the scratch it uses). */
 hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf, void *recvbuf,

@@ -293,6 +293,65 @@ Test(async, scale_avg_group_reduce_scatter_barrier_n3, .timeout = 60)
     run_case(3, &c, 40);
 }
 
+/* ---- reduce_scatterv: uneven blocks, twice (the cache), and a mismatch ---- */
+
+static int body_rsv(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    /* Static: a rank that fails returns while its engine may still use them. */
+    static int32_t in[64], out[32], bad_in[64], bad_out[32];
+    size_t counts[HARNESS_MAX_PROCS], bad[HARNESS_MAX_PROCS], total = 0, off = 0;
+    for (int k = 0; k < size; k++) {
+        counts[k] = k == 1 ? 0 : (size_t)(3 + 2 * k); /* uneven, one empty */
+        bad[k] = counts[k] + (rank == 1 && k == 0 ? 1 : 0);
+        if (k < rank)
+            off += counts[k];
+        total += counts[k];
+    }
+    for (int step = 0; step < 2; step++) {
+        for (size_t i = 0; i < total; i++)
+            in[i] = rank + (int)i + step;
+        memset(out, 0xff, sizeof(out));
+        hoop_engine_handle_t *h;
+        hoop_status_t st = hoop_engine_reduce_scatterv(e, "rsv", in, out, counts, HOOP_I32,
+                                                       HOOP_SUM, 1.0, 1.0, NULL, NULL, &h);
+        if (st)
+            return harness_fail(rank, "enqueue rsv", st);
+        if (wait_ok(h, rank, "rsv"))
+            return 1;
+        hoop_engine_release(h);
+        int rsum = size * (size - 1) / 2;
+        for (size_t i = 0; i < counts[rank]; i++)
+            if (out[i] != rsum + size * ((int)(off + i) + step))
+                return harness_failf(rank, "step %d: rsv[%zu] = %d, want %d", step, i, out[i],
+                                     rsum + size * ((int)(off + i) + step));
+        if (counts[rank] < 32 && out[counts[rank]] != -1)
+            return harness_failf(rank, "rsv wrote past this rank's block");
+    }
+    hoop_engine_handle_t *hb;
+    hoop_status_t st = hoop_engine_reduce_scatterv(e, "rsbad", bad_in, bad_out, bad, HOOP_I32,
+                                                   HOOP_SUM, 1.0, 1.0, NULL, NULL, &hb);
+    if (st)
+        return harness_fail(rank, "enqueue rsbad", st);
+    st = hoop_engine_wait(hb, WAIT_S);
+    const char *why = "";
+    hoop_engine_status(hb, &why);
+    if (st != HOOP_ERR_MISMATCH)
+        return harness_failf(rank, "'rsbad' gave %s, not a mismatch: %s", hoop_status_str(st),
+                             why);
+    if (!strstr(why, "'rsbad'") || !strstr(why, "rank 0's block"))
+        return harness_failf(rank, "the sentence does not name the tensor and the block: %s",
+                             why);
+    hoop_engine_release(hb);
+    return 0;
+}
+
+Test(async, reduce_scatterv_uneven_cached_and_mismatched_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_rsv};
+    run_case(3, &c, 40);
+}
+
 /* ---- fusion: 200 tensors, far fewer collectives ---------------------------- */
 
 #define NF 200

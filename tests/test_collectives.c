@@ -1,5 +1,5 @@
-/* test_collectives.c - reduce_scatter, allgather, allgatherv, broadcast,
- * reduce, alltoall and barrier over real processes on loopback.
+/* test_collectives.c - reduce_scatter(v), allgather, allgatherv, broadcast,
+ * reduce, alltoall(v) and barrier over real processes on loopback.
  *
  * Every rank can compute every other rank's input (inputs are a function of
  * rank, index and case), so each rank builds the exact image its output
@@ -45,15 +45,18 @@ typedef enum coll_kind {
     K_BROADCAST,
     K_REDUCE,
     K_ALLTOALL,
+    K_REDUCE_SCATTERV,
+    K_ALLTOALLV,
 } coll_kind_t;
 
 static const char *const kind_names[] = {
     "reduce_scatter", "allgather", "allgatherv", "broadcast", "reduce", "alltoall",
+    "reduce_scatterv", "alltoallv",
 };
 
 static bool kind_has_op(coll_kind_t k)
 {
-    return k == K_REDUCE_SCATTER || k == K_REDUCE;
+    return k == K_REDUCE_SCATTER || k == K_REDUCE || k == K_REDUCE_SCATTERV;
 }
 
 static bool kind_has_root(coll_kind_t k)
@@ -116,6 +119,7 @@ typedef struct coll_state {
     uint8_t *send, *ref, *out, *want, *scratch;
     size_t cap_bytes;
     size_t counts[HARNESS_MAX_PROCS], displs[HARNESS_MAX_PROCS];
+    size_t scounts[HARNESS_MAX_PROCS], sdispls[HARNESS_MAX_PROCS]; /* alltoallv's sends */
     int mismatches; /* cases whose check failed; the rank keeps going so the others do not hang */
     int reported;   /* failure lines printed so far */
 } coll_state_t;
@@ -129,7 +133,7 @@ static void describe_case(char *buf, size_t len, const coll_state_t *s, const co
     n += snprintf(buf + n, len - (size_t)n, " count=%zu", c->count);
     if (kind_has_root(c->kind))
         n += snprintf(buf + n, len - (size_t)n, " root=%d", c->root);
-    if (c->kind == K_ALLGATHERV)
+    if (c->kind == K_ALLGATHERV || c->kind == K_ALLTOALLV)
         n += snprintf(buf + n, len - (size_t)n, " %s", c->gapped ? "gapped" : "packed");
     if (c->null_unused && !c->in_place && kind_has_root(c->kind) && s->rank != c->root)
         n += snprintf(buf + n, len - (size_t)n, " %s=NULL",
@@ -193,6 +197,34 @@ static void set_agv_layout(coll_state_t *s, const coll_case_t *c)
     }
 }
 
+/* alltoallv: what rank i sends rank j, uneven and a third of it empty (none
+ * at all for a base count of 0). */
+static size_t a2av_count(const coll_case_t *c, int i, int j)
+{
+    if (c->count == 0 || (i + 2 * j) % 3 == 1)
+        return 0;
+    return c->count + (size_t)((i * 7 + j * 3) % 5);
+}
+
+/* alltoallv: sends packed in rank order; receives packed, or in reverse
+ * rank order with gaps. */
+static void set_a2av_layout(coll_state_t *s, const coll_case_t *c)
+{
+    size_t at = 0;
+    for (int j = 0; j < s->nranks; j++) {
+        s->scounts[j] = a2av_count(c, s->rank, j);
+        s->sdispls[j] = at;
+        at += s->scounts[j];
+    }
+    at = 0;
+    for (int k = 0; k < s->nranks; k++) {
+        int i = c->gapped ? s->nranks - 1 - k : k;
+        s->counts[i] = a2av_count(c, i, s->rank);
+        s->displs[i] = at;
+        at += s->counts[i] + (c->gapped ? GAP_ELEMS : 0);
+    }
+}
+
 static uint64_t move_tag(const coll_case_t *c, int from, int to)
 {
     return c->salt * 4096 + (uint64_t)from * 64 + (uint64_t)to;
@@ -250,8 +282,16 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
     const bool is_root = me == c->root;
     size_t send_elems = 0, out_elems = 0;
 
-    if (c->kind == K_ALLGATHERV)
+    if (c->kind == K_ALLGATHERV || c->kind == K_REDUCE_SCATTERV)
         set_agv_layout(s, c);
+    if (c->kind == K_ALLTOALLV)
+        set_a2av_layout(s, c);
+    /* reduce_scatterv: the blocks one after the other. */
+    size_t rsv_total = 0;
+    for (int r = 0; r < n && c->kind == K_REDUCE_SCATTERV; r++) {
+        s->displs[r] = rsv_total;
+        rsv_total += s->counts[r];
+    }
     switch (c->kind) {
     case K_REDUCE_SCATTER:
         send_elems = N * cnt;
@@ -273,6 +313,19 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
     case K_ALLTOALL:
         send_elems = out_elems = N * cnt;
         break;
+    case K_REDUCE_SCATTERV:
+        send_elems = rsv_total;
+        out_elems = c->in_place ? rsv_total : s->counts[me];
+        break;
+    case K_ALLTOALLV:
+        for (int r = 0; r < n; r++) {
+            send_elems += s->scounts[r];
+            if (s->displs[r] + s->counts[r] > out_elems)
+                out_elems = s->displs[r] + s->counts[r];
+        }
+        if (c->gapped)
+            out_elems += GAP_ELEMS;
+        break;
     default: send_elems = out_elems = cnt; break;
     }
     size_t need = (send_elems > out_elems ? send_elems : out_elems) * es + canary;
@@ -284,8 +337,13 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
     /* The out-of-place sendbuf: this rank's input, then a canary. */
     switch (c->kind) {
     case K_REDUCE_SCATTER:
+    case K_REDUCE_SCATTERV:
     case K_REDUCE:
         values_put_input(s->send, 0, send_elems, index_hash, c->dtype, c->op, n, me);
+        break;
+    case K_ALLTOALLV:
+        for (int j = 0; j < n; j++)
+            put_moved(s->send + s->sdispls[j] * es, s->scounts[j], es, move_tag(c, me, j));
         break;
     case K_ALLTOALL:
         for (int j = 0; j < n; j++)
@@ -367,6 +425,27 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
         memcpy(s->out, w, out_elems * es);
         canary_invert(s->out, out_elems * es);
         break;
+    case K_REDUCE_SCATTERV: {
+        size_t mc = s->counts[me], mo = s->displs[me];
+        if (c->in_place) {
+            values_put_input(w, 0, rsv_total, index_hash, c->dtype, c->op, n, me);
+            memcpy(s->out, w, rsv_total * es);
+            values_put_expected(w + mo * es, mo, mc, index_hash, c->dtype, c->op, n);
+        } else {
+            values_put_expected(w, mo, mc, index_hash, c->dtype, c->op, n);
+            memcpy(s->out, w, mc * es);
+            canary_invert(s->out, mc * es);
+        }
+        break;
+    }
+    case K_ALLTOALLV:
+        canary_fill(w, out_elems * es, canary_out(me));
+        for (int i = 0; i < n; i++)
+            put_moved(w + s->displs[i] * es, s->counts[i], es, move_tag(c, i, me));
+        memcpy(s->out, w, out_elems * es);
+        for (int i = 0; i < n; i++)
+            canary_invert(s->out + s->displs[i] * es, s->counts[i] * es);
+        break;
     }
     canary_fill(w + out_elems * es, canary, canary_out(me));
     canary_fill(s->out + out_elems * es, canary, canary_out(me));
@@ -382,6 +461,10 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
             break;
         case K_ALLGATHER: sendp = s->out + (size_t)me * cnt * es; break;
         case K_ALLGATHERV: sendp = s->out + s->displs[me] * es; break;
+        case K_REDUCE_SCATTERV:
+            sendp = s->out;
+            recvp = s->out + s->displs[me] * es;
+            break;
         default: sendp = s->out; break;
         }
     }
@@ -404,6 +487,13 @@ static int run_case(coll_state_t *s, const coll_case_t *c)
     case K_BROADCAST: st = hoop_broadcast(s->comm, sendp, recvp, cnt, c->dtype, c->root); break;
     case K_REDUCE: st = hoop_reduce(s->comm, sendp, recvp, cnt, c->dtype, c->op, c->root); break;
     case K_ALLTOALL: st = hoop_alltoall(s->comm, sendp, recvp, cnt, c->dtype); break;
+    case K_REDUCE_SCATTERV:
+        st = hoop_reduce_scatterv(s->comm, sendp, recvp, s->counts, c->dtype, c->op);
+        break;
+    case K_ALLTOALLV:
+        st = hoop_alltoallv(s->comm, sendp, s->scounts, s->sdispls, recvp, s->counts, s->displs,
+                            c->dtype);
+        break;
     }
     if (st != HOOP_OK) {
         s->reported = 0; /* this ends the rank: always say why */
@@ -437,7 +527,7 @@ static size_t counts_for(coll_kind_t k, int nranks, size_t es, size_t *counts)
     size_t n = 0;
     counts[n++] = 0;
     counts[n++] = 1;
-    if (k == K_ALLTOALL) {
+    if (k == K_ALLTOALL || k == K_ALLTOALLV) {
         counts[n++] = 5;
         /* Every pairwise block spans several chunks. */
         counts[n++] = 3 * SMALL_CHUNK_BYTES / es + 5;
@@ -476,8 +566,8 @@ static int coll_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     int roots[8];
     int nroots = roots_for(k, size, roots);
     int nops = kind_has_op(k) ? HOOP_OP_COUNT : 1;
-    int nplace = k == K_ALLTOALL ? 1 : 2;
-    int nlayouts = k == K_ALLGATHERV ? 2 : 1;
+    int nplace = k == K_ALLTOALL || k == K_ALLTOALLV ? 1 : 2;
+    int nlayouts = k == K_ALLGATHERV || k == K_ALLTOALLV ? 2 : 1;
     uint64_t salt = 0;
     int rc = 0;
 
@@ -541,6 +631,8 @@ KIND_TESTS(K_ALLGATHERV, allgatherv_ranks)
 KIND_TESTS(K_BROADCAST, broadcast_ranks)
 KIND_TESTS(K_REDUCE, reduce_ranks)
 KIND_TESTS(K_ALLTOALL, alltoall_ranks)
+KIND_TESTS(K_REDUCE_SCATTERV, reduce_scatterv_ranks)
+KIND_TESTS(K_ALLTOALLV, alltoallv_ranks)
 
 /* ---- barrier ----------------------------------------------------------------- */
 
@@ -709,6 +801,52 @@ static int bad_args_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     BAD("alltoall", "sendbuf == recvbuf (there is no in-place alltoall)",
         hoop_alltoall(comm, a, a, c, f));
     BAD("alltoall", "recvbuf one element after sendbuf", hoop_alltoall(comm, a, a + 1, c, f));
+
+    BAD("reduce_scatterv", "a NULL communicator", hoop_reduce_scatterv(NULL, a, b, counts, f, sum));
+    BAD("reduce_scatterv", "NULL recvcounts", hoop_reduce_scatterv(comm, a, b, NULL, f, sum));
+    BAD("reduce_scatterv", "a NULL sendbuf", hoop_reduce_scatterv(comm, NULL, b, counts, f, sum));
+    BAD("reduce_scatterv", "a NULL recvbuf", hoop_reduce_scatterv(comm, a, NULL, counts, f, sum));
+    BAD("reduce_scatterv", "an unknown dtype",
+        hoop_reduce_scatterv(comm, a, b, counts, bad_dt, sum));
+    BAD("reduce_scatterv", "an unknown op", hoop_reduce_scatterv(comm, a, b, counts, f, bad_op));
+    BAD("reduce_scatterv", "recvbuf overlapping sendbuf off the in-place block",
+        hoop_reduce_scatterv(comm, a, a + (size_t)rank * c + 1, counts, f, sum));
+    {
+        size_t huge[HARNESS_MAX_PROCS];
+        for (int r = 0; r < size; r++)
+            huge[r] = SIZE_MAX / 2;
+        BAD("reduce_scatterv", "a count past the address space",
+            hoop_reduce_scatterv(comm, a, b, huge, f, sum));
+        BAD("alltoallv", "a count past the address space",
+            hoop_alltoallv(comm, a, huge, displs, b, counts, displs, f));
+        for (int r = 0; r < size; r++)
+            huge[r] = SIZE_MAX / 4 - 1; /* each fits, two do not */
+        if (size > 1)
+            BAD("reduce_scatterv", "recvcounts that add up past the address space",
+                hoop_reduce_scatterv(comm, a, b, huge, f, sum));
+    }
+
+    BAD("alltoallv", "a NULL communicator",
+        hoop_alltoallv(NULL, a, counts, displs, b, counts, displs, f));
+    BAD("alltoallv", "NULL sendcounts", hoop_alltoallv(comm, a, NULL, displs, b, counts, displs, f));
+    BAD("alltoallv", "NULL sdispls", hoop_alltoallv(comm, a, counts, NULL, b, counts, displs, f));
+    BAD("alltoallv", "NULL recvcounts", hoop_alltoallv(comm, a, counts, displs, b, NULL, displs, f));
+    BAD("alltoallv", "NULL rdispls", hoop_alltoallv(comm, a, counts, displs, b, counts, NULL, f));
+    BAD("alltoallv", "a NULL sendbuf",
+        hoop_alltoallv(comm, NULL, counts, displs, b, counts, displs, f));
+    BAD("alltoallv", "a NULL recvbuf",
+        hoop_alltoallv(comm, a, counts, displs, NULL, counts, displs, f));
+    BAD("alltoallv", "an unknown dtype",
+        hoop_alltoallv(comm, a, counts, displs, b, counts, displs, bad_dt));
+    BAD("alltoallv", "sendbuf == recvbuf", hoop_alltoallv(comm, a, counts, displs, a, counts,
+                                                          displs, f));
+    if (size > 1) {
+        size_t ov[HARNESS_MAX_PROCS];
+        memcpy(ov, displs, sizeof ov);
+        ov[1] = 1; /* rank 1's block starts inside rank 0's */
+        BAD("alltoallv", "overlapping receive blocks",
+            hoop_alltoallv(comm, a, counts, displs, b, counts, ov, f));
+    }
 
     BAD("barrier", "a NULL communicator", hoop_barrier(NULL));
 

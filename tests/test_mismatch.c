@@ -26,7 +26,8 @@
 #define MM_LIMIT_S 10.0
 #define MM_BIG ((size_t)1 << 20) /* elements: well above the small-message threshold */
 
-enum mm_call { MM_ALLREDUCE, MM_REDUCE_SCATTER, MM_BROADCAST, MM_ALLTOALL, MM_ALLGATHERV };
+enum mm_call { MM_ALLREDUCE, MM_REDUCE_SCATTER, MM_BROADCAST, MM_ALLTOALL, MM_ALLGATHERV,
+               MM_REDUCE_SCATTERV };
 
 struct mm_side {
     int call;
@@ -34,7 +35,7 @@ struct mm_side {
     hoop_dtype_t dtype;
     hoop_op_t op;
     int root;
-    int skew; /* allgatherv: move this many elements from block 0 to block 1 */
+    int skew; /* allgatherv, reduce_scatterv: move this many elements from block 0 to 1 */
     size_t chunk; /* this side's chunk_bytes (0: the default) */
     const char *small; /* this side's HOOP_SMALL_BYTES (NULL: the default) */
     int warm; /* small allreduces made alike first: the direct connections
@@ -94,6 +95,12 @@ static hoop_status_t mm_call(hoop_comm_t *comm, const struct mm_side *s, void *a
         return hoop_allgatherv(comm, (char *)a + displs[hoop_comm_rank(comm)] *
                                                     hoop_dtype_size(s->dtype),
                                b, counts, displs, s->dtype);
+    case MM_REDUCE_SCATTERV:
+        for (int r = 0; r < MM_RANKS; r++)
+            counts[r] = s->count / MM_RANKS;
+        counts[0] -= (size_t)s->skew;
+        counts[1] += (size_t)s->skew;
+        return hoop_reduce_scatterv(comm, a, b, counts, s->dtype, s->op);
     }
     return HOOP_ERR_INVALID;
 }
@@ -331,6 +338,63 @@ Test(mismatch, allgatherv_blocks_with_equal_totals, .timeout = 120)
                         {"allgather #1", "do the ranks pass the same counts?"}};
     c.odd.skew = 10;
     mm_run(&c);
+}
+
+Test(mismatch, reduce_scatterv_blocks_with_equal_totals, .timeout = 120)
+{
+    struct mm_case c = {SIDE(MM_REDUCE_SCATTERV, 4000, HOOP_F32, HOOP_SUM, 0),
+                        SIDE(MM_REDUCE_SCATTERV, 4000, HOOP_F32, HOOP_SUM, 0),
+                        {"reduce_scatter #1", "do the ranks pass the same counts?"}};
+    c.odd.skew = 10;
+    mm_run(&c);
+}
+
+/* alltoallv: rank MM_ODD sends rank 0 one element more than rank 0
+ * expects. Every rank must return HOOP_ERR_MISMATCH naming that pair and
+ * both counts, and the communicator must then still work: the ranks agree
+ * on the counts before anything moves. */
+#define A2AV_C 4
+static int a2av_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    size_t sc[MM_RANKS], sd[MM_RANKS], rc[MM_RANKS], rd[MM_RANKS];
+    int32_t a[MM_RANKS * (A2AV_C + 1)], b[MM_RANKS * (A2AV_C + 1)];
+    for (int j = 0; j < size; j++) {
+        sc[j] = rc[j] = A2AV_C;
+        sd[j] = rd[j] = (size_t)j * (A2AV_C + 1);
+    }
+    for (int k = 0; k < MM_RANKS * (A2AV_C + 1); k++)
+        a[k] = rank * 1000 + k;
+    if (rank == MM_ODD)
+        sc[0] = A2AV_C + 1;
+    hoop_status_t st = hoop_alltoallv(comm, a, sc, sd, b, rc, rd, HOOP_I32);
+    char want[160];
+    snprintf(want, sizeof(want), "rank %d sends %d elements to rank 0, which expects %d", MM_ODD,
+             A2AV_C + 1, A2AV_C);
+    if (st != HOOP_ERR_MISMATCH)
+        return harness_failf(rank, "alltoallv with disagreeing counts returned %s (%s), expected "
+                             "HOOP_ERR_MISMATCH", hoop_status_str(st), hoop_last_error());
+    if (!strstr(hoop_last_error(), want))
+        return harness_failf(rank, "the sentence lacks \"%s\": %s", want, hoop_last_error());
+    /* Then the same call with agreeing counts goes through. */
+    sc[0] = A2AV_C;
+    memset(b, 0xff, sizeof(b));
+    if ((st = hoop_alltoallv(comm, a, sc, sd, b, rc, rd, HOOP_I32)))
+        return harness_fail(rank, "alltoallv after the mismatch", st);
+    for (int i = 0; i < size; i++)
+        for (int k = 0; k < A2AV_C; k++)
+            if (b[rd[i] + (size_t)k] != i * 1000 + (int)sd[rank] + k)
+                return harness_failf(rank, "alltoallv after the mismatch: element %d from rank "
+                                     "%d is %d, expected %d", k, i, (int)b[rd[i] + (size_t)k],
+                                     i * 1000 + (int)sd[rank] + k);
+    return 0;
+}
+
+Test(mismatch, alltoallv_counts_on_every_rank, .timeout = 120)
+{
+    static char report[8192];
+    bool ok = harness_run(MM_RANKS, NULL, a2av_rank, NULL, 60.0, report, sizeof report);
+    cr_assert(ok, "alltoallv with disagreeing counts:\n%s", report);
 }
 
 /* ---- every rank fails alike ------------------------------------------------ */

@@ -210,13 +210,11 @@ def reducescatter_async(array, op=Average, name=None, prescale_factor=1.0, posts
         out = _np.empty((rows // n,) + a.shape[1:], dtype=a.dtype)
         return _engine.reduce_scatter(name, _ptr(a), _ptr(out), out.size, dt, op, prescale_factor,
                                       postscale_factor, [a, out], lambda h: out)
-    # Uneven shares: hoop's reduce_scatter takes equal blocks only.
-    full = _np.empty_like(a)
-    base, extra = divmod(rows, n)
-    start = r * base + min(r, extra)
-    stop = start + base + (1 if r < extra else 0)
-    return _engine.allreduce(name, _ptr(a), _ptr(full), a.size, dt, op, prescale_factor, postscale_factor,
-                             [a, full], lambda h: full[start:stop].copy())
+    # Uneven shares: each rank gets its rows only (reduce_scatterv).
+    rows_of = _engine.shares(rows, n)
+    out = _np.empty((rows_of[r],) + a.shape[1:], dtype=a.dtype)
+    return _engine.reduce_scatterv(name, _ptr(a), _ptr(out), [k * row_elems for k in rows_of], dt, op,
+                                   prescale_factor, postscale_factor, [a, out], lambda h: out)
 
 
 def reducescatter(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):

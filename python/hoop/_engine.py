@@ -233,6 +233,23 @@ def reduce_scatter(name, send, recv, recvcount, dtype, op, prescale, postscale, 
     return Handle(h, name, keep, finish)
 
 
+def reduce_scatterv(name, send, recv, recvcounts, dtype, op, prescale, postscale, keep, finish):
+    """recvcounts: one count per rank, the same list on every rank."""
+    pre, post = _scales(dtype, prescale, postscale, "reducescatter '%s'" % name)
+    rc = (ctypes.c_size_t * len(recvcounts))(*recvcounts)
+    h = ctypes.c_void_p()
+    _check(_lib.lib().hoop_engine_reduce_scatterv(state().engine, name.encode(), send, recv, rc, dtype, op,
+                                                  pre, post, None, None, ctypes.byref(h)), name)
+    return Handle(h, name, keep + [rc], finish)
+
+
+def shares(rows, n):
+    """Rows of each rank when rows are split among n ranks as evenly as
+    possible, the first rows % n ranks one more (Horovod's split)."""
+    base, extra = divmod(rows, n)
+    return [base + (1 if k < extra else 0) for k in range(n)]
+
+
 def barrier():
     h = ctypes.c_void_p()
     _check(_lib.lib().hoop_engine_barrier(state().engine, None, None, ctypes.byref(h)), "barrier")

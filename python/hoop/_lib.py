@@ -162,6 +162,8 @@ def _prototypes(L):
                                          P(c_void_p)]),
         "hoop_engine_reduce_scatter": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int,
                                                c_double, c_double, c_void_p, c_void_p, P(c_void_p)]),
+        "hoop_engine_reduce_scatterv": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, P(c_size_t), c_int,
+                                                c_int, c_double, c_double, c_void_p, c_void_p, P(c_void_p)]),
         "hoop_engine_barrier": (c_int, [c_void_p, c_void_p, c_void_p, P(c_void_p)]),
         "hoop_engine_join": (c_int, [c_void_p, c_void_p, c_void_p, P(c_void_p)]),
         "hoop_engine_test": (c_int, [c_void_p]),

@@ -148,6 +148,46 @@ def test_torch_reducescatter():
     assert torch.equal(avg, torch.full((1,), SUM_R / N))
 
 
+def _share(rows, r):
+    base, extra = divmod(rows, N)
+    start = r * base + min(r, extra)
+    return start, start + base + (1 if r < extra else 0)
+
+
+@pytest.mark.parametrize("rows", [2 * N + 1, N - 1, 3 * N + N // 2])
+def test_torch_reducescatter_uneven_rows(rows):
+    # Horovod's split: the first rows % N ranks one row more; only this
+    # rank's rows come back, exact.
+    base = torch.arange(rows * 3, dtype=torch.int64).reshape(rows, 3)
+    start, stop = _share(rows, R)
+    out = hvd.reducescatter(base * (R + 1), op=hvd.Sum, name="rs.uneven.%d" % rows)
+    assert out.shape == (stop - start, 3)
+    assert torch.equal(out, base[start:stop] * (N * (N + 1) // 2))
+    f = hvd.reducescatter(torch.full((rows, 2), float(R)), op=hvd.Average, prescale_factor=2.0,
+                          postscale_factor=0.5)
+    assert f.shape == (stop - start, 2) and torch.equal(f, torch.full((stop - start, 2), SUM_R / N))
+
+
+def test_numpy_reducescatter_uneven_rows():
+    rows = 2 * N + 1
+    x = np.arange(rows * 2, dtype=np.float64).reshape(rows, 2) + R
+    start, stop = _share(rows, R)
+    out = hoop.reducescatter(x, op=hoop.Sum, name="np.rs.uneven")
+    want = N * np.arange(rows * 2, dtype=np.float64).reshape(rows, 2)[start:stop] + SUM_R
+    assert out.shape == (stop - start, 2) and np.array_equal(out, want)
+
+
+def test_torch_alltoall_empty_and_uneven_splits():
+    # rank R sends nothing to rank R + 1 and R + j + 1 rows to every other
+    # rank j, each row [R, j, k]
+    sp = [0 if j == (R + 1) % N and N > 1 else R + j + 1 for j in range(N)]
+    rows = [[R, j, k] for j in range(N) for k in range(sp[j])]
+    out, recv = hvd.alltoall(torch.tensor(rows, dtype=torch.int32).reshape(-1, 3), splits=sp)
+    got = [0 if R == (i + 1) % N and N > 1 else i + R + 1 for i in range(N)]
+    assert recv.tolist() == got
+    assert out.tolist() == [[i, R, k] for i in range(N) for k in range(got[i])]
+
+
 def test_torch_objects_and_state():
     assert hvd.broadcast_object({"rank": R, "l": [1, 2]}, root_rank=N - 1) == {"rank": N - 1, "l": [1, 2]}
     assert hvd.allgather_object(("r", R)) == [("r", r) for r in range(N)]

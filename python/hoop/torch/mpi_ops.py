@@ -309,13 +309,11 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, post
         return _engine.reduce_scatter(name, _ptr(buf), _ptr(out), out.numel(), dt, op, prescale_factor,
                                       postscale_factor, [buf, out], lambda h: out.to(tensor.device))
     # Uneven shares (the first rows % size ranks one row more, as Horovod
-    # splits): hoop's reduce_scatter takes equal blocks only.
-    full = torch.empty_like(buf)
-    base, extra = divmod(rows, n)
-    start = r * base + min(r, extra)
-    stop = start + base + (1 if r < extra else 0)
-    return _engine.allreduce(name, _ptr(buf), _ptr(full), buf.numel(), dt, op, prescale_factor,
-                             postscale_factor, [buf, full], lambda h: full[start:stop].clone().to(tensor.device))
+    # splits): each rank gets its rows only (reduce_scatterv).
+    rows_of = _engine.shares(rows, n)
+    out = torch.empty((rows_of[r],) + tuple(buf.shape[1:]), dtype=buf.dtype)
+    return _engine.reduce_scatterv(name, _ptr(buf), _ptr(out), [k * row_elems for k in rows_of], dt, op,
+                                   prescale_factor, postscale_factor, [buf, out], lambda h: out.to(tensor.device))
 
 
 def reducescatter(tensor, name=None, compression=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
