@@ -43,7 +43,11 @@ int hoop_gpu_built(void);
 int hoop_gpu_available(const char **why);
 
 /* The memory kind of p. Without CUDA, a driver or a device: HOST, at the
- * cost of reading a flag. */
+ * cost of reading a flag. With them, the driver's cuPointerGetAttributes
+ * answers (reached through the runtime's entry points), which makes no
+ * CUDA context: a process that passes only host buffers never gets one.
+ * Where the driver does not give that function, the runtime's
+ * cudaPointerGetAttributes answers (and may make the context). */
 struct hoop_mem hoop_gpu_mem_kind(const void *p);
 
 /* A memory kind in words ("host", "pinned host", "managed", "device"). */
