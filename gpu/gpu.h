@@ -63,6 +63,40 @@ const char *hoop_gpu_mem_str(enum hoop_mem_kind kind);
 int hoop_gpu_reduce(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype,
                     hoop_op_t op, int avg_n, void *stream, char *why, size_t why_len);
 
+/* Device memory and devices for the programs and tests above the library
+ * (ring_bench -G, the GPU tests); the collectives never allocate with
+ * these. Each returns 0, or -1 with a sentence in why (a why_len of at
+ * least 128 bytes holds it) saying what failed and the CUDA error; built
+ * without CUDA, or where no GPU can be used (hoop_gpu_available), -1 at
+ * once saying so. */
+
+/* cudaMalloc of bytes on the current device into *p (NULL on failure). */
+int hoop_gpu_malloc(void **p, size_t bytes, char *why, size_t why_len);
+
+/* cudaFree; NULL is nothing to free. */
+void hoop_gpu_free(void *p);
+
+/* bytes from src to dst, each host or device memory (cudaMemcpyDefault),
+ * finished when it returns. */
+int hoop_gpu_memcpy(void *dst, const void *src, size_t bytes, char *why, size_t why_len);
+
+/* bytes of device memory at p set to (unsigned char)v, finished when it
+ * returns. */
+int hoop_gpu_memset(void *p, int v, size_t bytes, char *why, size_t why_len);
+
+/* The number of devices this process can use; 0 where no GPU can be used. */
+int hoop_gpu_device_count(void);
+
+/* cudaSetDevice(dev) for the calling thread. */
+int hoop_gpu_set_device(int dev, char *why, size_t why_len);
+
+/* The calling thread's device (cudaGetDevice), -1 where no GPU can be used. */
+int hoop_gpu_current_device(void);
+
+/* Device dev in words, "GPU 0: NVIDIA H100 80GB HBM3, sm_90, PCI
+ * 0000:17:00.0", into out; 0, or -1 with a sentence in out. */
+int hoop_gpu_device_describe(int dev, char *out, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
