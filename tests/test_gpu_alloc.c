@@ -134,24 +134,40 @@ Test(gpu_alloc, devices_in_words)
  * device when none exists; the driver's call, which hoop_gpu_mem_kind
  * uses, does not. Each Criterion test runs in a fresh process, so no
  * context exists when this starts. */
+#ifdef HOOP_HAVE_CUDA
+/* A driver function through the runtime's entry points (libcuda is never
+ * linked), or a failed test. */
+static void *driver_fn(const char *name)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+    cr_assert(e == cudaSuccess && q == cudaDriverEntryPointSuccess && fn,
+              "%s cannot be reached (%s, query %d)", name, cudaGetErrorName(e), (int)q);
+    return fn;
+}
+#endif
+
 Test(gpu_alloc, a_host_pointer_kind_makes_no_context)
 {
     harness_need_gpu();
 #ifdef HOOP_HAVE_CUDA
+    typedef CUresult (*get_fn)(CUdevice * dev, int ordinal);
     typedef CUresult (*state_fn)(CUdevice dev, unsigned int *flags, int *active);
-    void *fn = NULL;
-    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &fn, 12000,
-                                                     cudaEnableDefault, &q);
-    cr_assert(e == cudaSuccess && q == cudaDriverEntryPointSuccess && fn,
-              "cuDevicePrimaryCtxGetState cannot be reached (%s, query %d)", cudaGetErrorName(e),
-              (int)q);
-    state_fn state = (state_fn)fn;
+    get_fn get = (get_fn)driver_fn("cuDeviceGet");
+    state_fn state = (state_fn)driver_fn("cuDevicePrimaryCtxGetState");
     int n = hoop_gpu_device_count();
+    cr_assert_gt(n, 0);
+    CUdevice dev[64];
+    if (n > 64)
+        n = 64;
     unsigned int flags = 0;
     int active = -1;
     for (int d = 0; d < n; d++) {
-        cr_assert_eq(state((CUdevice)d, &flags, &active), CUDA_SUCCESS);
+        CUresult r = get(&dev[d], d);
+        cr_assert_eq(r, CUDA_SUCCESS, "cuDeviceGet(%d): CUresult %d", d, (int)r);
+        r = state(dev[d], &flags, &active);
+        cr_assert_eq(r, CUDA_SUCCESS, "cuDevicePrimaryCtxGetState(%d): CUresult %d", d, (int)r);
         cr_assert_eq(active, 0,
                      "GPU %d has a context before any pointer was asked about (made by "
                      "cudaGetDeviceCount or cudaGetDriverEntryPointByVersion?)",
@@ -164,7 +180,7 @@ Test(gpu_alloc, a_host_pointer_kind_makes_no_context)
     cr_assert_eq(hoop_gpu_mem_kind(heap).kind, HOOP_MEM_HOST);
     cr_assert_eq(hoop_gpu_mem_kind(heap + 12345).kind, HOOP_MEM_HOST);
     for (int d = 0; d < n; d++) {
-        cr_assert_eq(state((CUdevice)d, &flags, &active), CUDA_SUCCESS);
+        cr_assert_eq(state(dev[d], &flags, &active), CUDA_SUCCESS);
         cr_assert_eq(active, 0, "asking the memory kind of host pointers made a context on GPU %d",
                      d);
     }
