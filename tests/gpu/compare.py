@@ -20,7 +20,8 @@ NS = [2, 4]
 
 
 def ring_rows(path):
-    """{size: (time_us, busbw, wrong)} of ring_bench's out-of-place columns."""
+    """{size: (time_us, busbw, wrong)}: ring_bench's out-of-place time and
+    busbw, and the #wrong of both placements ('0' when both are 0)."""
     rows = {}
     try:
         with open(path) as f:
@@ -28,7 +29,9 @@ def ring_rows(path):
                 p = line.split()
                 if len(p) >= 9 and p[0].isdigit() and p[1].isdigit():
                     try:
-                        rows[int(p[0])] = (float(p[5]), float(p[7]), p[8])
+                        wrong = [w for w in p[8:13:4] if w not in ("0", "N/A")]
+                        rows[int(p[0])] = (float(p[5]), float(p[7]),
+                                           "/".join(p[8:13:4]) if wrong else "0")
                     except ValueError:
                         pass
     except OSError:
@@ -99,7 +102,8 @@ def main():
     bad = []
     for n in NS:
         for name, rows in (("host", host[n]), ("-G", dev[n])):
-            bad += [f"ring_bench {name} N={n} {s} B: #wrong {r[2]}" for s, r in sorted(rows.items())
+            bad += [f"ring_bench {name} N={n} {s} B: #wrong {r[2]} (out-of-place/in-place)"
+                    for s, r in sorted(rows.items())
                     if r[2] != "0"]
         bad += [f"gloo-cuda N={n} {s} B: {r[2]}" for s, r in sorted(gloo[n].items())
                 if r[2] != "ok"]

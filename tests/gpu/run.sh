@@ -43,6 +43,7 @@
 #   GPUCHECK_BUDGET_S    the run's time budget in seconds (default 330)
 #   GPUCHECK_MAX_BYTES   the benchmarks' largest size (default 256M)
 #   GPUCHECK_ITERS       the benchmarks' timed calls per size (default 20)
+#   CUDA_VISIBLE_DEVICES the benchmarks' GPUs (default 0: every rank on GPU 0)
 set -u
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -230,16 +231,21 @@ suite() {
 export -f suite
 step tests-gpu 60 suite 2 '@(gpu/*|gpu_alloc/*|ring_bench/device_*)'
 
+# The benchmarks' ranks all share GPU 0 (CUDA_VISIBLE_DEVICES, unless set).
+bench_gpus=${CUDA_VISIBLE_DEVICES:-0}
+export bench_gpus
 # ring_bench N host|device
 ring() {
     local flag=
     [ "$2" = device ] && flag=-G
-    cd "$out/cwd" && "$build/hooprun" -np "$1" --no-tag "$build/ring_bench" $flag \
+    cd "$out/cwd" && CUDA_VISIBLE_DEVICES=$bench_gpus \
+        "$build/hooprun" -np "$1" --no-tag "$build/ring_bench" $flag \
         -b 64K -e "$max_bytes" -f 4 -n "$iters" -w 5
 }
 # gloo N: torch's gloo on CUDA tensors
 gloo() {
-    cd "$out/cwd" && GLOO_SOCKET_IFNAME=lo "$PYTHON" "$repo/bench/torch_gloo_bench.py" \
+    cd "$out/cwd" && CUDA_VISIBLE_DEVICES=$bench_gpus GLOO_SOCKET_IFNAME=lo \
+        "$PYTHON" "$repo/bench/torch_gloo_bench.py" \
         -np "$1" --cuda -b 64K -e "$max_bytes" -f 4 -n "$iters" -w 5 --timeout 60 &&
         ! grep -q WRONG "$out/gloo_cuda_n$1.log"
 }
