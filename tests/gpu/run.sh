@@ -181,6 +181,18 @@ else
     step build 240 make -C "$repo" -j"$jobs" CUDA=1 BUILD="$build" all "$build/hoop_tests" ||
         finish
 fi
+# libhoop.so's links, where the tree came without them (a copy that
+# drops symbolic links): the programs need none of them, the checks do.
+for f in "$build"/libhoop.so.*.*.*; do
+    [ -f "$f" ] || continue
+    v=${f##*/libhoop.so.}
+    [ -e "$build/libhoop.so.${v%%.*}" ] || ln -sf "libhoop.so.$v" "$build/libhoop.so.${v%%.*}"
+    [ -e "$build/libhoop.so" ] || ln -sf "libhoop.so.${v%%.*}" "$build/libhoop.so"
+done
+# and the programs' mode bits, where the copy lost them.
+for f in hoop_tests hooprun ring_bench; do
+    [ ! -f "$build/$f" ] || [ -x "$build/$f" ] || chmod +x "$build/$f"
+done
 for f in libhoop.so hoop_tests hooprun ring_bench; do
     [ -e "$build/$f" ] || {
         summary+=("FAILED  no $build/$f (run tests/gpu/pack.sh, or build here)")
