@@ -95,7 +95,8 @@ $(BUILD)/obj/reduce/avx512.o: ISA_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx
 endif
 
 # gpu/ and the tests of it see the CUDA runtime's headers, nothing else does.
-$(BUILD)/obj/gpu/%.o $(BUILD)/obj/tests/test_gpu.o $(BUILD)/obj/tests/test_gpu_alloc.o: \
+$(BUILD)/obj/gpu/%.o $(BUILD)/obj/tests/test_gpu.o $(BUILD)/obj/tests/test_gpu_alloc.o \
+    $(BUILD)/obj/tests/test_gpu_coll.o: \
     GPU_CFLAGS = $(CUDA_CFLAGS)
 
 $(BUILD)/obj/%.cu.o: %.cu $(LIB_HDRS) Makefile

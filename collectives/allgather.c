@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-static hoop_status_t allgather_run(hoop_comm_t *comm, const void *sendbuf,
+static hoop_status_t allgather_run(hoop_comm_t *comm, const char *name, const void *sendbuf,
                                    void *recvbuf, const size_t *counts, const size_t *displs,
                                    hoop_dtype_t dtype)
 {
@@ -15,10 +15,9 @@ static hoop_status_t allgather_run(hoop_comm_t *comm, const void *sendbuf,
     size_t total = 0;
     for (int k = 0; k < comm->size; k++)
         total += counts[k];
-    if (mine && dst != sendbuf)
-        memcpy(dst, sendbuf, mine);
-    if (comm->size == 1)
-        return HOOP_OK;
+    hoop_status_t st = hoop_coll_copy(comm, name, dst, sendbuf, mine);
+    if (st || comm->size == 1)
+        return hoop_coll_end(comm, st);
     if (total == 0) /* matched with the others' call all the same */
         return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_ALLGATHER, dtype, -1, -1,
                                                    hoop_frame_blocks(counts, comm->size),
@@ -47,7 +46,7 @@ hoop_status_t hoop_allgather(hoop_comm_t *comm, const void *sendbuf, void *recvb
         counts[k] = sendcount;
         displs[k] = (size_t)k * sendcount;
     }
-    return allgather_run(comm, sendbuf, recvbuf, counts, displs, dtype);
+    return allgather_run(comm, name, sendbuf, recvbuf, counts, displs, dtype);
 }
 
 hoop_status_t hoop_allgatherv(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
@@ -81,5 +80,5 @@ hoop_status_t hoop_allgatherv(hoop_comm_t *comm, const void *sendbuf, void *recv
                    (uintptr_t)sendbuf == (uintptr_t)recvbuf + displs[comm->rank] * es;
     if ((st = hoop_coll_check_bufs(comm, name, sendbuf, mine, recvbuf, end * es, in_place)))
         return st;
-    return allgather_run(comm, sendbuf, recvbuf, recvcounts, displs, dtype);
+    return allgather_run(comm, name, sendbuf, recvbuf, recvcounts, displs, dtype);
 }

@@ -1,8 +1,23 @@
 /* allreduce.c - hoop_allreduce: checks, then the ring. */
 #include "collectives/comm.h"
 #include "common/status.h"
+#include "gpu/gpu.h"
 
-#include <string.h>
+/* Recursive doubling on device buffers: the buffer is small (at most a
+ * chunk), so it is staged whole through pinned host memory. */
+static hoop_status_t small_on_gpu(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
+                                  size_t count, hoop_dtype_t dtype, hoop_op_t op, size_t bytes)
+{
+    static const char name[] = "allreduce";
+    struct hoop_ring *r = &comm->ring;
+    void *in, *out;
+    hoop_status_t st;
+    if ((st = hoop_ring_stage_in(r, HOOP_GPU_HOST_IN, sendbuf, bytes, &in, name)) ||
+        (st = hoop_ring_stage_in(r, HOOP_GPU_HOST_OUT, NULL, bytes, &out, name)) ||
+        (st = hoop_ring_allreduce_small(r, in, out, count, dtype, op, comm->timeout_s)))
+        return st;
+    return hoop_ring_device_copy(r, recvbuf, out, bytes, name);
+}
 
 hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvbuf, size_t count,
                              hoop_dtype_t dtype, hoop_op_t op)
@@ -19,15 +34,13 @@ hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvb
     if (!count && comm->size > 1) /* matched with the others' call all the same */
         return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_ALLREDUCE, dtype, op, -1,
                                                    0, comm->timeout_s));
-    if (comm->size == 1) {
-        /* The reduction of one rank is its input (an average divides by 1). */
-        if (sendbuf != recvbuf)
-            memcpy(recvbuf, sendbuf, bytes);
-        return HOOP_OK;
-    }
+    if (comm->size == 1) /* the reduction of one rank is its input (an average divides by 1) */
+        return hoop_coll_end(comm, hoop_coll_copy(comm, name, recvbuf, sendbuf, bytes));
     /* Below the threshold the ring's 2(N-1) hops in a row cost more than
      * recursive doubling's log2(N) exchanges; both give the same bits on
      * every rank. */
+    if (bytes <= comm->small_bytes && comm->ring.on_gpu)
+        return hoop_coll_end(comm, small_on_gpu(comm, sendbuf, recvbuf, count, dtype, op, bytes));
     if (bytes <= comm->small_bytes)
         return hoop_coll_end(comm, hoop_ring_allreduce_small(&comm->ring, sendbuf, recvbuf, count,
                                                              dtype, op, comm->timeout_s));

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 hoop_status_t hoop_coll_begin(hoop_comm_t *comm, const char *name)
 {
@@ -51,14 +52,14 @@ hoop_status_t hoop_coll_check_count(const hoop_comm_t *comm, const char *name, s
 }
 
 /* Where each buffer lives (gpu/gpu.h): both on the host (plain, pinned or
- * managed, which the CPU reaches), or both on one GPU; device buffers wait
- * for the pipeline through pinned slots. Without CUDA or a device, every
- * pointer is host memory and this costs a flag. */
+ * managed, which the CPU reaches), or both on one GPU. Without CUDA or a
+ * device, every pointer is host memory and this costs a flag. */
 hoop_status_t hoop_coll_check_kinds(const hoop_comm_t *comm, const char *name, const void *send,
-                                    const void *recv)
+                                    const void *recv, int *device)
 {
     struct hoop_mem s = hoop_gpu_mem_kind(send), r = hoop_gpu_mem_kind(recv);
     int s_dev = send && s.kind == HOOP_MEM_DEVICE, r_dev = recv && r.kind == HOOP_MEM_DEVICE;
+    *device = -1;
     if (!s_dev && !r_dev)
         return HOOP_OK;
     if (send && recv && s_dev != r_dev)
@@ -69,12 +70,11 @@ hoop_status_t hoop_coll_check_kinds(const hoop_comm_t *comm, const char *name, c
         return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: sendbuf is on GPU %d and recvbuf on "
                           "GPU %d; pass both on the same GPU (the caller's current device)",
                           comm->rank, name, s.device, r.device);
-    return hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: %s: device buffers are not supported yet "
-                      "by this build (GPU %d); copy to host memory first", comm->rank, name,
-                      s_dev ? s.device : r.device);
+    *device = s_dev ? s.device : r.device;
+    return HOOP_OK;
 }
 
-hoop_status_t hoop_coll_check_bufs(const hoop_comm_t *comm, const char *name, const void *send,
+hoop_status_t hoop_coll_check_bufs(hoop_comm_t *comm, const char *name, const void *send,
                                    size_t send_bytes, const void *recv, size_t recv_bytes,
                                    int in_place)
 {
@@ -84,8 +84,9 @@ hoop_status_t hoop_coll_check_bufs(const hoop_comm_t *comm, const char *name, co
     if (recv_bytes && !recv)
         return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: recvbuf is NULL with %zu bytes to receive",
                           comm->rank, name, recv_bytes);
+    int device;
     hoop_status_t st = hoop_coll_check_kinds(comm, name, send_bytes ? send : NULL,
-                                             recv_bytes ? recv : NULL);
+                                             recv_bytes ? recv : NULL, &device);
     if (st)
         return st;
     if (send_bytes && recv_bytes && !in_place) {
@@ -95,6 +96,19 @@ hoop_status_t hoop_coll_check_bufs(const hoop_comm_t *comm, const char *name, co
                               "rank %d: %s: sendbuf and recvbuf overlap without being the in-place "
                               "layout (see hoop.h)", comm->rank, name);
     }
+    if (device >= 0 && (st = hoop_ring_device_begin(&comm->ring, device, name)))
+        return st == HOOP_ERR_INVALID ? st : hoop_coll_end(comm, st);
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_coll_copy(hoop_comm_t *comm, const char *name, void *dst, const void *src,
+                             size_t bytes)
+{
+    if (!bytes || dst == src)
+        return HOOP_OK;
+    if (comm->ring.on_gpu)
+        return hoop_ring_device_copy(&comm->ring, dst, src, bytes, name);
+    memcpy(dst, src, bytes);
     return HOOP_OK;
 }
 
@@ -108,6 +122,7 @@ hoop_status_t hoop_coll_check_root(const hoop_comm_t *comm, const char *name, in
 
 hoop_status_t hoop_coll_end(hoop_comm_t *comm, hoop_status_t st)
 {
+    hoop_ring_device_end(&comm->ring);
     hoop_ring_call_end(&comm->ring);
     if (st && st != HOOP_ERR_INVALID) {
         st = hoop_comm_fail(comm, st);

@@ -48,17 +48,23 @@ hoop_status_t hoop_coll_check_type(const hoop_comm_t *comm, const char *name, in
 /* count * factor elements of dtype must fit in memory. */
 hoop_status_t hoop_coll_check_count(const hoop_comm_t *comm, const char *name, size_t count,
                                     size_t factor, int dtype);
-/* Both buffers (NULL: none) on the host, or both on one GPU; device
- * buffers are HOOP_ERR_UNSUPPORTED until the pipeline takes them. */
+/* Both buffers (NULL: none) on the host, or both on one GPU: *device is
+ * that GPU, or -1 for host memory. */
 hoop_status_t hoop_coll_check_kinds(const hoop_comm_t *comm, const char *name, const void *send,
-                                    const void *recv);
+                                    const void *recv, int *device);
 /* Non-NULL when non-empty, the memory kinds as hoop_coll_check_kinds
  * wants, and no overlap unless the caller found the collective's in-place
- * layout. */
-hoop_status_t hoop_coll_check_bufs(const hoop_comm_t *comm, const char *name, const void *send,
+ * layout. Device buffers begin the call on the ring's GPU pipe
+ * (hoop_ring_device_begin), which hoop_coll_end ends: from here on every
+ * return goes through hoop_coll_end. */
+hoop_status_t hoop_coll_check_bufs(hoop_comm_t *comm, const char *name, const void *send,
                                    size_t send_bytes, const void *recv, size_t recv_bytes,
                                    int in_place);
 hoop_status_t hoop_coll_check_root(const hoop_comm_t *comm, const char *name, int root);
+/* Copy bytes from src to dst: memcpy, or on the GPU for a call on device
+ * buffers (waiting for it). */
+hoop_status_t hoop_coll_copy(hoop_comm_t *comm, const char *name, void *dst, const void *src,
+                             size_t bytes);
 /* After the ring: a failure other than a bad argument breaks the
  * communicator (the ranks' streams are out of step). Returns st. */
 hoop_status_t hoop_coll_end(hoop_comm_t *comm, hoop_status_t st);

@@ -20,11 +20,8 @@ hoop_status_t hoop_reduce_scatter(hoop_comm_t *comm, const void *sendbuf, void *
     if (!recvcount && comm->size > 1) /* matched with the others' call all the same */
         return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_REDUCE_SCATTER, dtype,
                                                    op, -1, 0, comm->timeout_s));
-    if (comm->size == 1) {
-        if (recvbuf != sendbuf)
-            memcpy(recvbuf, sendbuf, bytes);
-        return HOOP_OK;
-    }
+    if (comm->size == 1)
+        return hoop_coll_end(comm, hoop_coll_copy(comm, name, recvbuf, sendbuf, bytes));
     return hoop_coll_end(comm, hoop_ring_reduce_scatter(&comm->ring, sendbuf, recvbuf, recvcount,
                                                         dtype, op, comm->timeout_s));
 }

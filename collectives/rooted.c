@@ -22,10 +22,10 @@ hoop_status_t hoop_broadcast(hoop_comm_t *comm, const void *sendbuf, void *recvb
     if (!count && comm->size > 1) /* matched with the others' call all the same */
         return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_BROADCAST, dtype, -1,
                                                    root, 0, comm->timeout_s));
-    if (is_root && sendbuf != recvbuf)
-        memcpy(recvbuf, sendbuf, bytes);
+    if (is_root && (st = hoop_coll_copy(comm, name, recvbuf, sendbuf, bytes)))
+        return hoop_coll_end(comm, st);
     if (comm->size == 1)
-        return HOOP_OK;
+        return hoop_coll_end(comm, HOOP_OK);
     return hoop_coll_end(comm, hoop_ring_broadcast(&comm->ring, recvbuf, count, dtype, root,
                                                    comm->timeout_s));
 }
@@ -47,11 +47,8 @@ hoop_status_t hoop_reduce(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
     if (!count && comm->size > 1) /* matched with the others' call all the same */
         return hoop_coll_end(comm, hoop_ring_empty(&comm->ring, HOOP_COLL_REDUCE, dtype, op, root,
                                                    0, comm->timeout_s));
-    if (comm->size == 1) {
-        if (sendbuf != recvbuf)
-            memcpy(recvbuf, sendbuf, bytes);
-        return HOOP_OK;
-    }
+    if (comm->size == 1)
+        return hoop_coll_end(comm, hoop_coll_copy(comm, name, recvbuf, sendbuf, bytes));
     return hoop_coll_end(comm, hoop_ring_reduce(&comm->ring, sendbuf, is_root ? recvbuf : NULL,
                                                 count, dtype, op, root, comm->timeout_s));
 }

@@ -62,6 +62,74 @@ const char *hoop_gpu_mem_str(enum hoop_mem_kind kind);
  * without CUDA, -1 with why saying so. */
 int hoop_gpu_reduce(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype,
                     hoop_op_t op, int avg_n, void *stream, char *why, size_t why_len);
+/* The same, writing the result to dst and to dst2 in one pass (either may
+ * be NULL; pinned host memory is reached through its mapping): the ring's
+ * fused step, which keeps the device accumulator and fills the host slot
+ * the next send leaves from. */
+int hoop_gpu_reduce2(void *dst, void *dst2, const void *a, const void *b, size_t n,
+                     hoop_dtype_t dtype, hoop_op_t op, int avg_n, void *stream, char *why,
+                     size_t why_len);
+
+/* ---- The pipeline's stream (pipe.c) ----
+ *
+ * What a communicator holds for the collectives on device buffers: one
+ * stream on the buffers' GPU, events numbered 0..HOOP_GPU_EVENTS-1, pinned
+ * receive slots, and pinned host buffers the transport moves the data
+ * from and into (grown to the largest call, kept). The ring queues copies
+ * and reductions on the stream, marks events after them, and asks whether
+ * an event has passed from its progress loop: nothing here blocks but
+ * hoop_gpu_pipe_drain. Every function returns 0, or non-zero with a
+ * sentence in why (at least 128 bytes) naming the CUDA error.
+ *
+ * HOOP_GPU_EMULATE=1 (for tests, on machines without a GPU) makes every
+ * buffer a collective is given "device memory" of GPU 0 and runs the same
+ * pipeline over host memory: copies and reductions are queued and done
+ * late, in order, when an event after them is asked about, so that a use
+ * of data before its event has passed gives wrong results. */
+#define HOOP_GPU_EVENTS 256
+
+enum hoop_gpu_host { HOOP_GPU_HOST_IN = 0, HOOP_GPU_HOST_OUT, HOOP_GPU_HOST_WORK, HOOP_GPU_HOST_N };
+
+struct hoop_gpu_pipe;
+
+/* 1 when HOOP_GPU_EMULATE=1 (read once), or as forced. */
+int hoop_gpu_emulated(void);
+/* For tests: 1 or 0 overrides HOOP_GPU_EMULATE from now on (so that one
+ * process can run a collective on host buffers, then the same on
+ * emulated device buffers); -1 gives the variable back its say. A pipe
+ * keeps the mode it was made in. */
+void hoop_gpu_emulate_force(int on);
+
+/* Make the pipe for GPU `device`, with nslots receive slots of slot_bytes
+ * each (pinned). */
+int hoop_gpu_pipe_open(struct hoop_gpu_pipe **g, int device, size_t slot_bytes, int nslots,
+                       char *why, size_t why_len);
+/* Waits for the stream, then frees everything. NULL is fine. */
+void hoop_gpu_pipe_close(struct hoop_gpu_pipe *g);
+int hoop_gpu_pipe_device(const struct hoop_gpu_pipe *g);
+/* The receive slots: nslots * slot_bytes of pinned memory. */
+void *hoop_gpu_pipe_slots(const struct hoop_gpu_pipe *g);
+/* Make the calling thread's current device the pipe's for one call (the
+ * previous one is kept and given back by hoop_gpu_pipe_leave). */
+int hoop_gpu_pipe_enter(struct hoop_gpu_pipe *g, char *why, size_t why_len);
+void hoop_gpu_pipe_leave(struct hoop_gpu_pipe *g);
+/* Pinned host buffer `which`, at least bytes long (it only grows). */
+int hoop_gpu_pipe_host(struct hoop_gpu_pipe *g, enum hoop_gpu_host which, size_t bytes,
+                       void **p, char *why, size_t why_len);
+/* Queue a copy of bytes (any direction, either side device or pinned). */
+int hoop_gpu_pipe_copy(struct hoop_gpu_pipe *g, void *dst, const void *src, size_t bytes,
+                       char *why, size_t why_len);
+/* Queue hoop_gpu_reduce2 on the stream. */
+int hoop_gpu_pipe_reduce(struct hoop_gpu_pipe *g, void *dst, void *dst2, const void *a,
+                         const void *b, size_t n, hoop_dtype_t dtype, hoop_op_t op, int avg_n,
+                         char *why, size_t why_len);
+/* Mark event ev (0..HOOP_GPU_EVENTS-1) after what is queued so far. */
+int hoop_gpu_pipe_mark(struct hoop_gpu_pipe *g, unsigned ev, char *why, size_t why_len);
+/* 1 when everything queued before the last mark of ev is done, 0 when not
+ * yet, < 0 with why on an error. */
+int hoop_gpu_pipe_passed(struct hoop_gpu_pipe *g, unsigned ev, char *why, size_t why_len);
+/* Wait until everything queued is done. */
+int hoop_gpu_pipe_drain(struct hoop_gpu_pipe *g, char *why, size_t why_len);
 
 /* Device memory and devices for the programs and tests above the library
  * (ring_bench -G, the GPU tests); the collectives never allocate with

@@ -86,6 +86,12 @@ int hoop_gpu_available(const char **why)
 struct hoop_mem hoop_gpu_mem_kind(const void *p)
 {
     struct hoop_mem m = {HOOP_MEM_HOST, -1};
+    if (p && hoop_gpu_emulated()) {
+        /* HOOP_GPU_EMULATE=1 (pipe.c): every buffer is GPU 0's. */
+        m.kind = HOOP_MEM_DEVICE;
+        m.device = 0;
+        return m;
+    }
     if (!p || !hoop_gpu_available(NULL))
         return m;
 #ifdef HOOP_HAVE_CUDA
@@ -158,6 +164,14 @@ const char *hoop_gpu_mem_str(enum hoop_mem_kind kind)
 #ifndef HOOP_HAVE_CUDA
 int hoop_gpu_reduce(void *dst, const void *a, const void *b, size_t n, hoop_dtype_t dtype,
                     hoop_op_t op, int avg_n, void *stream, char *why, size_t why_len)
+{
+    snprintf(why, why_len, "device reduction: libhoop was built without CUDA");
+    return -1;
+}
+
+int hoop_gpu_reduce2(void *dst, void *dst2, const void *a, const void *b, size_t n,
+                     hoop_dtype_t dtype, hoop_op_t op, int avg_n, void *stream, char *why,
+                     size_t why_len)
 {
     snprintf(why, why_len, "device reduction: libhoop was built without CUDA");
     return -1;

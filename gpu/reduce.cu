@@ -67,26 +67,34 @@ template <bool BF> struct half_op {
     }
 };
 
-/* dst may be a (in place); element i is read before it is written. */
+/* dst may be a (in place); element i is read before it is written. The
+ * result goes to dst and dst2, either of which may be NULL (the same for
+ * every thread: no divergence). */
 template <typename T, typename F>
-__global__ void reduce_kernel(T *dst, const T *a, const T *b, size_t n, F f)
+__global__ void reduce_kernel(T *dst, T *dst2, const T *a, const T *b, size_t n, F f)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        dst[i] = f(a[i], b[i]);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        T v = f(a[i], b[i]);
+        if (dst)
+            dst[i] = v;
+        if (dst2)
+            dst2[i] = v;
+    }
 }
 
 const unsigned threads = 256;
 const size_t max_blocks = 65535;
 
 template <typename T, typename F>
-cudaError_t launch(void *dst, const void *a, const void *b, size_t n, F f, cudaStream_t s)
+cudaError_t launch(void *dst, void *dst2, const void *a, const void *b, size_t n, F f,
+                   cudaStream_t s)
 {
     size_t blocks = (n + threads - 1) / threads;
     if (blocks > max_blocks)
         blocks = max_blocks;
     reduce_kernel<T, F><<<(unsigned)blocks, threads, 0, s>>>(
-        static_cast<T *>(dst), static_cast<const T *>(a), static_cast<const T *>(b), n, f);
+        static_cast<T *>(dst), static_cast<T *>(dst2), static_cast<const T *>(a), static_cast<const T *>(b), n, f);
     return cudaGetLastError();
 }
 
@@ -95,6 +103,13 @@ cudaError_t launch(void *dst, const void *a, const void *b, size_t n, F f, cudaS
 extern "C" int hoop_gpu_reduce(void *dst, const void *a, const void *b, size_t n,
                                hoop_dtype_t dtype, hoop_op_t op, int avg_n, void *stream,
                                char *why, size_t why_len)
+{
+    return hoop_gpu_reduce2(dst, NULL, a, b, n, dtype, op, avg_n, stream, why, why_len);
+}
+
+extern "C" int hoop_gpu_reduce2(void *dst, void *dst2, const void *a, const void *b, size_t n,
+                                hoop_dtype_t dtype, hoop_op_t op, int avg_n, void *stream,
+                                char *why, size_t why_len)
 {
     if ((unsigned)op >= HOOP_OP_COUNT || (unsigned)dtype >= HOOP_DTYPE_COUNT) {
         snprintf(why, why_len, "device reduction: dtype %d or op %d is not one of hoop.h's",
@@ -107,20 +122,20 @@ extern "C" int hoop_gpu_reduce(void *dst, const void *a, const void *b, size_t n
     int o = (int)op;
     cudaError_t e = cudaErrorInvalidValue;
     switch (dtype) {
-    case HOOP_I8: e = launch<int8_t>(dst, a, b, n, int_op<uint8_t, int8_t>{o, avg_n}, s); break;
-    case HOOP_U8: e = launch<uint8_t>(dst, a, b, n, int_op<uint8_t, uint8_t>{o, avg_n}, s); break;
-    case HOOP_I32: e = launch<int32_t>(dst, a, b, n, int_op<uint32_t, int32_t>{o, avg_n}, s); break;
+    case HOOP_I8: e = launch<int8_t>(dst, dst2, a, b, n, int_op<uint8_t, int8_t>{o, avg_n}, s); break;
+    case HOOP_U8: e = launch<uint8_t>(dst, dst2, a, b, n, int_op<uint8_t, uint8_t>{o, avg_n}, s); break;
+    case HOOP_I32: e = launch<int32_t>(dst, dst2, a, b, n, int_op<uint32_t, int32_t>{o, avg_n}, s); break;
     case HOOP_U32:
-        e = launch<uint32_t>(dst, a, b, n, int_op<uint32_t, uint32_t>{o, avg_n}, s);
+        e = launch<uint32_t>(dst, dst2, a, b, n, int_op<uint32_t, uint32_t>{o, avg_n}, s);
         break;
-    case HOOP_I64: e = launch<int64_t>(dst, a, b, n, int_op<uint64_t, int64_t>{o, avg_n}, s); break;
+    case HOOP_I64: e = launch<int64_t>(dst, dst2, a, b, n, int_op<uint64_t, int64_t>{o, avg_n}, s); break;
     case HOOP_U64:
-        e = launch<uint64_t>(dst, a, b, n, int_op<uint64_t, uint64_t>{o, avg_n}, s);
+        e = launch<uint64_t>(dst, dst2, a, b, n, int_op<uint64_t, uint64_t>{o, avg_n}, s);
         break;
-    case HOOP_F16: e = launch<uint16_t>(dst, a, b, n, half_op<false>{o, avg_n}, s); break;
-    case HOOP_BF16: e = launch<uint16_t>(dst, a, b, n, half_op<true>{o, avg_n}, s); break;
-    case HOOP_F32: e = launch<float>(dst, a, b, n, float_op<float>{o, avg_n}, s); break;
-    case HOOP_F64: e = launch<double>(dst, a, b, n, float_op<double>{o, avg_n}, s); break;
+    case HOOP_F16: e = launch<uint16_t>(dst, dst2, a, b, n, half_op<false>{o, avg_n}, s); break;
+    case HOOP_BF16: e = launch<uint16_t>(dst, dst2, a, b, n, half_op<true>{o, avg_n}, s); break;
+    case HOOP_F32: e = launch<float>(dst, dst2, a, b, n, float_op<float>{o, avg_n}, s); break;
+    case HOOP_F64: e = launch<double>(dst, dst2, a, b, n, float_op<double>{o, avg_n}, s); break;
     default: break;
     }
     if (e != cudaSuccess) {

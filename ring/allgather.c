@@ -22,6 +22,7 @@ hoop_status_t hoop_ring_allgatherv(struct hoop_ring *r, void *recvbuf, const siz
     }
     struct hoop_pipe p = {.coll = HOOP_COLL_ALLGATHER, .root = -1, .input = recvbuf, .output = recvbuf,
                           .count = total, .dtype = dtype, .op = -1,
-                          .blocks = hoop_frame_blocks(counts, n), .nsteps = n - 1, .steps = st};
+                          .blocks = hoop_frame_blocks(counts, n), .nsteps = n - 1, .steps = st,
+                          .device = r->on_gpu};
     return hoop_ring_run(r, &p, timeout_s);
 }

@@ -17,7 +17,8 @@
 
 static hoop_status_t ring_allreduce(struct hoop_ring *r, int coll, const char *what,
                                     const void *sendbuf, void *recvbuf, size_t count,
-                                    hoop_dtype_t dtype, hoop_op_t op, double timeout_s, int keep)
+                                    hoop_dtype_t dtype, hoop_op_t op, double timeout_s, int keep,
+                                    int device)
 {
     const int n = r->size, me = r->rank;
     size_t base = count / (size_t)n, extra = count % (size_t)n;
@@ -45,7 +46,7 @@ static hoop_status_t ring_allreduce(struct hoop_ring *r, int coll, const char *w
 #undef SEG_LEN
     struct hoop_pipe p = {.coll = coll, .root = -1, .keep_frame = keep, .what = what, .input = sendbuf, .output = recvbuf,
                           .count = count, .dtype = dtype, .op = op, .nsteps = 2 * (n - 1),
-                          .steps = st};
+                          .steps = st, .device = device};
     return hoop_ring_run(r, &p, timeout_s);
 }
 
@@ -53,14 +54,14 @@ hoop_status_t hoop_ring_allreduce(struct hoop_ring *r, const void *sendbuf, void
                                   size_t count, hoop_dtype_t dtype, hoop_op_t op, double timeout_s)
 {
     return ring_allreduce(r, HOOP_COLL_ALLREDUCE, NULL, sendbuf, recvbuf, count, dtype, op,
-                          timeout_s, 0);
+                          timeout_s, 0, r->on_gpu);
 }
 
 hoop_status_t hoop_ring_barrier(struct hoop_ring *r, double timeout_s)
 {
     unsigned char b = 0;
     return ring_allreduce(r, HOOP_COLL_BARRIER, NULL, &b, &b, 1, HOOP_U8, HOOP_MAX, timeout_s,
-                          0);
+                          0, 0);
 }
 
 hoop_status_t hoop_ring_agree(struct hoop_ring *r, const char *what, double timeout_s)
@@ -71,7 +72,7 @@ hoop_status_t hoop_ring_agree(struct hoop_ring *r, const char *what, double time
     if (!b)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory", r->rank);
     hoop_status_t st = ring_allreduce(r, r->cur.coll, what, b, b, (size_t)r->size, HOOP_U8,
-                                      HOOP_MAX, timeout_s, 1);
+                                      HOOP_MAX, timeout_s, 1, 0);
     free(b);
     return st;
 }

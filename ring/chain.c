@@ -29,7 +29,8 @@ hoop_status_t hoop_ring_broadcast(struct hoop_ring *r, void *buf, size_t count,
                                           .phase_steps = 1};
     struct hoop_pipe p = {.coll = HOOP_COLL_BROADCAST, .root = root, .input = buf, .output = buf, .count = count,
                           .dtype = dtype, .op = -1, .nsteps = nsteps, .steps = st,
-                          .confirm_from_prev = pos != n - 1, .confirm_to_next = pos != n - 2};
+                          .confirm_from_prev = pos != n - 1, .confirm_to_next = pos != n - 2,
+                          .device = r->on_gpu};
     return hoop_ring_run(r, &p, timeout_s);
 }
 
@@ -58,6 +59,7 @@ hoop_status_t hoop_ring_reduce(struct hoop_ring *r, const void *sendbuf, void *r
                                           .phase = "reduce forward", .phase_steps = 1};
     struct hoop_pipe p = {.coll = HOOP_COLL_REDUCE, .root = root, .input = sendbuf, .output = recvbuf, .count = count,
                           .dtype = dtype, .op = op, .nsteps = nsteps, .steps = st,
-                          .confirm_from_prev = pos != n - 1, .confirm_to_next = pos != n - 2};
+                          .confirm_from_prev = pos != n - 1, .confirm_to_next = pos != n - 2,
+                          .device = r->on_gpu};
     return hoop_ring_run(r, &p, timeout_s);
 }

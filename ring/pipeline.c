@@ -2,9 +2,11 @@
 #include "ring/pipeline.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "gpu/gpu.h"
 #include "reduce/reduce.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +22,18 @@ struct rmeta {
     size_t len;
 };
 
+/* Device buffers: a received chunk whose copy or reduction is queued on
+ * the GPU, in order; done when event (its index % GPU_FIFO) has passed.
+ * Sends of the caller's data wait for the copy to the host under event
+ * GPU_FIFO + (send number % depth). */
+struct gwork {
+    struct cursor k;
+    size_t len;
+    int slot; /* the receive slot it frees, or -1 */
+};
+#define GPU_FIFO (2 * HOOP_RING_DEPTH_MAX)
+_Static_assert(GPU_FIFO + HOOP_RING_DEPTH_MAX <= HOOP_GPU_EVENTS, "the pipe has too few events");
+
 /* One hoop_ring_run: the table, the buffers, and how far sends and
  * receives have gone. Requests live in the ring's depth slots, request n
  * of a direction in slot n % depth; head..tail are the ones posted. */
@@ -31,8 +45,9 @@ struct run {
     unsigned depth;
     size_t ce; /* elements per chunk */
     size_t es;
-    char *bufs[4];
+    char *bufs[4];    /* what the transport moves from and into */
     size_t extent[4]; /* elements of each buffer the schedule reaches */
+    uint8_t *slots;   /* the receive slots of reducing receives */
     uint64_t slot_free; /* scratch slots free for a reducing receive */
     size_t rbytes_left, sbytes_left;
     struct cursor spost, rpost, rdone; /* next send, next receive to post, next not in */
@@ -40,9 +55,22 @@ struct run {
     int failed_dir; /* 0 send, 1 receive, -1 neither */
     /* The confirmation (pipeline.h): 0 not due, 1 to post, 2 posted. */
     int cfm_r, cfm_s;
+    /* Device buffers (hoop_pipe.device): bufs[] are then the pipe's
+     * pinned host buffers and dbufs[] the caller's (WORK has none). */
+    struct hoop_gpu_pipe *g;
+    char *dbufs[4];
+    int host_copy[4];         /* something is sent from it: reductions write the host copy */
+    unsigned long long fhead, ftail; /* received chunks with GPU work queued */
+    struct cursor sstage;     /* the next send to stage */
+    unsigned long long gstage; /* sends staged so far (those needing no copy too) */
+    int gpu_failed;
+    const char *gpu_what; /* what failed on the GPU (or NULL), and the pipe's sentence */
+    char gpu_why[320];
     /* Per receive slot (not cleared: written when a receive is posted). */
     struct rmeta meta[HOOP_RING_DEPTH_MAX];
     unsigned char slot_of[HOOP_RING_DEPTH_MAX];
+    struct gwork fifo[GPU_FIFO];
+    unsigned char staged_copy[HOOP_RING_DEPTH_MAX]; /* per send number % depth */
 };
 
 static size_t span_chunks(const struct run *x, size_t len)
@@ -106,6 +134,7 @@ static void run_init(struct run *x, struct hoop_ring *r, const struct hoop_pipe 
     x->bufs[HOOP_BUF_INPUT] = (char *)p->input;
     x->bufs[HOOP_BUF_OUTPUT] = p->output;
     x->bufs[HOOP_BUF_WORK] = (char *)r->work;
+    x->slots = r->scratch;
     /* How far the schedule reaches into each buffer: the region a
      * registering transport covers with one registration. */
     for (int t = 0; t < x->nsteps; t++) {
@@ -144,6 +173,152 @@ static void run_init(struct run *x, struct hoop_ring *r, const struct hoop_pipe 
     x->cfm_s = p->confirm_to_next;
 }
 
+/* A failure of the GPU pipe: its sentence is kept for hoop_ring_run. */
+static int gpu_fail(struct run *x, const char *what)
+{
+    x->gpu_what = what;
+    x->gpu_failed = 1;
+    return -EIO;
+}
+
+/* Device buffers: the pinned host buffers the transport moves the data
+ * through (one for input and output in place), and which of them carry a
+ * host copy of reductions. 0, or -EIO with the sentence kept. */
+static int device_init(struct run *x)
+{
+    struct hoop_ring *r = x->r;
+    const struct hoop_pipe *p = x->p;
+    x->g = r->gpu;
+    x->dbufs[HOOP_BUF_INPUT] = (char *)p->input;
+    x->dbufs[HOOP_BUF_OUTPUT] = p->output;
+    x->dbufs[HOOP_BUF_WORK] = NULL;
+    void *h;
+    size_t in_b = x->extent[HOOP_BUF_INPUT] * x->es, out_b = x->extent[HOOP_BUF_OUTPUT] * x->es;
+    if (p->input == p->output) {
+        if (hoop_gpu_pipe_host(x->g, HOOP_GPU_HOST_OUT, out_b > in_b ? out_b : in_b, &h,
+                               x->gpu_why, sizeof(x->gpu_why)))
+            return gpu_fail(x, NULL);
+        x->bufs[HOOP_BUF_INPUT] = x->bufs[HOOP_BUF_OUTPUT] = h;
+    } else {
+        if (hoop_gpu_pipe_host(x->g, HOOP_GPU_HOST_IN, in_b, &h, x->gpu_why, sizeof(x->gpu_why)))
+            return gpu_fail(x, NULL);
+        x->bufs[HOOP_BUF_INPUT] = h;
+        if (hoop_gpu_pipe_host(x->g, HOOP_GPU_HOST_OUT, out_b, &h, x->gpu_why,
+                               sizeof(x->gpu_why)))
+            return gpu_fail(x, NULL);
+        x->bufs[HOOP_BUF_OUTPUT] = h;
+    }
+    if (x->extent[HOOP_BUF_WORK]) {
+        if (hoop_gpu_pipe_host(x->g, HOOP_GPU_HOST_WORK, x->extent[HOOP_BUF_WORK] * x->es, &h,
+                               x->gpu_why, sizeof(x->gpu_why)))
+            return gpu_fail(x, NULL);
+        x->bufs[HOOP_BUF_WORK] = h;
+    }
+    x->slots = hoop_gpu_pipe_slots(x->g);
+    for (int t = 0; t < x->nsteps; t++)
+        if (x->st[t].send_buf)
+            x->host_copy[x->st[t].send_buf] = 1;
+    normalize(x, &x->sstage, 1);
+    return 0;
+}
+
+/* Device buffers: a received chunk is in its slot or host buffer. Queue
+ * its reduction (into the device buffer and, where it is sent on, the
+ * host copy) or its copy to the device, and an event after it. */
+static int gpu_take(struct run *x, unsigned i, const struct hoop_step *s, void *landed)
+{
+    size_t at = x->meta[i].k.c * x->ce, n = x->meta[i].len;
+    size_t off = (s->recv_off + at) * x->es;
+    struct gwork *w = &x->fifo[x->ftail % GPU_FIFO];
+    w->k = x->meta[i].k;
+    w->len = n;
+    w->slot = -1;
+    if (s->recv_mode == HOOP_RECV_REDUCE) {
+        char *dd = x->dbufs[s->recv_buf] ? x->dbufs[s->recv_buf] + off : NULL;
+        char *hd = x->host_copy[s->recv_buf] || !dd ? x->bufs[s->recv_buf] + off : NULL;
+        if (hoop_gpu_pipe_reduce(x->g, dd, hd, x->dbufs[HOOP_BUF_INPUT] + (s->local_off + at) * x->es,
+                                 landed, n, x->p->dtype, (hoop_op_t)x->p->op, s->avg_n, x->gpu_why,
+                                 sizeof(x->gpu_why)))
+            return gpu_fail(x, "queueing a reduction");
+        w->slot = x->slot_of[i];
+    } else if (x->dbufs[s->recv_buf]) {
+        if (hoop_gpu_pipe_copy(x->g, x->dbufs[s->recv_buf] + off, landed, n * x->es, x->gpu_why,
+                               sizeof(x->gpu_why)))
+            return gpu_fail(x, "queueing a copy to the device");
+    }
+    if (hoop_gpu_pipe_mark(x->g, (unsigned)(x->ftail % GPU_FIFO), x->gpu_why, sizeof(x->gpu_why)))
+        return gpu_fail(x, NULL);
+    x->ftail++;
+    return 0;
+}
+
+/* Device buffers: received chunks whose GPU work is done, in order: free
+ * the slot, count the chunk in. 1 when one was, 0 when none, -EIO. */
+static int gpu_done(struct run *x)
+{
+    int moved = 0;
+    while (x->fhead < x->ftail) {
+        unsigned f = (unsigned)(x->fhead % GPU_FIFO);
+        int rc = hoop_gpu_pipe_passed(x->g, f, x->gpu_why, sizeof(x->gpu_why));
+        if (rc < 0)
+            return gpu_fail(x, NULL);
+        if (rc == 0)
+            break;
+        struct gwork *w = &x->fifo[f];
+        if (w->slot >= 0)
+            x->slot_free |= 1ull << w->slot;
+        x->rbytes_left -= w->len * x->es;
+        x->rdone = w->k;
+        x->rdone.c++;
+        normalize(x, &x->rdone, 0);
+        x->fhead++;
+        moved = 1;
+    }
+    return moved;
+}
+
+/* Device buffers: copy the chunks of the caller's data that are sent
+ * (steps without send_dep) to the host, up to depth sends ahead, each with
+ * an event the send waits for. 1 when one was staged, 0 when none, -EIO. */
+static int gpu_stage(struct run *x)
+{
+    const unsigned D = x->depth;
+    int moved = 0;
+    while (x->gstage - x->stail < D && x->sstage.t < x->nsteps) {
+        const struct hoop_step *s = &x->st[x->sstage.t];
+        unsigned j = (unsigned)(x->gstage % D);
+        x->staged_copy[j] = 0;
+        if (!s->send_dep && x->dbufs[s->send_buf]) {
+            size_t off = (s->send_off + x->sstage.c * x->ce) * x->es;
+            size_t len = chunk_len(x, s->send_len, x->sstage.c) * x->es;
+            if (hoop_gpu_pipe_copy(x->g, x->bufs[s->send_buf] + off, x->dbufs[s->send_buf] + off,
+                                   len, x->gpu_why, sizeof(x->gpu_why)))
+                return gpu_fail(x, "queueing a copy to the host");
+            if (hoop_gpu_pipe_mark(x->g, GPU_FIFO + j, x->gpu_why, sizeof(x->gpu_why)))
+                return gpu_fail(x, NULL);
+            x->staged_copy[j] = 1;
+        }
+        x->gstage++;
+        x->sstage.c++;
+        normalize(x, &x->sstage, 1);
+        moved = 1;
+    }
+    return moved;
+}
+
+/* Device buffers: whether the next send (number stail) may go: staged,
+ * and its copy to the host done. 1, 0, or -EIO. */
+static int gpu_send_ready(struct run *x)
+{
+    if (x->gstage <= x->stail)
+        return 0;
+    unsigned j = (unsigned)(x->stail % x->depth);
+    if (!x->staged_copy[j])
+        return 1;
+    int rc = hoop_gpu_pipe_passed(x->g, GPU_FIFO + j, x->gpu_why, sizeof(x->gpu_why));
+    return rc < 0 ? gpu_fail(x, NULL) : rc;
+}
+
 /* Received chunks, in order: reduce into place, free the slot. Returns 1
  * when one was taken in, 0 when none, -errno when one failed. */
 static int take_recvs(struct run *x)
@@ -159,6 +334,16 @@ static int take_recvs(struct run *x)
             return q->state;
         }
         const struct hoop_step *s = &x->st[x->meta[i].k.t];
+        if (x->p->device) {
+            if (x->ftail - x->fhead >= GPU_FIFO)
+                break;
+            int rc = gpu_take(x, i, s, q->buf);
+            if (rc < 0)
+                return rc;
+            x->rhead++;
+            moved = 1;
+            continue;
+        }
         if (s->recv_mode == HOOP_RECV_REDUCE) {
             size_t at = x->meta[i].k.c * x->ce;
             hoop_reduce_kernel(x->bufs[s->recv_buf] + (s->recv_off + at) * x->es,
@@ -215,14 +400,14 @@ static int post_recvs(struct run *x)
             int slot = __builtin_ctzll(x->slot_free);
             x->slot_free &= ~(1ull << slot);
             x->slot_of[i] = (unsigned char)slot;
-            q->buf = r->scratch + (size_t)slot * r->chunk_bytes;
+            q->buf = x->slots + (size_t)slot * r->chunk_bytes;
         } else {
             q->buf = x->bufs[s->recv_buf] + (s->recv_off + at) * x->es;
         }
         q->len = x->meta[i].len * x->es;
         hoop_frame_expect(r, &r->rreq[i], r->prev, (uint32_t)s->recv_ord, (uint32_t)x->rpost.c);
         if (s->recv_mode == HOOP_RECV_REDUCE) {
-            q->region = r->scratch;
+            q->region = x->slots;
             q->region_len = (size_t)D * r->chunk_bytes;
         } else {
             q->region = x->bufs[s->recv_buf];
@@ -256,6 +441,13 @@ static int post_sends(struct run *x)
     while (x->stail - x->shead < D && x->spost.t < x->nsteps &&
            (!x->st[x->spost.t].send_dep || x->rdone.t > x->spost.t - 1 ||
             (x->rdone.t == x->spost.t - 1 && x->rdone.c > x->spost.c))) {
+        if (x->p->device) {
+            int ready = gpu_send_ready(x);
+            if (ready < 0)
+                return ready;
+            if (!ready)
+                break;
+        }
         const struct hoop_step *s = &x->st[x->spost.t];
         struct hoop_tp_req *q = &r->sreq[x->stail % D].tp;
         q->buf = x->bufs[s->send_buf] + (s->send_off + x->spost.c * x->ce) * x->es;
@@ -336,6 +528,14 @@ static int run_turn(struct run *x)
     if ((rc = take_recvs(x)) < 0)
         return rc;
     moved |= rc;
+    if (x->p->device) {
+        if ((rc = gpu_done(x)) < 0)
+            return rc;
+        moved |= rc;
+        if ((rc = gpu_stage(x)) < 0)
+            return rc;
+        moved |= rc;
+    }
     if ((rc = take_sends(x)) < 0)
         return rc;
     moved |= rc;
@@ -358,6 +558,11 @@ static hoop_status_t run_failed(struct run *x, int err, double timeout_s)
     const struct hoop_pipe *p = x->p;
     char step[96], what[160];
     int at_t = x->failed_dir == 0 ? x->spost.t : x->rdone.t;
+    if (x->g) {
+        /* Nothing queued may reach the caller's buffers after the return. */
+        char why[320];
+        hoop_gpu_pipe_drain(x->g, why, sizeof(why));
+    }
     phase_name(x, at_t, step, sizeof(step));
     /* The call as its frames say it; a part of a call (keep_frame) adds
      * what it does there. */
@@ -400,6 +605,24 @@ static hoop_status_t run_failed(struct run *x, int err, double timeout_s)
                       what, step, peer, hoop_ring_errno_str(r, err));
 }
 
+/* After the GPU pipe failed on this rank: cancel the transport (so that
+ * the neighbours see this rank leave at once), let the queued work end,
+ * say what failed. */
+static hoop_status_t run_gpu_failed(struct run *x)
+{
+    struct hoop_ring *r = x->r;
+    char what[160], why[320];
+    hoop_frame_what(&r->cur, what, sizeof(what));
+    hoop_ring_cancel(r);
+    if (x->g)
+        hoop_gpu_pipe_drain(x->g, why, sizeof(why));
+    r->fail_err = -EIO;
+    r->fail_peer = -1;
+    return hoop_error(HOOP_ERR_SYSTEM, "rank %d: %s on device buffers failed on this rank's GPU: "
+                      "%s%s%s", r->rank, what, x->gpu_what ? x->gpu_what : "",
+                      x->gpu_what ? ": " : "", x->gpu_why);
+}
+
 hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, double timeout_s)
 {
     if (!p->keep_frame) {
@@ -409,6 +632,8 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
     uint64_t deadline = hoop_deadline_after(timeout_s);
     struct run x;
     run_init(&x, r, p);
+    if (p->device && device_init(&x))
+        return run_gpu_failed(&x);
     /* A rank that sends its successor no chunk announces itself instead,
      * so that every rank compares its collective with its predecessor's. */
     int err = hoop_frame_announce(r, x.sbytes_left == 0, x.rbytes_left == 0);
@@ -417,7 +642,7 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
     for (;;) {
         int moved = run_turn(&x);
         if (moved < 0)
-            return run_failed(&x, moved, timeout_s);
+            return x.gpu_failed ? run_gpu_failed(&x) : run_failed(&x, moved, timeout_s);
         int ann = hoop_frame_announced(r);
         if (ann < 0)
             return run_failed(&x, ann, timeout_s);
@@ -426,7 +651,22 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
             return HOOP_OK;
         if (moved)
             continue;
-        int rc = hoop_ring_progress(r, deadline);
+        /* GPU work outstanding: the transport's wait cannot see it end, so
+         * it looks again soon; and where the transport has nothing in
+         * flight at all (it says so with -EDEADLK), only the GPU can move:
+         * the loop looks at its events, giving up the CPU in between. */
+        uint64_t until = deadline;
+        int gpu_busy = p->device && (x.fhead < x.ftail || x.gstage > x.stail);
+        if (gpu_busy) {
+            uint64_t soon = hoop_now_ns() + 20000;
+            if (soon < until)
+                until = soon;
+        }
+        int rc = hoop_ring_progress(r, until);
+        if (rc == -EDEADLK && gpu_busy) {
+            sched_yield();
+            rc = 0;
+        }
         if (rc < 0)
             return run_failed(&x, rc, timeout_s);
         if (rc == 0 && hoop_now_ns() >= deadline)

@@ -48,6 +48,16 @@ struct hoop_pipe {
     hoop_dtype_t dtype;
     int op;           /* hoop_op_t, or -1 for none */
     uint64_t blocks;  /* allgatherv: hoop_frame_blocks() of the block counts; 0 */
+    /* input and output are device memory on the ring's GPU pipe (device.c):
+     * the transport moves the data through the pipe's pinned host buffers.
+     * A send of the caller's data (a step without send_dep) leaves once an
+     * asynchronous copy of its chunk to the host is done; a received chunk
+     * is reduced by a kernel that reads the pinned slot and writes the
+     * device result and, where a later step sends it, its host copy in the
+     * same pass; a chunk received as it is goes on from the host buffer
+     * while a copy places it on the device. Events after each, polled by
+     * the loop, say when a chunk is done. */
+    int device;
     /* A chain (chain.c): only its end hears, through the chunks, from
      * every rank, so only it knows that every rank made the same call.
      * Once its first chunk has matched it sends a confirmation to next,

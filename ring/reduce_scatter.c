@@ -31,6 +31,6 @@ hoop_status_t hoop_ring_reduce_scatter(struct hoop_ring *r, const void *sendbuf,
     }
     struct hoop_pipe p = {.coll = HOOP_COLL_REDUCE_SCATTER, .root = -1, .input = sendbuf, .output = recvbuf,
                           .count = recvcount, .dtype = dtype, .op = op, .nsteps = n - 1,
-                          .steps = st};
+                          .steps = st, .device = r->on_gpu};
     return hoop_ring_run(r, &p, timeout_s);
 }

@@ -1,5 +1,6 @@
 /* ring.c - the ring's transport, its connections and its reusable memory. */
 #include "ring/ring.h"
+#include "gpu/gpu.h"
 #include "ring/pipeline.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -190,6 +191,7 @@ void hoop_ring_close(struct hoop_ring *r)
     free(r->p2p_rreq);
     free(r->p2p_list);
     free(r->work);
+    hoop_gpu_pipe_close(r->gpu);
     memset(r, 0, sizeof(*r));
 }
 

@@ -15,6 +15,7 @@
 #define HOOP_RING_DEPTH_MAX 64
 
 struct hoop_step;
+struct hoop_gpu_pipe;
 
 struct hoop_ring {
     const struct hoop_transport_ops *ops;
@@ -57,6 +58,10 @@ struct hoop_ring {
     struct hoop_ring_req cfm_s, cfm_r; /* a chain's confirmation (pipeline.h) */
     char frame_why[640];     /* what the last failed frame check found */
     int frame_vague;         /* 1: only that a message was longer (its header lost) */
+    /* Device buffers (device.c): the GPU pipe, made by the first call on
+     * them, and whether the running call's buffers are on it. */
+    struct hoop_gpu_pipe *gpu;
+    int on_gpu;
     int fail_err;            /* the last failure's -errno, and the rank it implicates */
     int fail_peer;
     /* Called when a watched descriptor wakes a wait: 0 when what woke it
@@ -125,6 +130,23 @@ void hoop_ring_call_end(struct hoop_ring *r);
 /* What a request's -errno says, and the transport's own word on it when it
  * has one (transport.h: last_error); valid until the next call. */
 const char *hoop_ring_errno_str(struct hoop_ring *r, int err);
+
+/* Device buffers (device.c). A collective on buffers of GPU `device`
+ * begins with hoop_ring_device_begin (the pipe is made on the first call;
+ * the calling thread's current device is the pipe's until the end) and
+ * ends with hoop_ring_device_end. The pipelined schedules then run over
+ * the pipe (pipeline.c); the others stage the whole buffer through the
+ * pipe's pinned host buffers with the calls below, each of which waits
+ * for its copy. `what` names the collective for sentences. */
+hoop_status_t hoop_ring_device_begin(struct hoop_ring *r, int device, const char *what);
+void hoop_ring_device_end(struct hoop_ring *r);
+/* *host: pinned buffer `which` (gpu.h: enum hoop_gpu_host) of at least
+ * bytes, holding a copy of src's bytes when src is not NULL. */
+hoop_status_t hoop_ring_stage_in(struct hoop_ring *r, int which, const void *src, size_t bytes,
+                                 void **host, const char *what);
+/* Copy bytes from src to dst (device or pinned, either way) and wait. */
+hoop_status_t hoop_ring_device_copy(struct hoop_ring *r, void *dst, const void *src, size_t bytes,
+                                    const char *what);
 
 /* The ring collectives. Each needs size >= 2; counts may be 0. On failure
  * the transport is cancelled: the ring must not be used again. */

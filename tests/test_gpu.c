@@ -60,9 +60,11 @@ Test(gpu, without_a_gpu_every_pointer_is_host)
     /* and the collectives' check lets host buffers through */
     hoop_comm_t comm;
     memset(&comm, 0, sizeof(comm));
-    int a = 0, b = 0;
-    cr_assert_eq(hoop_coll_check_kinds(&comm, "allreduce", &a, &b), HOOP_OK);
-    cr_assert_eq(hoop_coll_check_kinds(&comm, "allreduce", looks_device, NULL), HOOP_OK);
+    int a = 0, b = 0, dev = 7;
+    cr_assert_eq(hoop_coll_check_kinds(&comm, "allreduce", &a, &b, &dev), HOOP_OK);
+    cr_assert_eq(dev, -1, "host buffers said to be on GPU %d", dev);
+    cr_assert_eq(hoop_coll_check_kinds(&comm, "allreduce", looks_device, NULL, &dev), HOOP_OK);
+    cr_assert_eq(dev, -1);
     char why_r[256];
     if (!hoop_gpu_built())
         cr_assert_neq(hoop_gpu_reduce(&a, &a, &b, 1, HOOP_I32, HOOP_SUM, 0, NULL, why_r,
@@ -113,16 +115,17 @@ Test(gpu, pointer_kinds_of_cuda_memory)
     /* The collectives' checks. */
     hoop_comm_t comm;
     memset(&comm, 0, sizeof(comm));
-    hoop_status_t st = hoop_coll_check_kinds(&comm, "allreduce", d, plain);
+    int on = -2;
+    hoop_status_t st = hoop_coll_check_kinds(&comm, "allreduce", d, plain, &on);
     cr_expect_eq(st, HOOP_ERR_INVALID, "device send, host recv: %s", hoop_last_error());
     cr_expect(strstr(hoop_last_error(), "sendbuf is device memory and recvbuf is host"), "%s",
               hoop_last_error());
-    st = hoop_coll_check_kinds(&comm, "allreduce", d, d);
-    cr_expect_eq(st, HOOP_ERR_UNSUPPORTED, "device buffers: %s", hoop_last_error());
-    cr_expect(strstr(hoop_last_error(), "device buffers are not supported yet by this build"),
-              "%s", hoop_last_error());
-    cr_expect_eq(hoop_coll_check_kinds(&comm, "allreduce", h, m), HOOP_OK, "pinned and "
+    st = hoop_coll_check_kinds(&comm, "allreduce", d, d, &on);
+    cr_expect_eq(st, HOOP_OK, "device buffers: %s", hoop_last_error());
+    cr_expect_eq(on, dev, "device buffers of GPU %d said to be on %d", dev, on);
+    cr_expect_eq(hoop_coll_check_kinds(&comm, "allreduce", h, m, &on), HOOP_OK, "pinned and "
                  "managed memory are reached by the CPU: %s", hoop_last_error());
+    cr_expect_eq(on, -1, "pinned and managed memory taken for GPU %d's", on);
     int n = 0;
     CUDA_OK(cudaGetDeviceCount(&n));
     if (n >= 2) {
@@ -130,7 +133,7 @@ Test(gpu, pointer_kinds_of_cuda_memory)
         CUDA_OK(cudaSetDevice(dev == 0 ? 1 : 0));
         CUDA_OK(cudaMalloc(&d1, 4096));
         CUDA_OK(cudaSetDevice(dev));
-        st = hoop_coll_check_kinds(&comm, "allreduce", d, d1);
+        st = hoop_coll_check_kinds(&comm, "allreduce", d, d1, &on);
         cr_expect_eq(st, HOOP_ERR_INVALID, "two GPUs: %s", hoop_last_error());
         cr_expect(strstr(hoop_last_error(), "on the same GPU"), "%s", hoop_last_error());
         cudaFree(d1);

@@ -1,0 +1,440 @@
+/* test_gpu_coll.c - every collective on device buffers, each dtype and op,
+ * in place and out, at N = 1..4 ranks sharing GPU 0: the result must be
+ * the bits the same call gives on host buffers (the host path runs first,
+ * in the same rank, on the same inputs). Floats are random and inexact,
+ * so only the same order of reduction gives the same bits.
+ *
+ * Where a GPU is usable (asked in a child process, so that this process
+ * never starts CUDA before it forks the ranks) the device buffers are
+ * cudaMalloc'd. Elsewhere the same tests run on the emulated pipeline
+ * (gpu.h: HOOP_GPU_EMULATE), saying so; HOOP_TEST_REQUIRE_GPU=1 turns
+ * that into a failure. */
+#include <criterion/criterion.h>
+
+#include "gpu/gpu.h"
+#include "harness.h"
+#include "hoop.h"
+#include "values.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifdef HOOP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_ALLGATHERV, C_BROADCAST, C_REDUCE,
+            C_ALLTOALL };
+static const char *const coll_names[] = {"allreduce", "reduce_scatter", "allgather",
+                                         "allgatherv", "broadcast", "reduce", "alltoall"};
+
+/* 1 when a GPU can be used; asked in a child, the answer's reason in why. */
+static int gpu_usable(char *why, size_t len)
+{
+    int fds[2];
+    if (pipe(fds))
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        const char *w = NULL;
+        int ok = hoop_gpu_available(&w);
+        if (!ok && w && write(fds[1], w, strlen(w)) < 0)
+            _exit(3);
+        _exit(ok ? 0 : 1);
+    }
+    close(fds[1]);
+    ssize_t n = pid > 0 ? read(fds[0], why, len - 1) : -1;
+    why[n > 0 ? n : 0] = 0;
+    close(fds[0]);
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return 0;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* 1: a real GPU; 0: the emulation (or the test fails where a GPU is
+ * required). */
+static int gpu_mode(void)
+{
+    char why[256];
+    if (gpu_usable(why, sizeof(why)))
+        return 1;
+    const char *req = getenv("HOOP_TEST_REQUIRE_GPU");
+    if (req && strcmp(req, "1") == 0)
+        cr_assert_fail("HOOP_TEST_REQUIRE_GPU=1 but no GPU can be used: %s", why);
+    fprintf(stderr, "note: no GPU can be used here (%s): the device buffers are emulated in "
+            "host memory (HOOP_GPU_EMULATE)\n", why);
+    return 0;
+}
+
+/* Device memory: cudaMalloc'd on a real GPU, else plain memory that the
+ * emulation takes for the device's. */
+static void *dev_alloc(int real, size_t n)
+{
+    if (!n)
+        n = 1;
+#ifdef HOOP_HAVE_CUDA
+    if (real) {
+        void *p = NULL;
+        return cudaMalloc(&p, n) == cudaSuccess ? p : NULL;
+    }
+#endif
+    return malloc(n);
+}
+
+static void dev_free(int real, void *p)
+{
+#ifdef HOOP_HAVE_CUDA
+    if (real) {
+        cudaFree(p);
+        return;
+    }
+#endif
+    free(p);
+}
+
+static int dev_put(int real, void *d, const void *h, size_t n)
+{
+#ifdef HOOP_HAVE_CUDA
+    /* cudaMemcpy from pageable memory may return before the copy has
+     * landed: the device is synchronized, as hoop.h asks of the caller. */
+    if (real)
+        return cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) == cudaSuccess &&
+                       cudaDeviceSynchronize() == cudaSuccess
+                   ? 0
+                   : -1;
+#endif
+    memcpy(d, h, n);
+    return 0;
+}
+
+static int dev_get(int real, void *h, const void *d, size_t n)
+{
+#ifdef HOOP_HAVE_CUDA
+    if (real)
+        return cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : -1;
+#endif
+    memcpy(h, d, n);
+    return 0;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Random elements: integers any bits; floats in [-1000, 1000] with random
+ * low bits (inexact sums; no NaN, whose payload the CPU and GPU choose
+ * differently). */
+static void fill(void *buf, size_t n, hoop_dtype_t dt, uint64_t seed)
+{
+    uint64_t s = seed | 1;
+    uint8_t *p = buf;
+    size_t es = hoop_dtype_size(dt);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = rnd(&s);
+        double f = ((double)(v >> 11) / (double)(1ull << 53)) * 2000.0 - 1000.0;
+        switch (dt) {
+        case HOOP_F32: {
+            float x = (float)f;
+            memcpy(p + i * es, &x, 4);
+            break;
+        }
+        case HOOP_F64:
+            memcpy(p + i * es, &f, 8);
+            break;
+        case HOOP_F16:
+        case HOOP_BF16: {
+            float x = (float)f;
+            uint32_t u;
+            memcpy(&u, &x, 4);
+            uint16_t h;
+            if (dt == HOOP_BF16) {
+                h = (uint16_t)(u >> 16); /* truncation is fine for an input */
+            } else {
+                /* A value of f16's range: sign, exponent 10..24, mantissa. */
+                h = (uint16_t)(((v >> 20) & 0x8000) | ((10 + (v % 15)) << 10) | ((v >> 32) & 0x3ff));
+            }
+            memcpy(p + i * es, &h, 2);
+            break;
+        }
+        default:
+            memcpy(p + i * es, &v, es);
+            break;
+        }
+    }
+}
+
+struct layout {
+    size_t region;   /* elements of the one buffer the case uses */
+    size_t send_off; /* element offsets of sendbuf and recvbuf in it */
+    size_t recv_off;
+    size_t counts[HARNESS_MAX_PROCS]; /* allgatherv */
+    size_t displs[HARNESS_MAX_PROCS];
+};
+
+/* Where sendbuf and recvbuf lie for coll with count c at N ranks; 0 when
+ * the collective has no such (in-place) form. */
+static int lay_out(struct layout *l, int coll, int in_place, size_t c, int n, int rank)
+{
+    memset(l, 0, sizeof(*l));
+    size_t N = (size_t)n, r = (size_t)rank;
+    switch (coll) {
+    case C_ALLREDUCE:
+    case C_BROADCAST:
+    case C_REDUCE:
+        l->region = in_place ? c : 2 * c;
+        l->recv_off = in_place ? 0 : c;
+        return 1;
+    case C_REDUCE_SCATTER:
+        l->region = in_place ? N * c : N * c + c;
+        l->recv_off = in_place ? r * c : N * c;
+        return 1;
+    case C_ALLGATHER:
+        l->region = in_place ? N * c : c + N * c;
+        l->send_off = in_place ? r * c : 0;
+        l->recv_off = in_place ? 0 : c;
+        return 1;
+    case C_ALLGATHERV: {
+        size_t total = 0;
+        for (int k = 0; k < n; k++) {
+            l->counts[k] = c + (size_t)k; /* uneven blocks */
+            l->displs[k] = total;
+            total += l->counts[k];
+        }
+        l->region = in_place ? total : l->counts[rank] + total;
+        l->send_off = in_place ? l->displs[rank] : 0;
+        l->recv_off = in_place ? 0 : l->counts[rank];
+        return 1;
+    }
+    case C_ALLTOALL:
+        if (in_place)
+            return 0;
+        l->region = 2 * N * c;
+        l->recv_off = N * c;
+        return 1;
+    }
+    return 0;
+}
+
+static hoop_status_t run_coll(hoop_comm_t *comm, int coll, const struct layout *l, char *base,
+                              size_t c, hoop_dtype_t dt, hoop_op_t op, size_t es)
+{
+    int n = hoop_comm_size(comm);
+    void *s = base + l->send_off * es, *r = base + l->recv_off * es;
+    switch (coll) {
+    case C_ALLREDUCE: return hoop_allreduce(comm, s, r, c, dt, op);
+    case C_REDUCE_SCATTER: return hoop_reduce_scatter(comm, s, r, c, dt, op);
+    case C_ALLGATHER: return hoop_allgather(comm, s, r, c, dt);
+    case C_ALLGATHERV: return hoop_allgatherv(comm, s, r, l->counts, l->displs, dt);
+    case C_BROADCAST: return hoop_broadcast(comm, s, r, c, dt, n - 1);
+    case C_REDUCE: return hoop_reduce(comm, s, r, c, dt, op, n / 2);
+    case C_ALLTOALL: return hoop_alltoall(comm, s, r, c, dt);
+    }
+    return HOOP_ERR_INVALID;
+}
+
+struct coll_arg {
+    int coll;
+    int real; /* a real GPU, else the emulation */
+};
+
+static const size_t counts_tried[] = {1, 777, 40000};
+
+/* One case: the host path, then the device path on the same inputs; the
+ * whole buffer must come out the same bits. 0 or a harness_failf. */
+static int one_case(hoop_comm_t *comm, int rank, int size, const struct coll_arg *a,
+                    hoop_dtype_t dt, hoop_op_t op, int in_place, size_t c)
+{
+    struct layout l;
+    if (!lay_out(&l, a->coll, in_place, c, size, rank))
+        return 0;
+    size_t es = hoop_dtype_size(dt), bytes = l.region * es;
+    char *host = malloc(bytes), *back = malloc(bytes), *init = malloc(bytes);
+    void *dev = dev_alloc(a->real, bytes);
+    int rc = 0;
+    char what[160];
+    snprintf(what, sizeof(what), "%s of %zu %s (%s), %s", coll_names[a->coll], c,
+             hoop_dtype_str(dt), hoop_op_str(op), in_place ? "in place" : "out of place");
+    if (!host || !back || !init || !dev) {
+        rc = harness_failf(rank, "%s: out of memory for %zu bytes", what, bytes);
+        goto out;
+    }
+    fill(init, l.region, dt,
+         0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1) + (uint64_t)dt * 131 + (uint64_t)op * 7 + c);
+    memcpy(host, init, bytes);
+    if (!a->real)
+        hoop_gpu_emulate_force(0);
+    hoop_status_t st = run_coll(comm, a->coll, &l, host, c, dt, op, es);
+    if (st) {
+        rc = harness_failf(rank, "%s on host buffers: %s", what, hoop_last_error());
+        goto out;
+    }
+    if (dev_put(a->real, dev, init, bytes)) {
+        rc = harness_failf(rank, "%s: copying the inputs to the device failed", what);
+        goto out;
+    }
+    if (!a->real)
+        hoop_gpu_emulate_force(1);
+    if (hoop_gpu_mem_kind(dev).kind != HOOP_MEM_DEVICE) {
+        rc = harness_failf(rank, "%s: the library takes the device buffer for %s memory", what,
+                           hoop_gpu_mem_str(hoop_gpu_mem_kind(dev).kind));
+        goto out;
+    }
+    st = run_coll(comm, a->coll, &l, dev, c, dt, op, es);
+    if (!a->real)
+        hoop_gpu_emulate_force(0);
+    if (st) {
+        rc = harness_failf(rank, "%s on device buffers: %s", what, hoop_last_error());
+        goto out;
+    }
+    if (dev_get(a->real, back, dev, bytes)) {
+        rc = harness_failf(rank, "%s: copying the results from the device failed", what);
+        goto out;
+    }
+    for (size_t i = 0; i < l.region; i++)
+        if (memcmp(back + i * es, host + i * es, es)) {
+            char hv[40], dv[40];
+            values_hex_elem(hv, sizeof(hv), host, i, es);
+            values_hex_elem(dv, sizeof(dv), back, i, es);
+            rc = harness_failf(rank, "%s: element %zu of the buffer is %s on the device, %s on "
+                               "the host", what, i, dv, hv);
+            goto out;
+        }
+out:
+    free(host);
+    free(back);
+    free(init);
+    if (dev)
+        dev_free(a->real, dev);
+    return rc;
+}
+
+static int coll_rank(hoop_comm_t *comm, int rank, int size, void *varg)
+{
+    const struct coll_arg *a = varg;
+#ifdef HOOP_HAVE_CUDA
+    if (a->real && cudaSetDevice(0) != cudaSuccess)
+        return harness_failf(rank, "cudaSetDevice(0) failed");
+#endif
+    int reducing = a->coll == C_ALLREDUCE || a->coll == C_REDUCE_SCATTER || a->coll == C_REDUCE;
+    for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++)
+        for (int op = 0; op < (reducing ? HOOP_OP_COUNT : 1); op++)
+            for (int in_place = 0; in_place < 2; in_place++)
+                for (size_t k = 0; k < sizeof(counts_tried) / sizeof(counts_tried[0]); k++) {
+                    int rc = one_case(comm, rank, size, a, (hoop_dtype_t)dt, (hoop_op_t)op,
+                                      in_place, counts_tried[k]);
+                    if (rc)
+                        return rc;
+                }
+    return 0;
+}
+
+static void coll_test(int coll, int n)
+{
+    struct coll_arg a = {.coll = coll, .real = gpu_mode()};
+    /* Chunks of 64 KiB, so that 40000 elements cross several of them. */
+    hoop_config_t base = {.timeout_s = 60, .chunk_bytes = 64 << 10, .pipeline_depth = 4};
+    char report[8192];
+    bool ok = harness_run(n, &base, coll_rank, &a, 240, report, sizeof(report));
+    cr_assert(ok, "%s at N = %d on %s device buffers:\n%s", coll_names[coll], n,
+              a.real ? "GPU" : "emulated", report);
+}
+
+#define COLL_TESTS(name, coll)                                                                     \
+    Test(gpucoll, name##_ranks_1, .timeout = 300) { coll_test(coll, 1); }                          \
+    Test(gpucoll, name##_ranks_2, .timeout = 300) { coll_test(coll, 2); }                          \
+    Test(gpucoll, name##_ranks_3, .timeout = 300) { coll_test(coll, 3); }                          \
+    Test(gpucoll, name##_ranks_4, .timeout = 300) { coll_test(coll, 4); }
+
+COLL_TESTS(allreduce, C_ALLREDUCE)
+COLL_TESTS(reduce_scatter, C_REDUCE_SCATTER)
+COLL_TESTS(allgather, C_ALLGATHER)
+COLL_TESTS(allgatherv, C_ALLGATHERV)
+COLL_TESTS(broadcast, C_BROADCAST)
+COLL_TESTS(reduce, C_REDUCE)
+COLL_TESTS(alltoall, C_ALLTOALL)
+
+/* ---- mixed kinds, and a rank that dies mid-call ---- */
+
+#define KILL_RANK 2
+#define KILL_ELEMS (4u << 20) /* 16 MiB of f32 */
+
+static void *kill_soon(void *arg)
+{
+    (void)arg;
+    harness_sleep_ms(150);
+    raise(SIGKILL);
+    return NULL;
+}
+
+/* Allreduces of KILL_ELEMS on device buffers until one fails; KILL_RANK
+ * kills itself in the middle of them. The others must fail with
+ * HOOP_ERR_PEER naming it. */
+static int kill_rank_fn(hoop_comm_t *comm, int rank, int size, void *varg)
+{
+    const struct coll_arg *a = varg;
+#ifdef HOOP_HAVE_CUDA
+    if (a->real && cudaSetDevice(0) != cudaSuccess)
+        return harness_failf(rank, "cudaSetDevice(0) failed");
+#endif
+    size_t bytes = (size_t)KILL_ELEMS * 4;
+    void *d = dev_alloc(a->real, bytes);
+    float *h = calloc(KILL_ELEMS, 4);
+    if (!d || !h)
+        return harness_failf(rank, "out of memory");
+    dev_put(a->real, d, h, bytes);
+    if (!a->real)
+        hoop_gpu_emulate_force(1);
+    hoop_status_t st = hoop_allreduce(comm, d, d, KILL_ELEMS, HOOP_F32, HOOP_SUM);
+    if (st)
+        return harness_fail(rank, "the first allreduce", st);
+    pthread_t t;
+    if (rank == KILL_RANK && pthread_create(&t, NULL, kill_soon, NULL))
+        return harness_failf(rank, "pthread_create failed");
+    for (int i = 0; i < 100000; i++) {
+        st = hoop_allreduce(comm, d, d, KILL_ELEMS, HOOP_F32, HOOP_SUM);
+        if (st)
+            break;
+    }
+    if (rank == KILL_RANK)
+        return harness_failf(rank, "still alive after its allreduces");
+    if (st != HOOP_ERR_PEER)
+        return harness_failf(rank, "wanted HOOP_ERR_PEER naming rank %d, got %s: %s", KILL_RANK,
+                             hoop_status_str(st), hoop_last_error());
+    char want[32];
+    snprintf(want, sizeof(want), "rank %d", KILL_RANK);
+    if (!strstr(hoop_last_error(), want))
+        return harness_failf(rank, "the sentence does not name %s: %s", want, hoop_last_error());
+    fprintf(stderr, "rank %d: %s\n", rank, hoop_last_error());
+    return 0;
+}
+
+Test(gpucoll, rank_killed_mid_allreduce_on_device_buffers, .timeout = 120)
+{
+    struct coll_arg a = {.coll = C_ALLREDUCE, .real = gpu_mode()};
+    hoop_config_t base = {.timeout_s = 30};
+    harness_job_t job;
+    cr_assert(harness_job_init(&job));
+    for (int r = 0; r < 3; r++)
+        cr_assert_neq(harness_spawn_rank(&job, r, 3, &base, kill_rank_fn, &a), -1);
+    harness_wait(&job, 90, 20);
+    for (int r = 0; r < 3; r++) {
+        harness_proc_t *p = &job.procs[r];
+        if (r == KILL_RANK)
+            cr_expect_eq(p->signal, SIGKILL, "rank %d was to die by SIGKILL:\n%s", r, job.report);
+        else
+            cr_expect(p->done && !p->hung && p->signal == 0 && p->exit_code == 0,
+                      "rank %d did not fail as wanted:\n%s", r, job.report);
+    }
+}
