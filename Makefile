@@ -95,7 +95,8 @@ $(BUILD)/obj/reduce/avx512.o: ISA_FLAGS := -mavx512f -mavx512bw -mavx512vl -mavx
 endif
 
 # gpu/ and the tests of it see the CUDA runtime's headers, nothing else does.
-$(BUILD)/obj/gpu/%.o $(BUILD)/obj/tests/test_gpu.o $(BUILD)/obj/tests/test_gpu_coll.o: \
+$(BUILD)/obj/gpu/%.o $(BUILD)/obj/tests/test_gpu.o $(BUILD)/obj/tests/test_gpu_alloc.o \
+    $(BUILD)/obj/tests/test_gpu_coll.o: \
     GPU_CFLAGS = $(CUDA_CFLAGS)
 
 $(BUILD)/obj/%.cu.o: %.cu $(LIB_HDRS) Makefile
@@ -246,7 +247,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 # deadline to pass), on one engine: HOOP_TCP_ENGINE=auto, io_uring, or
 # poll where io_uring is refused. About a minute on 2 idle cores; make
 # test stays the whole suite, for before a push.
-CHECK_UNIT := api|packaging|gpu|wire|auth|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
+CHECK_UNIT := api|packaging|gpu|gpu_alloc|wire|auth|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
 CHECK_FAULTS := sigkill_a_rank_mid_allreduce|garbage_in_the_middle_of_a_stream|root_dies_during_*
 CHECK_MP := allreduce/ranks_[1-4]|allreduce/default_chunks_4_ranks_f32|collectives/*ranks_[1-4]
 CHECK_PATHS := paths/*_n[34]|paths/same_bits_on_every_rank_ring|faults/@($(CHECK_FAULTS))

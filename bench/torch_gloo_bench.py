@@ -2,7 +2,7 @@
 """torch_gloo_bench.py - allreduce through torch.distributed's gloo backend.
 
     python3 bench/torch_gloo_bench.py -np N [-b 64M] [-e 256M] [-f 4]
-                                      [-n 10] [-w 3] [--bind]
+                                      [-n 10] [-w 3] [--bind] [--cuda]
 
 Starts N ranks on this machine (over 127.0.0.1, rank 0 the rendezvous),
 each running in-place all_reduce of f32 sums on CPU tensors, sizes from -b
@@ -14,8 +14,12 @@ tmax_us the slowest rank's; busbw = size / time * 2 (N - 1) / N. The
 result of the first call at every size is checked (every rank gives
 rank + 1, the sum is N (N + 1) / 2); the timed calls reduce zeros.
 --bind pins rank r to CPU r modulo the CPUs this process may use.
+--cuda puts the tensors on GPU r modulo the GPUs (several ranks may share
+one), which gloo stages through host memory; the timed loop ends with
+torch.cuda.synchronize(), so that a time counts the result on the device.
 """
 import argparse
+import datetime
 import os
 import socket
 import sys
@@ -40,18 +44,29 @@ def rank_main(rank, args, port):
     if args.bind:
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+    dev = "cpu"
+    if args.cuda:
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        dev = f"cuda:{torch.cuda.current_device()}"
+
+    def sync():
+        if args.cuda:
+            torch.cuda.synchronize()
+
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=rank, world_size=args.np)
+                            rank=rank, world_size=args.np,
+                            timeout=datetime.timedelta(seconds=args.timeout))
     n = args.np
     if rank == 0:
         print(f"# system=torch_gloo torch={torch.__version__} N={n} inplace=1 iters={args.iters} "
-              f"warmup={args.warmup} bind={int(args.bind)}")
+              f"warmup={args.warmup} bind={int(args.bind)} device={dev}"
+              + (f" gpu={torch.cuda.get_device_name()!r}" if args.cuda else ""))
         print("#       size_B        count    iters      time_us      tmax_us  algbw_GBs  busbw_GBs"
               "    check", flush=True)
     size = args.minbytes
     while size <= args.maxbytes:
         count = size // 4
-        t = torch.full((count,), float(rank + 1), dtype=torch.float32)
+        t = torch.full((count,), float(rank + 1), dtype=torch.float32, device=dev)
         dist.all_reduce(t)
         want = n * (n + 1) / 2
         ok = torch.tensor([1 if bool((t == want).all()) else 0], dtype=torch.int32)
@@ -59,10 +74,12 @@ def rank_main(rank, args, port):
         t.zero_()
         for _ in range(args.warmup):
             dist.all_reduce(t)
+        sync()
         dist.barrier()
         t0 = time.perf_counter()
         for _ in range(args.iters):
             dist.all_reduce(t)
+        sync()
         us = (time.perf_counter() - t0) / args.iters * 1e6
         tmax = torch.tensor([us], dtype=torch.float64)
         dist.all_reduce(tmax, op=dist.ReduceOp.MAX)
@@ -87,19 +104,39 @@ def main():
     ap.add_argument("-n", "--iters", type=int, default=10)
     ap.add_argument("-w", "--warmup", type=int, default=3)
     ap.add_argument("--bind", action="store_true")
+    ap.add_argument("--cuda", action="store_true",
+                    help="CUDA tensors, on GPU rank modulo the GPUs")
+    ap.add_argument("--timeout", type=int, default=120,
+                    help="seconds a rank waits for the others (rendezvous, one call)")
     args = ap.parse_args()
     if args.np < 1 or args.minbytes < 4 or args.stepfactor < 2 or args.iters < 1:
         ap.error("need -np >= 1, -b >= 4, -f >= 2, -n >= 1")
+    if args.cuda:
+        import torch
+        if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+            ap.error(f"--cuda: torch {torch.__version__} can use no CUDA device here "
+                     f"(torch.cuda.is_available() is False)")
     import multiprocessing as mp
     ctx = mp.get_context("spawn")
     port = free_port()
     procs = [ctx.Process(target=rank_main, args=(r, args, port)) for r in range(args.np)]
     for p in procs:
         p.start()
+    # A rank that fails leaves the others waiting for it: stop them.
     rc = 0
-    for p in procs:
-        p.join()
-        rc = rc or p.exitcode
+    while any(p.is_alive() for p in procs):
+        for p in procs:
+            p.join(0.2)
+            if p.exitcode:
+                rc = rc or p.exitcode
+        if rc:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                p.join()
+            break
+    rc = rc or next((p.exitcode for p in procs if p.exitcode), 0)
     return 1 if rc else 0
 
 

@@ -110,7 +110,7 @@ hoop_status_t hoop_alltoallv(hoop_comm_t *comm, const void *sendbuf, const size_
                                                   sendcounts[0] * es));
     }
     /* Device buffers: the exchange runs over pinned host copies of both,
-     * the send extent staged whole, the receive extent copied back. */
+     * the send extent staged whole, the received blocks copied back. */
     const void *send = sendbuf;
     void *recv = recvbuf;
     if (comm->ring.on_gpu) {
@@ -133,7 +133,10 @@ hoop_status_t hoop_alltoallv(hoop_comm_t *comm, const void *sendbuf, const size_
         hoop_ring_call_end(&comm->ring);
         return st;
     }
-    if (!st && recv != recvbuf)
-        st = hoop_ring_device_copy(&comm->ring, recvbuf, recv, recv_end * es, name);
+    /* Back block by block: what lies between the blocks is the caller's. */
+    for (int k = 0; !st && recv != recvbuf && k < comm->size; k++)
+        if (recvcounts[k])
+            st = hoop_ring_device_copy(&comm->ring, (char *)recvbuf + rdispls[k] * es,
+                                       (char *)recv + rdispls[k] * es, recvcounts[k] * es, name);
     return hoop_coll_end(comm, st);
 }

@@ -20,6 +20,7 @@ static const struct hoop_param hoop_params[] = {
     {"HOOP_SIZE", "", "Number of ranks in the job. Unset with HOOP_RANK unset: from another launcher's variables, else a one-rank job."},
     {"HOOP_ROOT", "", "host:port of the rendezvous root; rank 0 listens there, the others connect. Overrides the root a launcher's variables give."},
     {"HOOP_TOKEN", "", "Job secret (at most 32 bytes) every connection proves without sending it; hooprun makes a random one per job, under other launchers it is derived from the job's identity and is no secret (docs/security.md)."},
+    {"HOOP_LOCAL_RANK", "", "This process's place among the ranks on its host, 0 up; picks the GPU of ring_bench -G (HOOP_LOCAL_RANK modulo the devices). Unset: the launcher's local rank (LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, ...), else HOOP_RANK."},
     {"HOOP_BOOTSTRAP_TIMEOUT", "120", "Seconds to form a communicator before failing with the ranks that never arrived."},
     {"HOOP_SOCKET_IFNAME", "", "Interfaces whose address a rank advertises, comma-separated: name prefixes (eth), exact names (=eth0), CIDR ranges (10.0.0.0/8), ^ to exclude (^docker,lo). Unset: the interface that routes to the root."},
     {"HOOP_TIMEOUT", "300", "Seconds one collective may take before it fails with HOOP_ERR_TIMEOUT."},

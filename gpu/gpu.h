@@ -43,7 +43,11 @@ int hoop_gpu_built(void);
 int hoop_gpu_available(const char **why);
 
 /* The memory kind of p. Without CUDA, a driver or a device: HOST, at the
- * cost of reading a flag. */
+ * cost of reading a flag. With them, the driver's cuPointerGetAttributes
+ * answers (reached through the runtime's entry points), which makes no
+ * CUDA context: a process that passes only host buffers never gets one.
+ * Where the driver does not give that function, the runtime's
+ * cudaPointerGetAttributes answers (and may make the context). */
 struct hoop_mem hoop_gpu_mem_kind(const void *p);
 
 /* A memory kind in words ("host", "pinned host", "managed", "device"). */
@@ -127,19 +131,44 @@ int hoop_gpu_pipe_passed(struct hoop_gpu_pipe *g, unsigned ev, char *why, size_t
 /* Wait until everything queued is done. */
 int hoop_gpu_pipe_drain(struct hoop_gpu_pipe *g, char *why, size_t why_len);
 
-/* ---- Device memory for the layers above (alloc.c, scale.cu) ----
- * Synchronous, on the calling thread's current device; 0, or non-zero
- * with a sentence in why. Built without CUDA: -1, saying so. */
-/* Make GPU `device` the calling thread's current device. */
-int hoop_gpu_set_device(int device, char *why, size_t why_len);
+/* ---- Device memory and devices for what is above the collectives (alloc.c,
+ * scale.cu): the engine's fusion buffer, ring_bench -G, the GPU tests; the
+ * collectives never allocate with these. Each returns 0, or -1 with a
+ * sentence in why (a why_len of at least 128 bytes holds it) saying what
+ * failed and the CUDA error; built without CUDA, or where no GPU can be
+ * used (hoop_gpu_available), -1 at once saying so. Under HOOP_GPU_EMULATE=1
+ * the memory calls work on host memory. */
+
+/* cudaMalloc of bytes on the current device into *p (NULL on failure). */
 int hoop_gpu_malloc(void **p, size_t bytes, char *why, size_t why_len);
+
+/* cudaFree; NULL is nothing to free. */
 void hoop_gpu_free(void *p);
-/* cudaMemcpyDefault: any direction, pinned, plain or device memory. */
+
+/* bytes from src to dst, each host or device memory (cudaMemcpyDefault),
+ * finished when it returns. */
 int hoop_gpu_memcpy(void *dst, const void *src, size_t bytes, char *why, size_t why_len);
+
+/* bytes of device memory at p set to (unsigned char)v, finished when it
+ * returns. */
 int hoop_gpu_memset(void *p, int v, size_t bytes, char *why, size_t why_len);
+
+/* The number of devices this process can use; 0 where no GPU can be used. */
+int hoop_gpu_device_count(void);
+
+/* cudaSetDevice(dev) for the calling thread. */
+int hoop_gpu_set_device(int dev, char *why, size_t why_len);
+
+/* The calling thread's device (cudaGetDevice), -1 where no GPU can be used. */
+int hoop_gpu_current_device(void);
+
+/* Device dev in words, "GPU 0: NVIDIA H100 80GB HBM3, sm_90, PCI
+ * 0000:17:00.0", into out; 0, or -1 with a sentence in out. */
+int hoop_gpu_device_describe(int dev, char *out, size_t len);
+
 /* buf[i] *= f for n floating-point elements of device memory, with the
- * bits of the engine's CPU scaling (f16 and bf16 through f32; f32 times
- * f rounded to float), and waits for it. */
+ * bits of reduce/'s hoop_reduce_scale (f16 and bf16 through f32; f32
+ * times (float)f), and waits for it; integers are left as they are. */
 int hoop_gpu_scale(void *buf, size_t n, hoop_dtype_t dtype, double f, char *why, size_t why_len);
 
 #ifdef __cplusplus

@@ -2,15 +2,48 @@
 #include "gpu/gpu.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #ifdef HOOP_HAVE_CUDA
+/* cuda.h for the driver's types and enum values only: libcuda is never
+ * linked, its functions are reached through the runtime's entry points. */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #endif
 
 static pthread_once_t gpu_once = PTHREAD_ONCE_INIT;
 static int gpu_here;
 static char gpu_why[256];
+
+#ifdef HOOP_HAVE_CUDA
+/* The driver's cuPointerGetAttributes, once a device is known to be here;
+ * NULL where the driver does not give it (the runtime answers then). The
+ * runtime's cudaPointerGetAttributes makes the primary context of a device
+ * when none exists yet, hundreds of MB of GPU memory for a process that
+ * only ever passes host buffers; the driver's call answers without one. */
+typedef CUresult (*pointer_attrs_fn)(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                     CUdeviceptr ptr);
+static pointer_attrs_fn drv_pointer_attrs;
+
+/* The ABI of the driver functions asked for: CUDA 12.0's, which every
+ * driver that runs this runtime has. */
+#define DRIVER_ABI_VERSION 12000
+
+static void *driver_fn(const char *name)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e =
+        cudaGetDriverEntryPointByVersion(name, &fn, DRIVER_ABI_VERSION, cudaEnableDefault, &q);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return q == cudaDriverEntryPointSuccess ? fn : NULL;
+}
+#endif
 
 static void gpu_probe(void)
 {
@@ -27,6 +60,7 @@ static void gpu_probe(void)
         return;
     }
     gpu_here = 1;
+    drv_pointer_attrs = (pointer_attrs_fn)driver_fn("cuPointerGetAttributes");
 #else
     snprintf(gpu_why, sizeof(gpu_why), "libhoop was built without CUDA (no nvcc, or CUDA=0)");
 #endif
@@ -66,6 +100,32 @@ struct hoop_mem hoop_gpu_mem_kind(const void *p)
     if (!p || !hoop_gpu_available(NULL))
         return m;
 #ifdef HOOP_HAVE_CUDA
+    if (drv_pointer_attrs) {
+        CUpointer_attribute at[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                     CU_POINTER_ATTRIBUTE_IS_MANAGED};
+        /* Each answer lands in eight zeroed bytes, whatever width the
+         * driver writes (an enum, an int, a boolean). */
+        uint64_t type = 0, ordinal = 0, managed = 0;
+        void *data[3] = {&type, &ordinal, &managed};
+        /* A pointer CUDA does not know gets CUDA_SUCCESS and zeros; an
+         * error (a pointer of no UVA context) is no CUDA memory either.
+         * The driver keeps no sticky last error to clear. */
+        if (drv_pointer_attrs(3, at, data, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+            return m;
+        int32_t dev;
+        memcpy(&dev, &ordinal, sizeof dev);
+        if (managed) {
+            m.kind = HOOP_MEM_MANAGED;
+            m.device = dev;
+        } else if ((uint32_t)type == CU_MEMORYTYPE_DEVICE) {
+            m.kind = HOOP_MEM_DEVICE;
+            m.device = dev;
+        } else if ((uint32_t)type == CU_MEMORYTYPE_HOST) {
+            m.kind = HOOP_MEM_PINNED;
+        }
+        return m;
+    }
     struct cudaPointerAttributes a;
     cudaError_t e = cudaPointerGetAttributes(&a, p);
     if (e != cudaSuccess) {

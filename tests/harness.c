@@ -1,6 +1,7 @@
 /* harness.c - see harness.h. */
 #include "harness.h"
 #include "common/clock.h"
+#include "gpu/gpu.h"
 #include "transport/ofi/ofi.h"
 
 #include <criterion/criterion.h>
@@ -549,6 +550,17 @@ void harness_skip_without_io_uring(const char *what)
                  "kernel.io_uring_disabled sysctl or a sandbox); the poll engine's tests run "
                  "instead",
                  what, strerror(-rc));
+}
+
+void harness_need_gpu(void)
+{
+    const char *why = NULL;
+    if (hoop_gpu_available(&why))
+        return;
+    const char *req = getenv("HOOP_TEST_REQUIRE_GPU");
+    if (req && strcmp(req, "1") == 0)
+        cr_assert_fail("HOOP_TEST_REQUIRE_GPU=1 but no GPU can be used: %s", why);
+    cr_skip_test("no GPU can be used here: %s", why);
 }
 
 hoop_status_t harness_fake_join(harness_fake_t *f, const hoop_config_t *cfg,

@@ -127,6 +127,11 @@ void harness_skip_if_shm_stalls(const char *what);
  * sysctl, gVisor): `what` names what the test does on the io_uring engine. */
 void harness_skip_without_io_uring(const char *what);
 
+/* Skip the calling test, saying why, where no GPU can be used (a build
+ * without CUDA, no driver, no device); with HOOP_TEST_REQUIRE_GPU=1 (as
+ * tests/gpu/run.sh sets on a GPU machine) fail it instead. */
+void harness_need_gpu(void);
+
 /* A port that was free on 127.0.0.1 a moment ago, or -1. */
 int harness_free_port(void);
 

@@ -9,6 +9,7 @@
 #include "hoop.h"
 #include "collectives/comm.h"
 #include "gpu/gpu.h"
+#include "harness.h"
 #include "reduce/reduce.h"
 
 #include <stdint.h>
@@ -19,24 +20,6 @@
 #ifdef HOOP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
-
-static int gpu_required(void)
-{
-    const char *v = getenv("HOOP_TEST_REQUIRE_GPU");
-    return v && strcmp(v, "1") == 0;
-}
-
-/* Skip (or, with HOOP_TEST_REQUIRE_GPU=1, fail) where no GPU can be used. */
-static void need_gpu(void)
-{
-    const char *why = NULL;
-    if (hoop_gpu_available(&why))
-        return;
-    if (gpu_required())
-        cr_assert_fail("HOOP_TEST_REQUIRE_GPU=1 but no GPU can be used: %s", why);
-    else
-        cr_skip_test("no GPU can be used here: %s", why);
-}
 
 static int static_word;
 
@@ -91,7 +74,7 @@ Test(gpu, without_a_gpu_every_pointer_is_host)
 
 Test(gpu, a_gpu_is_here)
 {
-    need_gpu();
+    harness_need_gpu();
     cr_assert(hoop_gpu_built());
 }
 
@@ -106,7 +89,7 @@ Test(gpu, a_gpu_is_here)
 
 Test(gpu, pointer_kinds_of_cuda_memory)
 {
-    need_gpu();
+    harness_need_gpu();
 #ifdef HOOP_HAVE_CUDA
     int dev = -1;
     CUDA_OK(cudaGetDevice(&dev));
@@ -206,7 +189,7 @@ static void fill(void *buf, size_t n, hoop_dtype_t dt)
 
 Test(gpu, reduce_kernels_match_the_cpu_bit_for_bit, .timeout = 120)
 {
-    need_gpu();
+    harness_need_gpu();
 #ifdef HOOP_HAVE_CUDA
     const size_t n = 100003; /* odd, past many blocks */
     cudaStream_t s;

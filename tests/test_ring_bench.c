@@ -2,13 +2,15 @@
  * every value runs as a job of its own, made with the variable set to it,
  * and bad sweeps are refused before any rank waits for another. The jobs
  * are real: hooprun starts the ranks, and the engine each table names is
- * the one the library reports it used. */
+ * the one the library reports it used. And -G, device buffers: refused in
+ * one line where no GPU can be used, right results where one can. */
 #include <criterion/criterion.h>
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "gpu/gpu.h"
 #include "harness.h"
 #include "proc.h"
 
@@ -88,4 +90,62 @@ Test(ring_bench, bad_sweeps_are_refused, .timeout = 60)
     expect_refused("HOOP_CHUNK_BYTES=1M,,4M", "an empty value");
     expect_refused("HOOP_CHUNK_BYTES=1M,", "an empty value");
     expect_refused("HOOP_CHUNK_BYTES=,1M", "an empty value");
+}
+
+/* -G (--device cuda) where no GPU can be used: refused at once, one line
+ * on stderr saying why, exit status 2, before any rank waits for another.
+ * Under hooprun the job ends as fast, saying why. */
+Test(ring_bench, device_buffers_without_a_gpu_are_refused, .timeout = 60)
+{
+    const char *why = NULL;
+    if (hoop_gpu_available(&why))
+        cr_skip_test("a GPU can be used here: this test is for machines without one "
+                     "(ring_bench::device_buffers_on_a_gpu runs instead)");
+    const char *forms[][2] = {{"-G", NULL}, {"--device", "cuda"}};
+    for (int i = 0; i < 2; i++) {
+        struct proc_capture r;
+        run_bench(&r, forms[i][1] ? ARGS(harness_built("ring_bench"), forms[i][0], forms[i][1])
+                                  : ARGS(harness_built("ring_bench"), forms[i][0]));
+        cr_assert_eq(r.status, 2, "%s exited with %d\nstderr:\n%s", forms[i][0], r.status, r.err.p);
+        cr_assert_eq(r.out.len, 0, "%s printed on stdout:\n%s", forms[i][0], r.out.p);
+        cr_assert_eq(count_of(r.err.p, "\n"), 1, "%s: not one line on stderr:\n%s", forms[i][0],
+                     r.err.p);
+        cr_assert(strstr(r.err.p, "ring_bench: rank 0: -G: device buffers need a GPU, and none "
+                                  "can be used here: ") &&
+                      strstr(r.err.p, why),
+                  "%s: stderr does not say that no GPU can be used, and why ('%s')\n%s",
+                  forms[i][0], why, r.err.p);
+        cr_assert_lt(r.elapsed_s, 5.0, "%s took %.1f s to be refused", forms[i][0], r.elapsed_s);
+        proc_capture_free(&r);
+    }
+    struct proc_capture r;
+    run_bench(&r, ARGS(harness_built("hooprun"), "-np", "2", harness_built("ring_bench"), "-G"));
+    cr_assert_neq(r.status, 0, "hooprun -np 2 ring_bench -G succeeded without a GPU");
+    /* hooprun stops the others when the first rank exits: one says why. */
+    cr_assert(strstr(r.err.p, ": -G: device buffers need a GPU"), "no rank says why\n%s", r.err.p);
+    cr_assert_lt(r.elapsed_s, 10.0, "the job took %.1f s to end", r.elapsed_s);
+    proc_capture_free(&r);
+    /* A device that is neither: bad usage. */
+    run_bench(&r, ARGS(harness_built("ring_bench"), "--device", "gpu"));
+    cr_assert_eq(r.status, 2);
+    cr_assert(strstr(r.err.p, "--device: 'gpu' is neither cuda nor host"), "%s", r.err.p);
+    proc_capture_free(&r);
+}
+
+/* On a GPU: a 2-rank allreduce on device buffers whose results are right
+ * (checked through host memory as for host buffers), the header naming
+ * the buffer kind and the GPU. */
+Test(ring_bench, device_buffers_on_a_gpu, .timeout = 120)
+{
+    harness_need_gpu();
+    struct proc_capture r;
+    run_bench(&r,
+              ARGS(harness_built("hooprun"), "-np", "2", "--no-tag", harness_built("ring_bench"),
+                   "-G", "-b", "8", "-e", "4M", "-f", "8", "-n", "2", "-w", "1"));
+    cr_assert_eq(r.status, 0, "ring_bench -G exited with %d\nstdout:\n%s\nstderr:\n%s", r.status,
+                 r.out.p, r.err.p);
+    cr_assert(strstr(r.out.p, "# buffers: device (cudaMalloc), rank 0 on GPU "), "%s", r.out.p);
+    cr_assert(strstr(r.out.p, ", sm_") && strstr(r.out.p, ", PCI "), "%s", r.out.p);
+    cr_assert(strstr(r.out.p, "Out of bounds values : 0 OK"), "%s", r.out.p);
+    proc_capture_free(&r);
 }

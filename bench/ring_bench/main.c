@@ -4,8 +4,9 @@
  *
  * Run one process per rank: hooprun -np 4 ./ring_bench -C allgather -b 8 -e 256M -f 4,
  * or set HOOP_RANK, HOOP_SIZE, HOOP_ROOT and HOOP_TOKEN by hand. Rank 0
- * prints the table; every rank reports its own errors on stderr. Exit status:
- * 0 all good, 1 a call failed or a result was wrong, 2 bad usage.
+ * prints the table; every rank reports its own errors on stderr. With -G the
+ * buffers are CUDA device memory (device.c). Exit status: 0 all good, 1 a
+ * call failed or a result was wrong, 2 bad usage (or -G without a GPU).
  */
 #include "bench/ring_bench/ring_bench.h"
 
@@ -58,13 +59,16 @@ static int run(struct bench *b, double *avg_busbw)
             }
         } while (next_size(o, &size));
         if (elems) {
-            b->sendbuf = alloc_touched(elems * b->esize);
-            b->recvbuf = alloc_touched(elems * b->esize);
+            b->buf_bytes = elems * b->esize;
+            b->sendbuf = alloc_touched(b->buf_bytes);
+            b->recvbuf = alloc_touched(b->buf_bytes);
             if (!b->sendbuf || !b->recvbuf) {
-                report_error(b, "cannot allocate two buffers of %zu bytes", elems * b->esize);
+                report_error(b, "cannot allocate two buffers of %zu bytes", b->buf_bytes);
                 return 1;
             }
         }
+        if (device_alloc(b))
+            return 1;
 
         size_t prev_bytes = SIZE_MAX;
         size = o->min_bytes;
@@ -105,6 +109,7 @@ static int run(struct bench *b, double *avg_busbw)
 
 static void bench_free(struct bench *b)
 {
+    device_free(b);
     free(b->sendbuf);
     free(b->recvbuf);
     free(b->tab_mem);
@@ -114,6 +119,7 @@ static void bench_free(struct bench *b)
     free(b->agv_displs);
     free(b->segs);
     b->sendbuf = b->recvbuf = NULL;
+    b->buf_bytes = 0;
     b->tab_mem = NULL;
     b->peer_tabs = b->send_tabs = NULL;
     b->agv_counts = b->agv_displs = NULL;
@@ -165,6 +171,10 @@ int main(int argc, char **argv)
         return rc;
     }
     b.esize = hoop_dtype_size(b.opt.dtype);
+    if (device_choose(&b)) {
+        free(b.opt.sweep_values);
+        return 1;
+    }
     if (!b.opt.sweep_name)
         return run_job(&b, &(double){0});
 

@@ -31,6 +31,11 @@ static void usage(FILE *f)
                "  -S, --sweep VAR=V1,V2,... run everything once per value of the HOOP_* variable\n"
                "                           VAR, a fresh communicator each time, and end with a\n"
                "                           table of the values' bus bandwidths\n"
+               "  -G, --device cuda        buffers in CUDA device memory (cudaMalloc), on the GPU\n"
+               "                           of the rank's local rank (HOOP_LOCAL_RANK, else the\n"
+               "                           launcher's, else HOOP_RANK) modulo the devices; the\n"
+               "                           data go in and the results are checked through host\n"
+               "                           memory. --device host (the default): host buffers\n"
                "  -T, --transport NAME     tcp, ofi, verbs or auto: HOOP_TRANSPORT for this run (the\n"
                "                           header names the transport and provider used)\n"
                "      --params             list the HOOP_* environment variables and exit\n"
@@ -179,7 +184,7 @@ static int parse_sweep(const char *arg, struct options *o)
 /* Returns -1 to go on, otherwise the exit status. */
 int parse_options(int argc, char **argv, struct options *o)
 {
-    enum { OPT_PARAMS = 1000 };
+    enum { OPT_PARAMS = 1000, OPT_DEVICE };
     static const struct option longopts[] = {
         {"collective", required_argument, NULL, 'C'},
         {"root", required_argument, NULL, 'r'},
@@ -194,6 +199,7 @@ int parse_options(int argc, char **argv, struct options *o)
         {"op", required_argument, NULL, 'o'},
         {"sweep", required_argument, NULL, 'S'},
         {"transport", required_argument, NULL, 'T'},
+        {"device", required_argument, NULL, OPT_DEVICE},
         {"params", no_argument, NULL, OPT_PARAMS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -214,7 +220,7 @@ int parse_options(int argc, char **argv, struct options *o)
     o->root = 0;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":C:r:b:e:f:i:n:w:c:d:o:S:T:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":C:r:b:e:f:i:n:w:c:d:o:S:T:Gh", longopts, NULL)) != -1) {
         switch (c) {
         case 'C': {
             int k = 0;
@@ -288,6 +294,14 @@ int parse_options(int argc, char **argv, struct options *o)
             if (setenv("HOOP_TRANSPORT", optarg, 1))
                 return bad_usage("cannot set HOOP_TRANSPORT=%s", optarg);
             break;
+        case 'G':
+            o->device = 1;
+            break;
+        case OPT_DEVICE:
+            if (strcmp(optarg, "cuda") != 0 && strcmp(optarg, "host") != 0)
+                return bad_usage("--device: '%s' is neither cuda nor host", optarg);
+            o->device = strcmp(optarg, "cuda") == 0;
+            break;
         case 'h':
             if (!is_quiet_rank())
                 usage(stdout);
@@ -310,5 +324,7 @@ int parse_options(int argc, char **argv, struct options *o)
         return bad_usage("-b (%zu) is larger than -e (%zu)", o->min_bytes, o->max_bytes);
     if (o->min_bytes == 0 && o->step_bytes == 0)
         return bad_usage("-b 0 never grows by a factor; give -b 1 or more, or -i");
+    if (device_check_usable(o))
+        return 2;
     return -1;
 }

@@ -41,6 +41,12 @@ void print_header(const struct bench *b)
     else
         printf("%ld(factor)", o->step_factor);
     printf(" warmup iters: %d iters: %d validation: %d\n", o->warmup, o->iters, o->check);
+    if (o->device)
+        printf("# buffers: device (cudaMalloc), rank 0 on %s; rank r on GPU (its local rank "
+               "modulo %d)\n",
+               b->gpu_desc, hoop_gpu_device_count());
+    else
+        printf("# buffers: host\n");
     if (o->sweep_name)
         printf("# sweep %s=%s\n", o->sweep_name, getenv(o->sweep_name));
     printf("#\n");

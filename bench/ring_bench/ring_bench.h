@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "hoop.h"
+#include "gpu/gpu.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -50,6 +51,7 @@ struct options {
     hoop_dtype_t dtype;
     hoop_op_t op;
     enum coll coll;
+    int device; /* -G, --device cuda: the buffers are CUDA device memory */
     int root;
     /* --sweep NAME=V1,V2,...: the whole run once per value, each with a
      * fresh communicator made with NAME set to it. */
@@ -86,8 +88,20 @@ struct bench {
     int rank;
     int nranks;
     size_t esize;
+    /* The buffers the inputs are written to and the results checked in:
+     * host memory. The calls get call_send and call_recv: these same
+     * buffers, or with -G their images in device memory (dev_send,
+     * dev_recv), which the host ones are copied to before a call and
+     * back from after it. */
     void *sendbuf;
     void *recvbuf;
+    size_t buf_bytes; /* the size of each */
+    void *dev_send;
+    void *dev_recv;
+    void *call_send;
+    void *call_recv;
+    int gpu;            /* -G: the device this rank uses */
+    char gpu_desc[256]; /* -G: that device in words */
     /* Inputs and expected results repeat in the element index, so each is
      * laid out once as a block of a whole number of periods: filling is then
      * memcpy and checking memcmp, which keeps multi-GiB checks short. */
@@ -127,6 +141,14 @@ void set_agv(const struct bench *b, const struct shape *s);
 void prepare(struct bench *b, const struct shape *s, int in_place);
 const char *op_label(const struct bench *b);
 size_t count_wrong(struct bench *b, const struct shape *s, int in_place);
+
+/* device.c */
+int device_check_usable(const struct options *o);
+int device_choose(struct bench *b);
+int device_alloc(struct bench *b);
+int device_put(struct bench *b, const struct shape *s);
+int device_get(struct bench *b, const struct shape *s);
+void device_free(struct bench *b);
 
 /* timing.c */
 int run_placement(struct bench *b, const struct shape *s, int in_place, struct result *res);

@@ -21,9 +21,9 @@ static hoop_status_t sync_ranks(hoop_comm_t *comm)
 static hoop_status_t call(struct bench *b, const struct shape *s, int in_place)
 {
     const struct options *o = &b->opt;
-    unsigned char *rbuf = b->recvbuf;
-    const void *send = in_place ? b->recvbuf : b->sendbuf;
-    void *recv = b->recvbuf;
+    unsigned char *rbuf = b->call_recv;
+    const void *send = in_place ? b->call_recv : b->call_send;
+    void *recv = b->call_recv;
     size_t me = (size_t)b->rank, es = b->esize;
 
     switch (o->coll) {
@@ -82,6 +82,8 @@ int run_placement(struct bench *b, const struct shape *s, int in_place, struct r
 
     memset(res, 0, sizeof *res);
     prepare(b, s, in_place);
+    if (device_put(b, s))
+        return -1;
     if ((st = time_calls(b, s, in_place, &t)) != HOOP_OK)
         goto fail;
     res->ran = 1;
@@ -92,8 +94,12 @@ int run_placement(struct bench *b, const struct shape *s, int in_place, struct r
     if (b->opt.check) {
         /* A result left over from the timed loop must not pass for this one. */
         prepare(b, s, in_place);
+        if (device_put(b, s))
+            return -1;
         if ((st = call(b, s, in_place)) != HOOP_OK)
             goto fail;
+        if (device_get(b, s))
+            return -1;
         uint64_t wrong = count_wrong(b, s, in_place);
         if ((st = hoop_allreduce(b->comm, &wrong, &wrong, 1, HOOP_U64, HOOP_SUM)) != HOOP_OK)
             goto fail;

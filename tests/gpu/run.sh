@@ -3,57 +3,103 @@
 #
 #   tests/gpu/run.sh [OUT]
 #
-# Builds hoop with CUDA (make CUDA=1, in build/gpu), runs the gpu suite with
-# HOOP_TEST_REQUIRE_GPU=1 (so that a GPU that cannot be used fails instead
-# of skipping) and the packaging suite, and prints a summary. Everything it
-# learns goes to OUT (default build/gpu-results): the machine (nvidia-smi,
-# nvcc), the build log, libhoop.so's NEEDED entries, each suite's log. Each
-# step has a time limit; the whole takes well under 8 minutes (the build
-# about a minute on 16 cores, the tests seconds).
+# Everything it learns goes to OUT (default build/gpu-results), one log per
+# step, and OUT/summary.txt at the end: each step ok or FAILED with its
+# reason, the test results, and the benchmark table. Each step has a time
+# limit, and the whole run a budget (GPUCHECK_BUDGET_S, 330 s): a step that
+# would start past it is skipped, saying so, so the run ends within 6
+# minutes whatever hangs. Exit status: 0 when every step passed, 1
+# otherwise.
 #
-# The gpu suite today: the memory kind of cudaMalloc'd, cudaMallocHost'd,
-# managed and malloc'd memory, the collectives' checks of where their
-# buffers live, and every reduction kernel (each dtype and op, in place
-# and apart, random data) against reduce/'s CPU kernels, bit for bit.
+# The tree it runs: a BUILD folder (default <repo>/build/gpu) that
+# tests/gpu/pack.sh filled on a machine with nvcc (the GPU machine needs
+# neither nvcc nor Criterion nor liburing: BUILD/lib holds the libraries
+# the test suite needs, put on LD_LIBRARY_PATH for hoop's programs only);
+# or, without BUILD/PACKED, one this script builds with make CUDA=1 (needs
+# nvcc and the headers of Criterion, liburing and libibverbs).
+#
+# The steps:
+#   machine       nvidia-smi, the driver, the OS, nvcc, python3's torch
+#   packaging     the NEEDED entries of libhoop.so and the programs
+#                 (readelf, else what pack.sh recorded) and ldd of each
+#   tests-gpu     gpu/*, gpu_alloc/* and ring_bench/device_* with
+#                 HOOP_TEST_REQUIRE_GPU=1: a GPU that cannot be used fails
+#   ring-*        ring_bench allreduce (f32 sum, 64 KiB..256 MiB by 4x,
+#                 20 timed calls) under hooprun at N = 2 and 4, all ranks
+#                 on GPU 0: host buffers, then -G device buffers
+#   gloo-*        torch.distributed gloo allreduce on CUDA tensors, the
+#                 same N and sizes (bench/torch_gloo_bench.py --cuda)
+#   compare       the table: busbw host, -G, gloo; -G/host, -G/gloo; the
+#                 64 KiB times; issue 15's targets met or missed
+#   tests-gpu-all every gpu* suite (the collectives on device buffers),
+#                 with what is left of the budget
 #
 # Environment:
 #   CUDA_HOME            the CUDA toolkit (default /usr/local/cuda)
 #   HOOP_GPU_BUILD       the build tree (default <repo>/build/gpu)
-#   HOOP_GPU_PREBUILT=1  use HOOP_GPU_BUILD as it is, without make (a tree
-#                        built elsewhere, on a machine with the headers)
-#
-# Building needs, beside nvcc: a C compiler, make, pkg-config, and the
-# headers of Criterion, liburing and libibverbs (Debian/Ubuntu:
-# libcriterion-dev liburing-dev libibverbs-dev); the script names any that
-# is missing. Exit status: 0 when every step passed, 1 otherwise.
+#   HOOP_GPU_PREBUILT    1: use HOOP_GPU_BUILD as it is; 0: build it here;
+#                        default 1 where pack.sh left HOOP_GPU_BUILD/PACKED
+#   PYTHON               the python with torch (default python3)
+#   GPUCHECK_BUDGET_S    the run's time budget in seconds (default 330)
+#   GPUCHECK_MAX_BYTES   the benchmarks' largest size (default 256M)
+#   GPUCHECK_ITERS       the benchmarks' timed calls per size (default 20)
+#   CUDA_VISIBLE_DEVICES the benchmarks' GPUs (default 0: every rank on GPU 0)
 set -u
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$repo/build/gpu-results}
 build=${HOOP_GPU_BUILD:-$repo/build/gpu}
+prebuilt=${HOOP_GPU_PREBUILT:-}
+[ -n "$prebuilt" ] || { [ -f "$build/PACKED" ] && prebuilt=1 || prebuilt=0; }
+# The library names every HOOP_* variable it does not know in its log:
+# these two are this script's, not the programs'.
+unset HOOP_GPU_BUILD HOOP_GPU_PREBUILT
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PYTHON=${PYTHON:-python3}
+max_bytes=${GPUCHECK_MAX_BYTES:-256M}
+iters=${GPUCHECK_ITERS:-20}
+budget=${GPUCHECK_BUDGET_S:-330}
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
+mkdir -p "$build" && build=$(cd "$build" && pwd)
 jobs=$(nproc 2>/dev/null || echo 4)
-export repo out build
+export repo out build max_bytes iters
 summary=()
 failed=0
+t_start=$(date +%s)
 
-# step NAME LIMIT_S COMMAND...: run it, its output to OUT/NAME.log.
+# step NAME LIMIT_S COMMAND...: run it, its output to OUT/NAME.log, within
+# LIMIT_S and what is left of the budget.
 step() {
     local name=$1 limit=$2
     shift 2
-    local t0 rc
+    local t0 rc left
     t0=$(date +%s)
+    left=$((t_start + budget - t0))
+    if [ $left -lt 10 ]; then
+        summary+=("FAILED  $name: not run, the run's ${budget} s budget is spent")
+        failed=1
+        return 1
+    fi
+    [ $limit -le $left ] || limit=$left
     # bash -c: a step may be one of the functions below (exported).
+    # timeout signals the whole process group, ranks included.
     timeout --kill-after=10 "$limit" bash -c '"$@"' "$name" "$@" >"$out/$name.log" 2>&1
     rc=$?
-    local took=$(( $(date +%s) - t0 ))
+    local took=$(($(date +%s) - t0))
     if [ $rc = 0 ]; then
         summary+=("ok      $name (${took} s)")
     else
-        [ $rc = 124 ] && summary+=("FAILED  $name: over its ${limit} s limit") ||
-            summary+=("FAILED  $name: exit $rc (${took} s), see $out/$name.log")
+        local why
+        # The first line that names the trouble, else the last line.
+        why=$(grep -m1 -E 'ring_bench: rank|error:|Error|not found' "$out/$name.log" ||
+            grep -v '^\s*$' "$out/$name.log" | tail -n 1)
+        why=$(echo "$why" | cut -c1-240)
+        if [ $rc = 124 ] || [ $rc = 137 ]; then
+            summary+=("FAILED  $name: over its ${limit} s limit: $why")
+        else
+            summary+=("FAILED  $name: exit $rc (${took} s): $why")
+        fi
         failed=1
     fi
     return $rc
@@ -61,15 +107,23 @@ step() {
 
 finish() {
     {
-        echo "== hoop GPU checks: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(hostname)"
-        grep -m1 -i 'driver version' "$out/machine.log" 2>/dev/null
-        grep -m1 'release' "$out/machine.log" 2>/dev/null
+        echo "== hoop GPU checks: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(hostname)," \
+            "$(($(date +%s) - t_start)) s"
+        grep -m1 '^gpu:' "$out/machine.log" 2>/dev/null
+        grep -m1 '^commit' "$build/PACKED" 2>/dev/null | sed 's/^/binaries of /'
         printf '%s\n' "${summary[@]}"
-        if [ -f "$out/tests.log" ]; then
-            echo "-- tests:"
-            grep -E '^\[(PASS|FAIL|SKIP)\]' "$out/tests.log" | grep -v 'Test is disabled'
-            grep -E '^\[----\]' "$out/tests.log" | head -n 40
-            grep -E 'Synthesis' "$out/tests.log"
+        local t
+        for t in tests-gpu tests-gpu-all; do
+            [ -f "$out/$t.log" ] || continue
+            echo "-- $t:"
+            grep -E '^\[(PASS|FAIL|SKIP)\]' "$out/$t.log" | grep -v 'Test is disabled'
+            grep -E '^\[----\]' "$out/$t.log" | grep -v 'Criterion v' | awk '!seen[$0]++' |
+                head -n 40
+            grep -E 'Synthesis' "$out/$t.log"
+        done
+        if [ -f "$out/compare.log" ]; then
+            echo "-- benchmarks:"
+            cat "$out/compare.log"
         fi
         [ $failed = 0 ] && echo "== all passed" || echo "== FAILED"
         echo "== results in $out"
@@ -79,20 +133,28 @@ finish() {
 
 machine() {
     uname -a
-    cat /etc/os-release 2>/dev/null | grep -E '^(NAME|VERSION)='
+    grep -E '^(NAME|VERSION)=' /etc/os-release 2>/dev/null
+    echo "cpus: $(nproc)"
     if command -v nvidia-smi >/dev/null; then
+        echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,pci.bus_id \
+            --format=csv,noheader 2>&1 | head -n 4 | tr '\n' ';')"
         nvidia-smi
-        nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv
     else
-        echo "no nvidia-smi on PATH"
+        echo "gpu: none (no nvidia-smi on PATH)"
     fi
-    "$CUDA_HOME/bin/nvcc" --version || echo "no nvcc at $CUDA_HOME/bin/nvcc"
-    nproc
+    cat /proc/driver/nvidia/version 2>/dev/null || echo "no /proc/driver/nvidia/version"
+    "$CUDA_HOME/bin/nvcc" --version 2>/dev/null || echo "no nvcc at $CUDA_HOME/bin/nvcc"
+    "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+"available", torch.cuda.is_available(), "gloo", torch.distributed.is_gloo_available())' 2>&1 |
+        tail -n 1
+    [ -f "$build/PACKED" ] && cat "$build/PACKED"
+    # Facts only: a machine without a GPU is the tests' to report.
+    return 0
 }
 export -f machine
-step machine 60 machine
+step machine 30 machine
 
-# What the build needs, named before it starts.
+# What a build here needs, named before it starts.
 needs() {
     local miss=()
     [ -x "$CUDA_HOME/bin/nvcc" ] || miss+=("nvcc ($CUDA_HOME/bin/nvcc; set CUDA_HOME)")
@@ -105,36 +167,117 @@ needs() {
     if [ ${#miss[@]} -gt 0 ]; then
         printf 'missing: %s\n' "${miss[@]}"
         echo "(Debian/Ubuntu: apt-get install build-essential pkg-config libcriterion-dev" \
-             "liburing-dev libibverbs-dev; or build elsewhere and set HOOP_GPU_PREBUILT=1)"
+            "liburing-dev libibverbs-dev; or run tests/gpu/pack.sh on a machine with nvcc" \
+            "and carry build/gpu here)"
         return 1
     fi
     echo "all there"
 }
-
 export -f needs
-if [ "${HOOP_GPU_PREBUILT:-0}" = 1 ]; then
-    summary+=("skipped build: HOOP_GPU_PREBUILT=1, using $build as it is")
+if [ "$prebuilt" = 1 ]; then
+    summary+=("        build: none, $build as pack.sh left it")
 else
-    step build-needs 60 needs || finish
-    step build 420 make -C "$repo" -j"$jobs" CUDA=1 BUILD="$build" all "$build/hoop_tests" ||
+    step build-needs 30 needs || finish
+    step build 240 make -C "$repo" -j"$jobs" CUDA=1 BUILD="$build" all "$build/hoop_tests" ||
         finish
 fi
-for f in "$build/libhoop.so" "$build/hoop_tests" "$build/hooprun" "$build/ring_bench"; do
-    [ -e "$f" ] || { summary+=("FAILED  no $f"); failed=1; finish; }
+# libhoop.so's links, where the tree came without them (a copy that
+# drops symbolic links): the programs need none of them, the checks do.
+for f in "$build"/libhoop.so.*.*.*; do
+    [ -f "$f" ] || continue
+    v=${f##*/libhoop.so.}
+    [ -e "$build/libhoop.so.${v%%.*}" ] || ln -sf "libhoop.so.$v" "$build/libhoop.so.${v%%.*}"
+    [ -e "$build/libhoop.so" ] || ln -sf "libhoop.so.${v%%.*}" "$build/libhoop.so"
+done
+# and the programs' mode bits, where the copy lost them.
+for f in hoop_tests hooprun ring_bench; do
+    [ ! -f "$build/$f" ] || [ -x "$build/$f" ] || chmod +x "$build/$f"
+done
+for f in libhoop.so hoop_tests hooprun ring_bench; do
+    [ -e "$build/$f" ] || {
+        summary+=("FAILED  no $build/$f (run tests/gpu/pack.sh, or build here)")
+        failed=1
+        finish
+    }
 done
 
-needed() { readelf -d "$build/libhoop.so" | grep NEEDED; }
-export -f needed
-step needed 30 needed
+# hoop's programs find the libraries pack.sh carried; python does not
+# (torch brings its own, newer ones).
+hoop_env() { LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+export -f hoop_env
+
+packaging() {
+    local p rc=0
+    for p in libhoop.so ring_bench hooprun hoop_tests; do
+        if command -v readelf >/dev/null; then
+            echo "$p NEEDED: $(readelf -d "$build/$p" |
+                sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')"
+        else
+            echo "$p NEEDED (as pack.sh recorded; no readelf here):" \
+                "$(sed -n "s/^needed $p: //p" "$build/PACKED" 2>/dev/null)"
+        fi
+    done
+    for p in libhoop.so ring_bench hooprun; do
+        echo "-- ldd $p"
+        ldd "$build/$p"
+        ldd "$build/$p" | grep -q 'not found' && rc=1
+    done
+    echo "-- ldd hoop_tests (LD_LIBRARY_PATH=$build/lib)"
+    hoop_env ldd "$build/hoop_tests"
+    hoop_env ldd "$build/hoop_tests" | grep -q 'not found' && rc=1
+    [ $rc = 0 ] || echo "a library is not found (see above)"
+    return $rc
+}
+export -f packaging
+step packaging 20 packaging
 
 # The tests run in a scratch folder (what a crash leaves stays out of the
-# source tree); one job, so that the suites do not share the GPU.
+# source tree).
 mkdir -p "$out/cwd"
-tests() {
+suite() {
+    local jobs=$1 filter=$2
     cd "$out/cwd" &&
         HOOP_TEST_REQUIRE_GPU=1 HOOP_BUILD_DIR="$build" HOOP_SOURCE_DIR="$repo" \
-            "$build/hoop_tests" --jobs 1 --verbose --filter='@(gpu|packaging)/*'
+            hoop_env "$build/hoop_tests" --jobs "$jobs" --verbose --filter="$filter"
 }
-export -f tests
-step tests 240 tests
+export -f suite
+step tests-gpu 60 suite 2 '@(gpu/*|gpu_alloc/*|ring_bench/device_*)'
+
+# The benchmarks' ranks all share GPU 0 (CUDA_VISIBLE_DEVICES, unless set).
+bench_gpus=${CUDA_VISIBLE_DEVICES:-0}
+export bench_gpus
+# ring_bench N host|device
+ring() {
+    local flag=
+    [ "$2" = device ] && flag=-G
+    cd "$out/cwd" && CUDA_VISIBLE_DEVICES=$bench_gpus \
+        "$build/hooprun" -np "$1" --no-tag "$build/ring_bench" $flag \
+        -b 64K -e "$max_bytes" -f 4 -n "$iters" -w 5
+}
+# gloo N: torch's gloo on CUDA tensors
+gloo() {
+    cd "$out/cwd" && CUDA_VISIBLE_DEVICES=$bench_gpus GLOO_SOCKET_IFNAME=lo \
+        "$PYTHON" "$repo/bench/torch_gloo_bench.py" \
+        -np "$1" --cuda -b 64K -e "$max_bytes" -f 4 -n "$iters" -w 5 --timeout 60 &&
+        ! grep -q WRONG "$out/gloo_cuda_n$1.log"
+}
+export -f ring gloo
+for n in 2 4; do
+    step ring_host_n$n 60 ring $n host
+    step ring_device_n$n 60 ring $n device
+done
+for n in 2 4; do
+    step gloo_cuda_n$n 75 gloo $n
+done
+# compare.py needs no more than python3's standard library; it runs
+# whatever is left of the budget (a second or two).
+if timeout 20 python3 "$repo/tests/gpu/compare.py" "$out" >"$out/compare.log" 2>&1; then
+    summary+=("ok      compare")
+else
+    summary+=("FAILED  compare: $(tail -n 1 "$out/compare.log")")
+    failed=1
+fi
+
+# Every gpu* suite (gpu/* again, seconds), with the rest of the budget.
+step tests-gpu-all 240 suite 4 'gpu*/*'
 finish
