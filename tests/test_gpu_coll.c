@@ -31,9 +31,10 @@
 #endif
 
 enum coll { C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_ALLGATHERV, C_BROADCAST, C_REDUCE,
-            C_ALLTOALL };
+            C_ALLTOALL, C_REDUCE_SCATTERV, C_ALLTOALLV };
 static const char *const coll_names[] = {"allreduce", "reduce_scatter", "allgather",
-                                         "allgatherv", "broadcast", "reduce", "alltoall"};
+                                         "allgatherv", "broadcast", "reduce", "alltoall",
+                                         "reduce_scatterv", "alltoallv"};
 
 /* 1 when a GPU can be used; asked in a child, the answer's reason in why. */
 static int gpu_usable(char *why, size_t len)
@@ -180,9 +181,17 @@ struct layout {
     size_t region;   /* elements of the one buffer the case uses */
     size_t send_off; /* element offsets of sendbuf and recvbuf in it */
     size_t recv_off;
-    size_t counts[HARNESS_MAX_PROCS]; /* allgatherv */
+    size_t counts[HARNESS_MAX_PROCS]; /* allgatherv, reduce_scatterv; alltoallv's sends */
     size_t displs[HARNESS_MAX_PROCS];
+    size_t rcounts[HARNESS_MAX_PROCS]; /* alltoallv's receives */
+    size_t rdispls[HARNESS_MAX_PROCS];
 };
+
+/* alltoallv: what rank s sends rank d, uneven and known to both. */
+static size_t a2av_count(size_t c, int s, int d)
+{
+    return c + (size_t)((s + 2 * d) % 3);
+}
 
 /* Where sendbuf and recvbuf lie for coll with count c at N ranks; 0 when
  * the collective has no such (in-place) form. */
@@ -224,6 +233,34 @@ static int lay_out(struct layout *l, int coll, int in_place, size_t c, int n, in
         l->region = 2 * N * c;
         l->recv_off = N * c;
         return 1;
+    case C_REDUCE_SCATTERV: {
+        size_t total = 0, mine_off = 0;
+        for (int k = 0; k < n; k++) {
+            l->counts[k] = c + (size_t)k;
+            if (k == rank)
+                mine_off = total;
+            total += l->counts[k];
+        }
+        l->region = in_place ? total : total + l->counts[rank];
+        l->recv_off = in_place ? mine_off : total;
+        return 1;
+    }
+    case C_ALLTOALLV: {
+        if (in_place)
+            return 0;
+        size_t so = 0, ro = 0;
+        for (int k = 0; k < n; k++) {
+            l->counts[k] = a2av_count(c, rank, k);
+            l->displs[k] = so;
+            so += l->counts[k];
+            l->rcounts[k] = a2av_count(c, k, rank);
+            l->rdispls[k] = ro + 1; /* a gap of one element before each block */
+            ro += l->rcounts[k] + 1;
+        }
+        l->region = so + ro;
+        l->recv_off = so;
+        return 1;
+    }
     }
     return 0;
 }
@@ -241,6 +278,9 @@ static hoop_status_t run_coll(hoop_comm_t *comm, int coll, const struct layout *
     case C_BROADCAST: return hoop_broadcast(comm, s, r, c, dt, n - 1);
     case C_REDUCE: return hoop_reduce(comm, s, r, c, dt, op, n / 2);
     case C_ALLTOALL: return hoop_alltoall(comm, s, r, c, dt);
+    case C_REDUCE_SCATTERV: return hoop_reduce_scatterv(comm, s, r, l->counts, dt, op);
+    case C_ALLTOALLV:
+        return hoop_alltoallv(comm, s, l->counts, l->displs, r, l->rcounts, l->rdispls, dt);
     }
     return HOOP_ERR_INVALID;
 }
@@ -328,7 +368,8 @@ static int coll_rank(hoop_comm_t *comm, int rank, int size, void *varg)
     if (a->real && cudaSetDevice(0) != cudaSuccess)
         return harness_failf(rank, "cudaSetDevice(0) failed");
 #endif
-    int reducing = a->coll == C_ALLREDUCE || a->coll == C_REDUCE_SCATTER || a->coll == C_REDUCE;
+    int reducing = a->coll == C_ALLREDUCE || a->coll == C_REDUCE_SCATTER ||
+                   a->coll == C_REDUCE || a->coll == C_REDUCE_SCATTERV;
     for (int dt = 0; dt < HOOP_DTYPE_COUNT; dt++)
         for (int op = 0; op < (reducing ? HOOP_OP_COUNT : 1); op++)
             for (int in_place = 0; in_place < 2; in_place++)
@@ -365,6 +406,8 @@ COLL_TESTS(allgatherv, C_ALLGATHERV)
 COLL_TESTS(broadcast, C_BROADCAST)
 COLL_TESTS(reduce, C_REDUCE)
 COLL_TESTS(alltoall, C_ALLTOALL)
+COLL_TESTS(reduce_scatterv, C_REDUCE_SCATTERV)
+COLL_TESTS(alltoallv, C_ALLTOALLV)
 
 /* ---- mixed kinds, and a rank that dies mid-call ---- */
 
