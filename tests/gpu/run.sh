@@ -6,8 +6,8 @@
 # Everything it learns goes to OUT (default build/gpu-results), one log per
 # step, and OUT/summary.txt at the end: each step ok or FAILED with its
 # reason, the test results, and the benchmark table. Each step has a time
-# limit, and the whole run a budget (GPUCHECK_BUDGET_S, 330 s): a step that
-# would start past it is skipped, saying so, so the run ends within 6
+# limit, and the whole run a budget (GPUCHECK_BUDGET_S, 450 s): a step that
+# would start past it is skipped, saying so, so the run ends within 8
 # minutes whatever hangs. Exit status: 0 when every step passed, 1
 # otherwise.
 #
@@ -33,6 +33,10 @@
 #                 64 KiB times; issue 15's targets met or missed
 #   tests-gpu-all every gpu* suite (the collectives on device buffers),
 #                 with what is left of the budget
+#   torch_cuda-*  hoop.torch on CUDA tensors against CPU tensors
+#                 (tests/gpu/torch_cuda.py) at N = 2 and 4
+#   engine_targets the engine's and hoop.torch's targets on this machine's
+#                 cores (bench/engine_targets.sh)
 #
 # Environment:
 #   CUDA_HOME            the CUDA toolkit (default /usr/local/cuda)
@@ -40,7 +44,7 @@
 #   HOOP_GPU_PREBUILT    1: use HOOP_GPU_BUILD as it is; 0: build it here;
 #                        default 1 where pack.sh left HOOP_GPU_BUILD/PACKED
 #   PYTHON               the python with torch (default python3)
-#   GPUCHECK_BUDGET_S    the run's time budget in seconds (default 330)
+#   GPUCHECK_BUDGET_S    the run's time budget in seconds (default 450)
 #   GPUCHECK_MAX_BYTES   the benchmarks' largest size (default 256M)
 #   GPUCHECK_ITERS       the benchmarks' timed calls per size (default 20)
 #   CUDA_VISIBLE_DEVICES the benchmarks' GPUs (default 0: every rank on GPU 0)
@@ -58,7 +62,7 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export PYTHON=${PYTHON:-python3}
 max_bytes=${GPUCHECK_MAX_BYTES:-256M}
 iters=${GPUCHECK_ITERS:-20}
-budget=${GPUCHECK_BUDGET_S:-330}
+budget=${GPUCHECK_BUDGET_S:-450}
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
 mkdir -p "$build" && build=$(cd "$build" && pwd)
@@ -280,4 +284,24 @@ fi
 
 # Every gpu* suite (gpu/* again, seconds), with the rest of the budget.
 step tests-gpu-all 240 suite 4 'gpu*/*'
+
+# hoop.torch on CUDA tensors against CPU tensors (tests/gpu/torch_cuda.py),
+# at N = 2 and 4 on GPU 0.
+torch_cuda() {
+    cd "$out/cwd" && CUDA_VISIBLE_DEVICES=$bench_gpus PYTHONPATH="$repo/python" \
+        HOOP_LIBRARY="$build/libhoop.so" PYTHONDONTWRITEBYTECODE=1 \
+        "$build/hooprun" -np "$1" "$PYTHON" "$repo/tests/gpu/torch_cuda.py"
+}
+export -f torch_cuda
+step torch_cuda_n2 90 torch_cuda 2
+step torch_cuda_n4 90 torch_cuda 4
+
+# The engine's and hoop.torch's targets (issues of the engine and of the
+# Python package) on this machine's cores: bench/engine_targets.sh.
+targets() {
+    cd "$out/cwd" && PYTHON="$PYTHON" "$repo/bench/engine_targets.sh" -o "$out/engine_targets" \
+        "$build"
+}
+export -f targets
+step engine_targets 180 targets
 finish
