@@ -237,7 +237,9 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	        --jobs 2 --filter='$(VERBS_SUITES)' $(TEST_ARGS) ;; \
 	    python) $(TEST_ENV) $(CURDIR)/tests/python/run.sh $(abspath $(BUILD)) ;; \
 	    gpuemu) $(TEST_ENV) HOOP_GPU_EMULATE=1 $(TEST_RUN) \
-	        --filter='@(allreduce|collectives|faults|mismatch|paths|async)/*' $(TEST_ARGS) ;; \
+	        --filter='@(allreduce|collectives|faults|mismatch|paths|async)/*' $(TEST_ARGS); \
+	        $(TEST_ENV) HOOP_GPU_EMULATE=1 HOOP_GPU_DIRECT=1 $(TEST_RUN) \
+	        --filter='@(allreduce|collectives)/*' $(TEST_ARGS) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
 	done
@@ -247,7 +249,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 # deadline to pass), on one engine: HOOP_TCP_ENGINE=auto, io_uring, or
 # poll where io_uring is refused. About a minute on 2 idle cores; make
 # test stays the whole suite, for before a push.
-CHECK_UNIT := api|packaging|gpu|gpu_alloc|wire|auth|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
+CHECK_UNIT := api|packaging|gpu|gdr|gpu_alloc|wire|auth|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
 CHECK_FAULTS := sigkill_a_rank_mid_allreduce|garbage_in_the_middle_of_a_stream|root_dies_during_*
 CHECK_MP := allreduce/ranks_[1-4]|allreduce/default_chunks_4_ranks_f32|collectives/*ranks_[1-4]
 CHECK_PATHS := paths/*_n[34]|paths/same_bits_on_every_rank_ring|faults/@($(CHECK_FAULTS))

@@ -16,6 +16,7 @@
 #include "hoop.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -170,6 +171,20 @@ int hoop_gpu_device_describe(int dev, char *out, size_t len);
  * bits of reduce/'s hoop_reduce_scale (f16 and bf16 through f32; f32
  * times (float)f), and waits for it; integers are left as they are. */
 int hoop_gpu_scale(void *buf, size_t n, hoop_dtype_t dtype, double f, char *why, size_t why_len);
+
+/* A driver function by name (cudaGetDriverEntryPointByVersion, CUDA 12.0's
+ * ABI), or NULL where the driver has none; never -lcuda. Built without
+ * CUDA: NULL. */
+void *hoop_gpu_driver_fn(const char *name);
+
+/* ---- GPUDirect RDMA (direct.c): what the selection chain asks ----
+ * A dma-buf file descriptor for the device memory [p, p + len), for a NIC
+ * to register (ibv_reg_dmabuf_mr): the range is widened to whole pages,
+ * *offset is where p lies in it, *mapped its length. The caller closes
+ * *fd. 0, or non-zero with a sentence in why (the driver's error, such
+ * as CUDA_ERROR_NOT_SUPPORTED where the kernel or the GPU cannot). */
+int hoop_gpu_dmabuf_export(const void *p, size_t len, int *fd, uint64_t *offset, size_t *mapped,
+                           char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

@@ -31,7 +31,7 @@ static pointer_attrs_fn drv_pointer_attrs;
  * driver that runs this runtime has. */
 #define DRIVER_ABI_VERSION 12000
 
-static void *driver_fn(const char *name)
+void *hoop_gpu_driver_fn(const char *name)
 {
     void *fn = NULL;
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
@@ -42,6 +42,11 @@ static void *driver_fn(const char *name)
         return NULL;
     }
     return q == cudaDriverEntryPointSuccess ? fn : NULL;
+}
+#else
+void *hoop_gpu_driver_fn(const char *name)
+{
+    return NULL;
 }
 #endif
 
@@ -60,7 +65,7 @@ static void gpu_probe(void)
         return;
     }
     gpu_here = 1;
-    drv_pointer_attrs = (pointer_attrs_fn)driver_fn("cuPointerGetAttributes");
+    drv_pointer_attrs = (pointer_attrs_fn)hoop_gpu_driver_fn("cuPointerGetAttributes");
 #else
     snprintf(gpu_why, sizeof(gpu_why), "libhoop was built without CUDA (no nvcc, or CUDA=0)");
 #endif

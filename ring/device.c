@@ -3,10 +3,76 @@
  * that do not run on the pipeline (recursive doubling, alltoall, one
  * rank). The pipelined schedules use the pipe in pipeline.c. */
 #include "ring/ring.h"
+#include "common/log.h"
+#include "common/param.h"
 #include "common/status.h"
 #include "gpu/gpu.h"
+#include "ring/gdr.h"
 
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define GDR_PROBE_BYTES (64u << 10)
+
+/* GPUDirect RDMA's selection chain, once, when the pipe is made: the
+ * facts (HOOP_GPU_DIRECT, the transport, a trial registration of a small
+ * device buffer by dma-buf, then through nvidia-peermem), the choice
+ * (gdr.h), said at info level. */
+static hoop_status_t gdr_select(struct hoop_ring *r, int device, const char *what)
+{
+    const char *v = hoop_param_str("HOOP_GPU_DIRECT");
+    struct hoop_gdr_facts f = {.setting = -1, .dmabuf_rc = 1, .peermem_rc = 1};
+    if (!strcmp(v, "0") || !strcmp(v, "1"))
+        f.setting = v[0] - '0';
+    else if (strcmp(v, "auto") && *v)
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: HOOP_GPU_DIRECT=%s is not auto, 0 or 1",
+                          r->rank, v);
+    r->gdr_send = 0;
+    if (!r->ops || !r->tp)
+        return HOOP_OK; /* one rank: nothing leaves */
+    f.emulated = hoop_gpu_emulated();
+    f.transport = r->ops->name;
+    f.transport_can = r->ops->device_memory_trial && r->ops->use_device_memory;
+    char dwhy[256] = "", pwhy[256] = "", why[640];
+    if (f.setting != 0 && !f.emulated && f.transport_can) {
+        void *p = NULL;
+        if (hoop_gpu_malloc(&p, GDR_PROBE_BYTES, dwhy, sizeof(dwhy))) {
+            f.dmabuf_rc = -1;
+        } else {
+            int fd = -1;
+            uint64_t off = 0;
+            size_t mapped = 0;
+            f.dmabuf_rc = hoop_gpu_dmabuf_export(p, GDR_PROBE_BYTES, &fd, &off, &mapped, dwhy,
+                                                 sizeof(dwhy));
+            if (!f.dmabuf_rc) {
+                f.dmabuf_rc = r->ops->device_memory_trial(r->tp, HOOP_DEVMEM_DMABUF, p,
+                                                          GDR_PROBE_BYTES, fd, off, dwhy,
+                                                          sizeof(dwhy));
+                close(fd);
+            }
+            f.peermem_loaded = access("/sys/module/nvidia_peermem", F_OK) == 0;
+            if (f.dmabuf_rc && f.peermem_loaded)
+                f.peermem_rc = r->ops->device_memory_trial(r->tp, HOOP_DEVMEM_PEERMEM, p,
+                                                           GDR_PROBE_BYTES, -1, 0, pwhy,
+                                                           sizeof(pwhy));
+            hoop_gpu_free(p);
+        }
+    }
+    f.dmabuf_why = dwhy;
+    f.peermem_why = pwhy;
+    enum hoop_gdr g = hoop_gdr_choose(&f, why, sizeof(why));
+    if (g == HOOP_GDR_REFUSED)
+        return hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: %s on device buffers (GPU %d): %s",
+                          r->rank, what, device, why);
+    HOOP_INFO("rank %d: device buffers on GPU %d: %s", r->rank, device, why);
+    if (g == HOOP_GDR_DMABUF || g == HOOP_GDR_PEERMEM)
+        r->ops->use_device_memory(r->tp, g == HOOP_GDR_DMABUF ? HOOP_DEVMEM_DMABUF
+                                                              : HOOP_DEVMEM_PEERMEM,
+                                  hoop_gpu_dmabuf_export);
+    r->gdr_send = g != HOOP_GDR_STAGING;
+    return HOOP_OK;
+}
 
 hoop_status_t hoop_ring_device_begin(struct hoop_ring *r, int device, const char *what)
 {
@@ -17,6 +83,16 @@ hoop_status_t hoop_ring_device_begin(struct hoop_ring *r, int device, const char
         if (hoop_gpu_pipe_open(&r->gpu, device, slot, n, why, sizeof(why)))
             return hoop_error(HOOP_ERR_SYSTEM, "rank %d: %s on device buffers: cannot set up the "
                               "GPU pipeline: %s", r->rank, what, why);
+        if (hoop_gpu_pipe_enter(r->gpu, why, sizeof(why)))
+            return hoop_error(HOOP_ERR_SYSTEM, "rank %d: %s on device buffers: %s", r->rank,
+                              what, why);
+        hoop_status_t st = gdr_select(r, device, what);
+        hoop_gpu_pipe_leave(r->gpu);
+        if (st) {
+            hoop_gpu_pipe_close(r->gpu);
+            r->gpu = NULL;
+            return st;
+        }
     } else if (hoop_gpu_pipe_device(r->gpu) != device) {
         return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: the buffers are on GPU %d, but this "
                           "communicator's earlier device calls were on GPU %d; a communicator "

@@ -60,6 +60,7 @@ struct run {
     struct hoop_gpu_pipe *g;
     char *dbufs[4];
     int host_copy[4];         /* something is sent from it: reductions write the host copy */
+    int gsend;                /* GPUDirect RDMA: sends of INPUT and OUTPUT leave from dbufs */
     unsigned long long fhead, ftail; /* received chunks with GPU work queued */
     struct cursor sstage;     /* the next send to stage */
     unsigned long long gstage; /* sends staged so far (those needing no copy too) */
@@ -215,8 +216,11 @@ static int device_init(struct run *x)
         x->bufs[HOOP_BUF_WORK] = h;
     }
     x->slots = hoop_gpu_pipe_slots(x->g);
+    /* With GPUDirect RDMA the NIC reads the device buffers themselves:
+     * only partial sums (WORK, pinned host memory) need a host copy. */
+    x->gsend = r->gdr_send;
     for (int t = 0; t < x->nsteps; t++)
-        if (x->st[t].send_buf)
+        if (x->st[t].send_buf && (!x->gsend || !x->dbufs[x->st[t].send_buf]))
             x->host_copy[x->st[t].send_buf] = 1;
     normalize(x, &x->sstage, 1);
     return 0;
@@ -288,7 +292,7 @@ static int gpu_stage(struct run *x)
         const struct hoop_step *s = &x->st[x->sstage.t];
         unsigned j = (unsigned)(x->gstage % D);
         x->staged_copy[j] = 0;
-        if (!s->send_dep && x->dbufs[s->send_buf]) {
+        if (!s->send_dep && x->dbufs[s->send_buf] && !x->gsend) {
             size_t off = (s->send_off + x->sstage.c * x->ce) * x->es;
             size_t len = chunk_len(x, s->send_len, x->sstage.c) * x->es;
             if (hoop_gpu_pipe_copy(x->g, x->bufs[s->send_buf] + off, x->dbufs[s->send_buf] + off,
@@ -450,10 +454,13 @@ static int post_sends(struct run *x)
         }
         const struct hoop_step *s = &x->st[x->spost.t];
         struct hoop_tp_req *q = &r->sreq[x->stail % D].tp;
-        q->buf = x->bufs[s->send_buf] + (s->send_off + x->spost.c * x->ce) * x->es;
+        int from_dev = x->gsend && x->dbufs[s->send_buf];
+        char *sb = from_dev ? x->dbufs[s->send_buf] : x->bufs[s->send_buf];
+        q->buf = sb + (s->send_off + x->spost.c * x->ce) * x->es;
         q->len = chunk_len(x, s->send_len, x->spost.c) * x->es;
         hoop_frame_send(r, &r->sreq[x->stail % D], (uint32_t)s->send_ord, (uint32_t)x->spost.c);
-        q->region = x->bufs[s->send_buf];
+        q->on_device = from_dev;
+        q->region = sb;
         q->region_len = x->extent[s->send_buf] * x->es;
         int rc = r->ops->isend(r->tx, q);
         if (rc) {

@@ -62,6 +62,7 @@ struct hoop_ring {
      * them, and whether the running call's buffers are on it. */
     struct hoop_gpu_pipe *gpu;
     int on_gpu;
+    int gdr_send; /* GPUDirect RDMA chosen (gdr.h): sends leave from device memory */
     int fail_err;            /* the last failure's -errno, and the rank it implicates */
     int fail_peer;
     /* Called when a watched descriptor wakes a wait: 0 when what woke it

@@ -581,3 +581,69 @@ static void engine_test(int n)
 
 Test(gpucoll, engine_fuses_device_allreduces_ranks_2, .timeout = 150) { engine_test(2); }
 Test(gpucoll, engine_fuses_device_allreduces_ranks_3, .timeout = 150) { engine_test(3); }
+
+/* ---- GPUDirect RDMA: the dma-buf export, and HOOP_GPU_DIRECT=1 refused ---- */
+
+Test(gpucoll, dma_buf_of_device_memory)
+{
+    if (!gpu_mode())
+        cr_skip_test("needs a GPU: a dma-buf is exported from device memory");
+#ifdef HOOP_HAVE_CUDA
+    void *d = NULL;
+    cr_assert_eq(cudaMalloc(&d, 1 << 20), cudaSuccess);
+    int fd = -1;
+    uint64_t off = 0;
+    size_t mapped = 0;
+    char why[256] = "";
+    int rc = hoop_gpu_dmabuf_export((char *)d + 4100, 8192, &fd, &off, &mapped, why, sizeof(why));
+    cr_expect_eq(rc, 0, "dma-buf export of device memory failed: %s", why);
+    if (!rc) {
+        long page = sysconf(_SC_PAGESIZE);
+        cr_expect_geq(fd, 0);
+        cr_expect_eq(off, 4100 % (uint64_t)page, "offset %llu", (unsigned long long)off);
+        cr_expect_eq(mapped % (size_t)page, 0, "mapped %zu is not whole pages", mapped);
+        cr_expect_geq(mapped, off + 8192);
+        off_t end = lseek(fd, 0, SEEK_END);
+        cr_expect_geq(end, (off_t)mapped, "the dma-buf is %lld bytes, not %zu",
+                      (long long)end, mapped);
+        close(fd);
+    }
+    cudaFree(d);
+#endif
+}
+
+static int gdr_refused_rank(hoop_comm_t *comm, int rank, int size, void *varg)
+{
+    const struct coll_arg *a = varg;
+#ifdef HOOP_HAVE_CUDA
+    if (cudaSetDevice(0) != cudaSuccess)
+        return harness_failf(rank, "cudaSetDevice(0) failed");
+#endif
+    setenv("HOOP_GPU_DIRECT", "1", 1);
+    void *d = dev_alloc(a->real, 4096 * 4);
+    if (!d)
+        return harness_failf(rank, "out of memory");
+    hoop_status_t st = hoop_allreduce(comm, d, d, 4096, HOOP_F32, HOOP_SUM);
+    dev_free(a->real, d);
+    if (st != HOOP_ERR_UNSUPPORTED)
+        return harness_failf(rank, "wanted HOOP_ERR_UNSUPPORTED, got %s: %s", hoop_status_str(st),
+                             hoop_last_error());
+    if (!strstr(hoop_last_error(), "HOOP_GPU_DIRECT=1, but the tcp transport moves host memory "
+                                   "only"))
+        return harness_failf(rank, "the sentence does not say why: %s", hoop_last_error());
+    return 0;
+}
+
+Test(gpucoll, gpu_direct_1_over_tcp_is_refused, .timeout = 60)
+{
+    struct coll_arg a = {.real = gpu_mode()};
+    if (!a.real)
+        cr_skip_test("needs a GPU: the emulation sends from device memory under "
+                     "HOOP_GPU_DIRECT=1 instead of refusing");
+    const char *t = harness_transport();
+    if (t && *t && strcmp(t, "tcp"))
+        cr_skip_test("runs over tcp, not %s", t);
+    char report[8192];
+    bool ok = harness_run(2, NULL, gdr_refused_rank, &a, 40, report, sizeof(report));
+    cr_assert(ok, "HOOP_GPU_DIRECT=1 over tcp:\n%s", report);
+}

@@ -32,7 +32,8 @@ static struct hoop_mr *mr_find(struct hoop_mr_cache *c, uintptr_t lo, uintptr_t 
     return NULL;
 }
 
-int hoop_mr_get(struct hoop_mr_cache *c, const void *buf, size_t len, struct hoop_mr **out)
+static int mr_get(struct hoop_mr_cache *c, const void *buf, size_t len, int on_device,
+                  struct hoop_mr **out)
 {
     uintptr_t lo = (uintptr_t)buf, hi = lo + (len ? len : 1);
     struct hoop_mr *m = mr_find(c, lo, hi);
@@ -53,6 +54,7 @@ int hoop_mr_get(struct hoop_mr_cache *c, const void *buf, size_t len, struct hoo
             return -ENOMEM;
         m->base = base;
         m->len = end - base;
+        m->on_device = on_device;
         int rc = c->ops->reg(c->ctx, m);
         if (rc) {
             free(m);
@@ -69,12 +71,17 @@ int hoop_mr_get(struct hoop_mr_cache *c, const void *buf, size_t len, struct hoo
     return 0;
 }
 
+int hoop_mr_get(struct hoop_mr_cache *c, const void *buf, size_t len, struct hoop_mr **out)
+{
+    return mr_get(c, buf, len, 0, out);
+}
+
 int hoop_mr_get_req(struct hoop_mr_cache *c, const struct hoop_tp_req *req, struct hoop_mr **out)
 {
     const char *b = req->buf, *r = req->region;
     if (r && b >= r && b + req->len <= r + req->region_len)
-        return hoop_mr_get(c, req->region, req->region_len, out);
-    return hoop_mr_get(c, req->buf, req->len, out);
+        return mr_get(c, req->region, req->region_len, req->on_device, out);
+    return mr_get(c, req->buf, req->len, req->on_device, out);
 }
 
 void hoop_mr_put(struct hoop_mr_cache *c, struct hoop_mr *m)

@@ -44,6 +44,7 @@ struct hoop_mr {
     uint64_t key;             /* ... and remotely */
     uint64_t last_use;
     int refs;                 /* operations holding it */
+    int on_device;            /* device memory (GPUDirect RDMA) */
     struct hoop_mr *next;
 };
 
@@ -71,7 +72,8 @@ void hoop_mr_init(struct hoop_mr_cache *c, const struct hoop_mr_ops *ops, void *
  * registered on first use. 0 or -errno (the transport's reg). */
 int hoop_mr_get(struct hoop_mr_cache *c, const void *buf, size_t len, struct hoop_mr **out);
 /* The same for a request: its whole region when it has one (one
- * registration for every chunk of a buffer), else its payload. */
+ * registration for every chunk of a buffer), else its payload; device
+ * memory (req->on_device) is registered as such (hoop_mr.on_device). */
 int hoop_mr_get_req(struct hoop_mr_cache *c, const struct hoop_tp_req *req, struct hoop_mr **out);
 void hoop_mr_put(struct hoop_mr_cache *c, struct hoop_mr *m);
 /* A collective call has ended: under HOOP_MR_KEEP_UNTIL_IDLE, drop every

@@ -53,6 +53,9 @@ struct hoop_tp_req {
      * of it. */
     void *region;
     size_t region_len;
+    /* Sends only: buf (and region) is device memory, which the transport
+     * registers as use_device_memory said; set only after it accepted. */
+    int on_device;
     size_t done;               /* bytes moved so far, header included */
     int state;                 /* HOOP_REQ_PENDING, 0 when complete, or -errno */
     struct hoop_tp_req *next;  /* the transport's queue */
@@ -70,6 +73,13 @@ struct hoop_tp_params {
     int size;
     const uint8_t *token; /* HOOP_TOKEN_BYTES, presented on every connection */
 };
+
+/* GPUDirect RDMA: how a transport registers device memory. */
+enum { HOOP_DEVMEM_DMABUF = 1, HOOP_DEVMEM_PEERMEM = 2 };
+/* A dma-buf of the device memory [p, p + len) (gpu.h's
+ * hoop_gpu_dmabuf_export, handed down by the ring). */
+typedef int (*hoop_dmabuf_export_fn)(const void *p, size_t len, int *fd, uint64_t *offset,
+                                     size_t *mapped, char *why, size_t why_len);
 
 struct hoop_transport_ops {
     size_t size; /* sizeof(struct hoop_transport_ops) */
@@ -120,6 +130,17 @@ struct hoop_transport_ops {
      * what the peer had sent, then fails what still waits for it, as a
      * socket's end of stream does over TCP. */
     void (*peer_ended)(void *tp, int peer);
+    /* Optional, GPUDirect RDMA: register len bytes of device memory at p
+     * once and drop it again, as a trial of kind (HOOP_DEVMEM_DMABUF: the
+     * dma-buf fd, p at offset off in it; HOOP_DEVMEM_PEERMEM: p itself,
+     * which nvidia-peermem lets the NIC reach). 0, or -errno with why. A
+     * transport without it moves host memory only. */
+    int (*device_memory_trial)(void *tp, int kind, void *p, size_t len, int fd, uint64_t off,
+                               char *why, size_t n);
+    /* Optional, after a trial of kind passed: sends with on_device set come
+     * from device memory from now on, registered that way (export makes
+     * the dma-buf of a range). */
+    void (*use_device_memory)(void *tp, int kind, hoop_dmabuf_export_fn export_fn);
     /* Waits look for completions this long without sleeping, then sleep;
      * with yield set they give up the CPU between looks (for ranks that
      * outnumber the CPUs, where the rank being waited for needs it). */

@@ -454,7 +454,19 @@ int verbs_isend(void *vconn, struct hoop_tp_req *q)
     q->done = 0;
     q->lent = 0;
     q->held = NULL;
-    if (tp->zcopy_min && q->len >= tp->zcopy_min && !tp->zcopy_failed) {
+    if (q->on_device) {
+        /* Device memory (GPUDirect RDMA) is never copied by the CPU: it is
+         * written from its registration, or the send fails. */
+        struct hoop_mr *m;
+        int rc = hoop_mr_get_req(&tp->mr, q, &m);
+        if (rc) {
+            verbs_note(tp, "registering %zu bytes of device memory at %p to send from failed "
+                           "(%s)", q->region ? q->region_len : q->len,
+                       q->region ? q->region : q->buf, hoop_errno_str(rc));
+            return rc;
+        }
+        q->held = m;
+    } else if (tp->zcopy_min && q->len >= tp->zcopy_min && !tp->zcopy_failed) {
         struct hoop_mr *m;
         int rc = hoop_mr_get_req(&tp->mr, q, &m);
         if (rc) {

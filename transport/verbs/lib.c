@@ -70,6 +70,7 @@ static void verbs_lib_load(void)
     VERBS_SYM(dereg_mr, "ibv_dereg_mr");
     VERBS_SYM(port_state_str, "ibv_port_state_str");
     VERBS_SYM(wc_status_str, "ibv_wc_status_str");
+    *(void **)&l.reg_dmabuf_mr = dlsym(h, "ibv_reg_dmabuf_mr"); /* optional */
     l.loaded = 1;
     verbs_ib = l;
 }

@@ -11,13 +11,93 @@
 #include "transport/verbs/verbs.h"
 #include "common/log.h"
 
+#include "common/sock.h"
+
 #include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #define VERBS_MR_CACHED 64
+
+/* Device memory (GPUDirect RDMA): through a dma-buf of the range, or as
+ * it is where nvidia-peermem lets the NIC reach it. */
+static int verbs_mr_reg_device(struct verbs_tp *tp, struct hoop_mr *m)
+{
+    struct ibv_mr *mr = NULL;
+    if (tp->devmem_kind == HOOP_DEVMEM_DMABUF && tp->devmem_export && verbs_ib.reg_dmabuf_mr) {
+        int fd = -1;
+        uint64_t off = 0;
+        size_t mapped = 0;
+        char why[256];
+        if (tp->devmem_export((const void *)m->base, m->len, &fd, &off, &mapped, why,
+                              sizeof(why))) {
+            HOOP_WARN("rank %d: verbs transport: %s", tp->rank, why);
+            return -EIO;
+        }
+        mr = verbs_ib.reg_dmabuf_mr(tp->pd, off, m->len, m->base, fd, 0);
+        int e = errno;
+        close(fd);
+        errno = e;
+    } else if (tp->devmem_kind == HOOP_DEVMEM_PEERMEM) {
+        mr = verbs_ib.reg_mr(tp->pd, (void *)m->base, m->len, 0);
+    } else {
+        return -EOPNOTSUPP;
+    }
+    if (!mr)
+        return errno ? -errno : -EIO;
+    m->handle = mr;
+    m->key = mr->lkey;
+    HOOP_DEBUG("rank %d: verbs transport: registered %zu bytes of device memory at %p (%s)",
+               tp->rank, m->len, (void *)m->base,
+               tp->devmem_kind == HOOP_DEVMEM_DMABUF ? "dma-buf" : "nvidia-peermem");
+    return 0;
+}
+
+int verbs_device_memory_trial(void *vtp, int kind, void *p, size_t len, int fd, uint64_t off,
+                              char *why, size_t n)
+{
+    struct verbs_tp *tp = vtp;
+    struct ibv_mr *mr = NULL;
+    if (kind == HOOP_DEVMEM_DMABUF) {
+        if (!verbs_ib.reg_dmabuf_mr) {
+            snprintf(why, n, "dma-buf: this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34 "
+                     "or later has)");
+            return -ENOSYS;
+        }
+        errno = 0;
+        mr = verbs_ib.reg_dmabuf_mr(tp->pd, off, len, (uint64_t)(uintptr_t)p, fd, 0);
+        if (!mr) {
+            int e = errno ? errno : EIO;
+            snprintf(why, n, "dma-buf refused by %s: ibv_reg_dmabuf_mr: %s", tp->dev_name,
+                     hoop_errno_str(-e));
+            return -e;
+        }
+    } else {
+        errno = 0;
+        mr = verbs_ib.reg_mr(tp->pd, p, len, 0);
+        if (!mr) {
+            int e = errno ? errno : EIO;
+            snprintf(why, n, "nvidia-peermem: %s cannot register device memory: ibv_reg_mr: %s",
+                     tp->dev_name, hoop_errno_str(-e));
+            return -e;
+        }
+    }
+    verbs_ib.dereg_mr(mr);
+    return 0;
+}
+
+void verbs_use_device_memory(void *vtp, int kind, hoop_dmabuf_export_fn export_fn)
+{
+    struct verbs_tp *tp = vtp;
+    tp->devmem_kind = kind;
+    tp->devmem_export = export_fn;
+}
 
 static int verbs_mr_reg(void *ctx, struct hoop_mr *m)
 {
     struct verbs_tp *tp = ctx;
+    if (m->on_device)
+        return verbs_mr_reg_device(tp, m);
     /* Read by the device only: no access flags, so that read-only memory
      * registers too. */
     struct ibv_mr *mr = verbs_ib.reg_mr(tp->pd, (void *)m->base, m->len,

@@ -667,4 +667,6 @@ const struct hoop_transport_ops hoop_transport_verbs = {
     .set_busy_poll = verbs_set_busy_poll,
     .last_error = verbs_last_error,
     .call_end = verbs_call_end,
+    .device_memory_trial = verbs_device_memory_trial,
+    .use_device_memory = verbs_use_device_memory,
 };

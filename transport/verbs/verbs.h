@@ -136,6 +136,8 @@ struct verbs_tp {
     size_t zcopy_min;            /* HOOP_IB_ZCOPY_BYTES (0: every payload copied) */
     int odp;                     /* the device pages on demand (kept across calls) */
     int zcopy_failed;            /* a registration failed: said once, then copies */
+    int devmem_kind;             /* GPUDirect: HOOP_DEVMEM_*, 0 for none */
+    hoop_dmabuf_export_fn devmem_export;
     struct hoop_watch watch;     /* the caller's descriptors */
     char desc[160];
     char why[512];               /* the first failure, in a sentence (last_error) */
@@ -149,6 +151,10 @@ int verbs_conn_advance(struct verbs_conn *c);
 /* mr.c: tp->mr, the registrations of send buffers, set up for tp's
  * device (whether it pages on demand). */
 void verbs_mr_init(struct verbs_tp *tp);
+/* GPUDirect RDMA (mr.c): the transport ops of the same names. */
+int verbs_device_memory_trial(void *vtp, int kind, void *p, size_t len, int fd, uint64_t off,
+                              char *why, size_t n);
+void verbs_use_device_memory(void *vtp, int kind, hoop_dmabuf_export_fn export_fn);
 
 /* lib.c: libibverbs's exported functions, looked up at run time. */
 struct verbs_lib {
@@ -177,6 +183,9 @@ struct verbs_lib {
     int (*destroy_qp)(struct ibv_qp *qp);
     int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask);
     struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access);
+    /* rdma-core 34 and later; NULL before (GPUDirect by dma-buf refused). */
+    struct ibv_mr *(*reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t len,
+                                    uint64_t iova, int fd, int access);
     int (*dereg_mr)(struct ibv_mr *mr);
     const char *(*port_state_str)(enum ibv_port_state s);
     const char *(*wc_status_str)(enum ibv_wc_status s);

@@ -1,0 +1,51 @@
+/* gdr.c - GPUDirect RDMA's selection chain (gdr.h). */
+#include "ring/gdr.h"
+
+#include <stdio.h>
+
+enum hoop_gdr hoop_gdr_choose(const struct hoop_gdr_facts *f, char *why, size_t len)
+{
+    if (f->setting == 0) {
+        snprintf(why, len, "GPUDirect RDMA off (HOOP_GPU_DIRECT=0): device data moves through "
+                 "pinned host memory");
+        return HOOP_GDR_STAGING;
+    }
+    if (f->emulated) {
+        if (f->setting == 1) {
+            snprintf(why, len, "emulated device memory (HOOP_GPU_EMULATE=1) is host memory: "
+                     "sends leave from it directly, as with GPUDirect RDMA (HOOP_GPU_DIRECT=1)");
+            return HOOP_GDR_EMULATED;
+        }
+        snprintf(why, len, "emulated device memory (HOOP_GPU_EMULATE=1): staged through pinned "
+                 "host memory, as without an RDMA NIC (HOOP_GPU_DIRECT=1 sends from it)");
+        return HOOP_GDR_STAGING;
+    }
+    if (!f->transport_can) {
+        snprintf(why, len, "%sthe %s transport moves host memory only: device data moves "
+                 "through pinned host memory (GPUDirect RDMA needs the verbs transport on an "
+                 "RDMA NIC)", f->setting == 1 ? "HOOP_GPU_DIRECT=1, but " : "", f->transport);
+        return f->setting == 1 ? HOOP_GDR_REFUSED : HOOP_GDR_STAGING;
+    }
+    if (f->dmabuf_rc == 0) {
+        snprintf(why, len, "GPUDirect RDMA by dma-buf: the %s transport registered device "
+                 "memory, so sends leave from the GPU (receives land in pinned host memory)",
+                 f->transport);
+        return HOOP_GDR_DMABUF;
+    }
+    const char *dw = f->dmabuf_rc == 1 ? "dma-buf not tried"
+                     : f->dmabuf_why && *f->dmabuf_why ? f->dmabuf_why
+                                                       : "dma-buf refused";
+    if (f->peermem_loaded && f->peermem_rc == 0) {
+        snprintf(why, len, "GPUDirect RDMA by nvidia-peermem (%s): the %s transport registered "
+                 "device memory, so sends leave from the GPU (receives land in pinned host "
+                 "memory)", dw, f->transport);
+        return HOOP_GDR_PEERMEM;
+    }
+    const char *pw = !f->peermem_loaded ? "nvidia-peermem not loaded (no /sys/module/nvidia_peermem)"
+                     : f->peermem_why && *f->peermem_why ? f->peermem_why
+                                                         : "nvidia-peermem refused";
+    snprintf(why, len, "%sno GPUDirect RDMA on the %s transport (%s; %s): device data moves "
+             "through pinned host memory", f->setting == 1 ? "HOOP_GPU_DIRECT=1, but " : "",
+             f->transport, dw, pw);
+    return f->setting == 1 ? HOOP_GDR_REFUSED : HOOP_GDR_STAGING;
+}
