@@ -1,8 +1,9 @@
 /* test_ofi.c - the libfabric transport (HOOP_TRANSPORT=ofi) on libfabric's
  * tcp and shm providers: that it is the one running and moves data right,
  * over the ring's and the direct connections; what a missing or mismatched
- * provider says; bytes that are not a frame where a chunk should be; and
- * its memory registrations. (The whole collective, mismatch and fault
+ * provider says; bytes that are not a frame where a chunk should be; a
+ * hello without the job's seal, passed over; and its memory
+ * registrations. (The whole collective, mismatch and fault
  * suites also run over ofi: see the Makefile's test target.) */
 #include <criterion/criterion.h>
 
@@ -11,9 +12,12 @@
 #include "remap.h"
 #include "hoop.h"
 #include "collectives/comm.h"
+#include "common/clock.h"
 #include "transport/ofi/ofi.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define OFI_COUNT ((1u << 20) + 7) /* i32: crosses chunks */
 
@@ -177,6 +182,137 @@ Test(ofi, garbage_instead_of_a_frame_over_tcp, .timeout = 150)
 Test(ofi, garbage_instead_of_a_frame_over_shm, .timeout = 150)
 {
     garbage_over("shm");
+}
+
+/* ---- a hello without the job's seal ----------------------------------------- */
+
+#define FORGED_RANKS 4
+#define FORGED_FAKE 3 /* its ring successor is rank 0 */
+
+struct forged_board {
+    int done[FORGED_RANKS];
+    int status[FORGED_RANKS];
+    char why[FORGED_RANKS][512];
+    char log[8192]; /* rank 0's stderr */
+};
+
+static struct forged_board *fboard;
+
+static void forged_wait_victims(void)
+{
+    double t0 = harness_now();
+    for (;;) {
+        int all = 1;
+        for (int r = 0; r < FORGED_RANKS; r++)
+            all &= r == FORGED_FAKE || __atomic_load_n(&fboard->done[r], __ATOMIC_SEQ_CST);
+        if (all || harness_now() - t0 > 40.0)
+            return;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Rank 3 joins as a real rank would, but first sends rank 0 a hello with
+ * its ring's tag from an endpoint of its own, sealed with another token;
+ * then, a moment later, its ring's own hello. */
+static int forged_fake(int rank, int size, int port, void *arg)
+{
+    (void)arg;
+    hoop_config_t cfg;
+    char root[64], token[64];
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    struct hoop_boot_cfg bcfg;
+    hoop_status_t st = hoop_boot_cfg_resolve(&cfg, &bcfg);
+    if (st)
+        return harness_fail(rank, "fake rank: its configuration", st);
+    uint8_t other[HOOP_TOKEN_BYTES];
+    hoop_token_from_string("not-this-job", other);
+    struct hoop_ring ring = {.ops = &hoop_transport_ofi}, forged = {.ops = &hoop_transport_ofi};
+    struct hoop_bootstrap bs;
+    memset(&bs, 0, sizeof(bs));
+    bs.root_fd = -1;
+    struct sockaddr_in lo = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    uint8_t handle[HOOP_HANDLE_MAX];
+    uint16_t hl = 0;
+    void *tx = NULL;
+    uint64_t deadline = hoop_deadline_after(20.0);
+    if ((st = hoop_ring_open(&ring, rank, size, bcfg.token, 1 << 20, 4)) ||
+        (st = hoop_ring_open(&forged, rank, size, other, 1 << 20, 4)) ||
+        (st = hoop_ring_listen(&forged, (struct sockaddr *)&lo, sizeof(lo), handle, &hl)) ||
+        (st = hoop_bootstrap_init(&bs, &bcfg, hoop_ring_listen, &ring))) {
+        harness_fail(rank, "fake rank: joining the job", st);
+    } else {
+        const uint8_t *h;
+        uint16_t len;
+        forged.peers = bs.peers;
+        hoop_ring_peer_handle(&forged, 0, &h, &len);
+        st = forged.ops->connect(forged.tp, 0, HOOP_CHANNEL_RING, bs.peers[0].host, h, len,
+                                 bs.comm_id, deadline, &tx);
+        if (st)
+            harness_fail(rank, "fake rank: the forged hello", st);
+        struct timespec ts = {0, 500 * 1000 * 1000}; /* rank 0 takes it first */
+        nanosleep(&ts, NULL);
+        if ((st = hoop_ring_connect(&ring, bs.peers, bs.comm_id, deadline)))
+            harness_fail(rank, "fake rank: its ring's connections", st);
+    }
+    forged_wait_victims();
+    if (tx)
+        forged.ops->close(tx);
+    hoop_ring_close(&forged);
+    hoop_ring_close(&ring);
+    hoop_bootstrap_fini(&bs);
+    return 0;
+}
+
+static int forged_victim(int rank, int size, int port, void *arg)
+{
+    (void)arg;
+    hoop_config_t cfg;
+    char root[64], token[64];
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    fboard->status[rank] = (int)st;
+    snprintf(fboard->why[rank], sizeof(fboard->why[rank]), "%s", st ? hoop_last_error() : "");
+    if (rank == 0) {
+        fflush(stderr); /* the harness's memory file: read back what was logged */
+        ssize_t n = pread(STDERR_FILENO, fboard->log, sizeof(fboard->log) - 1, 0);
+        fboard->log[n > 0 ? n : 0] = '\0';
+    }
+    __atomic_store_n(&fboard->done[rank], 1, __ATOMIC_SEQ_CST);
+    forged_wait_victims();
+    if (comm)
+        hoop_comm_destroy(comm);
+    return 0;
+}
+
+Test(ofi, a_hello_without_the_seal_is_passed_over, .timeout = 120)
+{
+    setenv("HOOP_TRANSPORT", "ofi", 1);
+    setenv("HOOP_OFI_PROVIDER", "tcp", 1);
+    fboard = mmap(NULL, sizeof(*fboard), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+                  0);
+    cr_assert(fboard != MAP_FAILED, "mmap");
+    memset(fboard, 0, sizeof(*fboard));
+    static harness_job_t job;
+    cr_assert(harness_job_init(&job), "%s", job.report);
+    for (int r = 0; r < FORGED_RANKS; r++) {
+        pid_t pid = harness_spawn_raw(&job, r, FORGED_RANKS,
+                                      r == FORGED_FAKE ? forged_fake : forged_victim, NULL);
+        cr_assert(pid > 0, "could not start rank %d", r);
+    }
+    bool ok = harness_wait(&job, 90, 15.0);
+    unsetenv("HOOP_TRANSPORT");
+    unsetenv("HOOP_OFI_PROVIDER");
+    cr_assert(ok, "a rank failed, crashed or hung:\n%s", job.report);
+    for (int r = 0; r < FORGED_RANKS; r++)
+        if (r != FORGED_FAKE)
+            cr_expect_eq(fboard->status[r], HOOP_OK, "rank %d: %s", r, fboard->why[r]);
+    cr_expect(strstr(fboard->log, "passed over a hello with rank 3's tag: it does not carry this "
+                                  "job's seal") != NULL,
+              "rank 0 must say it passed over the forged hello:\n%s", fboard->log);
+    cr_expect(strstr(fboard->log, "not-this-job") == NULL, "no token in the log");
+    munmap(fboard, sizeof(*fboard));
 }
 
 /* ---- written messages and their registrations ------------------------------ */

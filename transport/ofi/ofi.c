@@ -538,13 +538,45 @@ static hoop_status_t ofi_accept(void *vtp, int peer, int channel, const char *pe
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport: out of memory", tp->rank);
     uint8_t msg[HOOP_HELLO_BYTES + OFI_NAME_MAX];
     size_t got = 0;
-    int rc = ofi_hello(tp, c, 0, msg, sizeof(msg), deadline_ns, &got);
-    if (rc == -EMSGSIZE)
-        rc = -EPROTO; /* longer than any hello */
     const char *why = NULL;
     struct hoop_hello h;
+    int rc, d;
+    char who[64];
+    snprintf(who, sizeof(who), "rank %d: ofi transport", tp->rank);
+    /* Anyone who reaches this endpoint can send a message with the hello's
+     * tag: one that does not carry this job's seal (garbage, a forged or
+     * truncated hello, another token or wire version) is not the peer's,
+     * and is logged and passed over while the peer's own is awaited. A
+     * sealed one that does not fit (another communicator, rank or
+     * channel) is the peer's, and refused. */
+    for (;;) {
+        got = 0;
+        rc = ofi_hello(tp, c, 0, msg, sizeof(msg), deadline_ns, &got);
+        if (rc == -EMSGSIZE) {
+            why = "longer than any hello";
+        } else if (rc) {
+            break;
+        } else {
+            d = got >= HOOP_HELLO_BYTES ? hoop_hello_decode(msg, OFI_NAME_MAX, &h) : -EPROTO;
+            /* Another version too: no peer of another build gets past
+             * the join, which refuses it. */
+            if (d)
+                why = hoop_hello_strerror(d);
+            else if (h.body_len == 0 || HOOP_HELLO_BYTES + h.body_len != got)
+                why = "its endpoint name is not the length it says";
+            else if (!hoop_auth_sealed(tp->token, msg, msg + HOOP_HELLO_BYTES, h.body_len))
+                why = "it does not carry this job's seal (another HOOP_TOKEN, or forged)";
+            else
+                break;
+        }
+        hoop_log_limited(&tp->strangers, who,
+                         "%s (%s): passed over a hello with rank %d's tag: %s; waiting for its own",
+                         who, tp->prov, peer, why);
+        why = NULL;
+    }
+    hoop_log_limit_flush(&tp->strangers, who);
     if (!rc) {
-        int d = got >= HOOP_HELLO_BYTES ? hoop_hello_decode(msg, OFI_NAME_MAX, &h) : -EPROTO;
+        d = hoop_hello_decode(msg, OFI_NAME_MAX, &h);
         if (d)
             why = hoop_hello_strerror(d);
         else if (h.kind != HOOP_HELLO_DATA)
@@ -553,10 +585,6 @@ static hoop_status_t ofi_accept(void *vtp, int peer, int channel, const char *pe
             why = "belongs to another communicator";
         else if (h.rank != (uint32_t)peer || h.aux != (uint32_t)channel)
             why = "claims another rank or channel";
-        else if (h.body_len == 0 || HOOP_HELLO_BYTES + h.body_len != got)
-            why = "its endpoint name is not the length it says";
-        else if (!hoop_auth_sealed(tp->token, msg, msg + HOOP_HELLO_BYTES, h.body_len))
-            why = "wrong job token: its HOOP_TOKEN differs from this rank's (another job?)";
     }
     if (!rc && !why && (rc = ofi_peer_addr(tp, peer, msg + HOOP_HELLO_BYTES, &c->addr)))
         why = tp->err_text;

@@ -12,6 +12,7 @@
 #ifndef HOOP_TRANSPORT_OFI_H
 #define HOOP_TRANSPORT_OFI_H
 
+#include "common/log.h"
 #include "common/wire.h"
 #include "transport/mr_cache.h"
 #include "transport/transport.h"
@@ -144,6 +145,7 @@ struct ofi_tp {
     int rank;
     int size;
     uint8_t token[HOOP_TOKEN_BYTES];
+    struct hoop_log_limit strangers; /* hellos without this job's seal, ignored */
     struct fi_info *info;       /* the provider chosen at create, then the one opened */
     struct fid_fabric *fabric;
     struct fid_domain *domain;
