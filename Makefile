@@ -189,8 +189,8 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # with every buffer taken for device memory and the device pipeline run
 # over host memory (HOOP_GPU_EMULATE=1, docs/gpu.md).
 TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python gpuemu
-MP_SUITES := @(allreduce|async|auth|bootstrap|collectives|faults|mismatch|paths|soak)/*
-OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
+MP_SUITES := @(allreduce|async|auth|bootstrap|collectives|faults|gpucoll|mismatch|paths|soak)/*
+OFI_SUITES := @(allreduce|collectives|faults|gpucoll|mismatch|paths|soak)/*
 # The verbs pass runs in an emulated guest where no RDMA device is here, a
 # 64 MiB allreduce taking seconds there: the verbs suite, the collective
 # suites at N = 1..4, every fault and every mismatch (about 5 minutes).
