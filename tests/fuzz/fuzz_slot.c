@@ -35,7 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (h.magic != SHM_SLOT_MAGIC || h.pos != e.pos || h.msg != e.msg || h.offset != e.offset ||
         h.len > e.slot_bytes || h.msg_len > SHM_MSG_MAX || h.offset > h.msg_len ||
-        h.len > h.msg_len - h.offset || (e.offset && h.msg_len != e.msg_len))
+        h.len > h.msg_len - h.offset || (e.offset && h.msg_len != e.msg_len) ||
+        (h.flags & ~SHM_SLOT_REMOTE) || ((h.flags & SHM_SLOT_REMOTE) && (h.offset || !h.remote)))
         __builtin_trap();
     return 0;
 }

@@ -12,6 +12,11 @@
 
 enum { SHM_TX = 0, SHM_RX = 1 };
 
+/* Payloads of at least this many bytes stay in the sender's memory and are
+ * read with one copy (process_vm_readv) where the kernel lets the receiver
+ * read it; smaller ones go through the slots. */
+#define SHM_REMOTE_MIN (128u << 10)
+
 /* Epoll tags, in the low bits of a connection's address. */
 #define SHM_TAG_EFD 1u
 #define SHM_TAG_SOCK 2u
@@ -33,10 +38,14 @@ struct shm_conn {
     uint64_t pos;       /* this side's position: head (TX) or tail (RX) */
     uint64_t msg;       /* the number of the message at the queue's head */
     uint64_t msg_len;   /* RX: the length the head message's first slot gave */
-    struct hoop_tp_req *head, *tail;
+    struct hoop_tp_req *head, *tail; /* queued, oldest first; TX: req->lent is the
+                                      * position the consumer must pass before a
+                                      * payload read in place is the caller's again */
     int err;            /* first failure; later requests end with it */
     int ended;          /* the peer's process or its end of the socket is gone */
     int armed;          /* this side said, in the segment, that it sleeps */
+    struct hoop_tp_req *pub; /* TX: the first request not wholly in the ring yet */
+    int cma_pid;        /* RX: the producer's pid, for process_vm_readv (0: no single copy) */
 } __attribute__((aligned(8)));
 
 /* A connection accepted for another accept (rank, channel) than the one

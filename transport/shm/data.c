@@ -2,6 +2,7 @@
  * and out of the slots, and its waits (shm.h). */
 #include "transport/shm/conn.h"
 #include "common/clock.h"
+#include "common/sock.h"
 #include "common/status.h"
 
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static inline void shm_cpu_relax(void)
@@ -54,6 +56,7 @@ static void shm_end(struct shm_conn *c, int state)
 int shm_conn_fail_all(struct shm_conn *c, int err)
 {
     int n = 0;
+    c->pub = NULL;
     while (c->head) {
         shm_end(c, err);
         n++;
@@ -94,60 +97,75 @@ static void shm_copy(struct hoop_tp_req *r, size_t off, uint8_t *p, size_t n, in
     }
 }
 
-/* The producer: fill the free slots with the queue's messages. */
+/* Publish what there is room for of request r (from r->done on): 1 once
+ * all of it is in the ring, 0 when the ring is full first. */
+static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r, uint64_t *tail)
+{
+    struct shm_ctl *ctl = c->ctl;
+    size_t total = hoop_tp_req_total(r);
+    int remote = r->done == 0 && r->len >= SHM_REMOTE_MIN && r->hdr_len &&
+                 r->hdr_len <= c->slot_bytes &&
+                 atomic_load_explicit(&ctl->cma_ok, memory_order_acquire);
+    do {
+        if (c->pos - *tail == c->nslots) {
+            *tail = atomic_load_explicit(&ctl->tail, memory_order_acquire);
+            if (c->pos - *tail == c->nslots)
+                return 0;
+        }
+        uint8_t *slot = c->seg + shm_slot_off((uint32_t)(c->pos & (c->nslots - 1)),
+                                              c->slot_bytes);
+        size_t n = remote ? r->hdr_len
+                 : total - r->done < c->slot_bytes ? total - r->done : c->slot_bytes;
+        shm_copy(r, r->done, slot + SHM_SLOT_HDR, n, 1);
+        struct shm_slot_hdr h = {.magic = SHM_SLOT_MAGIC, .pos = c->pos, .msg = c->msg,
+                                 .msg_len = total, .offset = r->done, .len = (uint32_t)n};
+        if (remote) {
+            h.flags = SHM_SLOT_REMOTE;
+            h.remote = (uint64_t)(uintptr_t)r->buf;
+        }
+        memcpy(slot, &h, sizeof(h));
+        c->pos++;
+        atomic_store_explicit(&ctl->head, c->pos, memory_order_release);
+        r->done = remote ? total : r->done + n;
+        /* Publish, then look whether the consumer sleeps: it says so
+         * before its last look at head (the same order on its side). */
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&ctl->cons_wait, memory_order_relaxed) &&
+            atomic_exchange(&ctl->cons_wait, 0))
+            shm_ring(c->efd_peer);
+    } while (r->done < total);
+    /* A payload read in place is the sender's until its slot is taken. */
+    r->lent = remote ? c->pos : 0;
+    c->msg++;
+    return 1;
+}
+
+/* The producer: fill the free slots with the queue's messages (from
+ * c->pub, the first not wholly in the ring), and end the requests at the
+ * head that are in, in order: one whose payload is read in place once the
+ * consumer has taken its slot. */
 static int shm_produce(struct shm_conn *c)
 {
     int ended = 0;
     struct shm_ctl *ctl = c->ctl;
-    while (c->head) {
-        struct hoop_tp_req *r = c->head;
-        if (c->err) {
-            shm_end(c, c->err);
-            ended++;
-            continue;
-        }
-        if (atomic_load_explicit(&ctl->cons_closed, memory_order_acquire) || c->ended) {
-            shm_fail(c, -EPIPE, "rank %d %s", "stopped taking messages (it failed, or left)");
-            continue;
-        }
-        uint64_t tail = atomic_load_explicit(&ctl->tail, memory_order_acquire);
-        if (c->pos - tail > c->nslots) {
-            shm_fail(c, -EPROTO, "rank %d %s", "wrote a position into the segment that is not "
-                     "one (the segment is corrupt)");
-            continue;
-        }
-        size_t total = hoop_tp_req_total(r);
-        int full = 0;
-        do {
-            if (c->pos - tail == c->nslots) {
-                tail = atomic_load_explicit(&ctl->tail, memory_order_acquire);
-                if (c->pos - tail == c->nslots) {
-                    full = 1;
-                    break;
-                }
-            }
-            uint8_t *slot = c->seg + shm_slot_off((uint32_t)(c->pos & (c->nslots - 1)),
-                                                  c->slot_bytes);
-            size_t n = total - r->done < c->slot_bytes ? total - r->done : c->slot_bytes;
-            shm_copy(r, r->done, slot + SHM_SLOT_HDR, n, 1);
-            struct shm_slot_hdr h = {.magic = SHM_SLOT_MAGIC, .pos = c->pos, .msg = c->msg,
-                                     .msg_len = total, .offset = r->done, .len = (uint32_t)n};
-            memcpy(slot, &h, sizeof(h));
-            c->pos++;
-            atomic_store_explicit(&ctl->head, c->pos, memory_order_release);
-            r->done += n;
-            /* Publish, then look whether the consumer sleeps: it says so
-             * before its last look at head (the same order on its side). */
-            atomic_thread_fence(memory_order_seq_cst);
-            if (atomic_load_explicit(&ctl->cons_wait, memory_order_relaxed) &&
-                atomic_exchange(&ctl->cons_wait, 0))
-                shm_ring(c->efd_peer);
-        } while (r->done < total);
-        if (full)
-            break;
-        c->msg++;
+    if (!c->err && (atomic_load_explicit(&ctl->cons_closed, memory_order_acquire) || c->ended))
+        shm_fail(c, -EPIPE, "rank %d %s", "stopped taking messages (it failed, or left)");
+    uint64_t tail = atomic_load_explicit(&ctl->tail, memory_order_acquire);
+    if (!c->err && c->pos - tail > c->nslots)
+        shm_fail(c, -EPROTO, "rank %d %s", "wrote a position into the segment that is not "
+                 "one (the segment is corrupt)");
+    if (c->err) {
+        c->pub = NULL;
+        return shm_conn_fail_all(c, c->err);
+    }
+    while (c->pub && shm_publish(c, c->pub, &tail))
+        c->pub = c->pub->next;
+    while (c->head && c->head != c->pub && (!c->head->lent || tail >= c->head->lent)) {
+        c->head->lent = 0;
         shm_end(c, 0);
         ended++;
+        if (c->head && c->head != c->pub && c->head->lent)
+            tail = atomic_load_explicit(&ctl->tail, memory_order_acquire);
     }
     return ended;
 }
@@ -172,6 +190,46 @@ static int shm_wrong_length(struct shm_conn *c, struct hoop_tp_req *r, const uin
         rc = shm_fail(c, -EMSGSIZE, "rank %d %s", what);
     c->err = c->err ? c->err : rc;
     return rc;
+}
+
+/* A slot whose payload stays in the producer: the header from the slot,
+ * checked, then the payload read straight into the receive. 0, or -1 with
+ * the connection failed. */
+static int shm_take_remote(struct shm_conn *c, struct hoop_tp_req *r, const uint8_t *data,
+                           const struct shm_slot_hdr *h)
+{
+    if (!c->cma_pid || h->len != r->hdr_len) {
+        shm_fail(c, -EPROTO, "rank %d %s", "left a payload in its memory where this rank "
+                 "cannot read it (the segment is corrupt)");
+        return -1;
+    }
+    memcpy(r->hdr, data, r->hdr_len);
+    r->done = r->hdr_len;
+    int rc = r->check ? r->check(r) : 0;
+    if (rc) {
+        c->err = rc;
+        return -1;
+    }
+    size_t left = r->len;
+    uint8_t *dst = r->buf;
+    uint64_t src = h->remote;
+    while (left) {
+        struct iovec lo = {.iov_base = dst, .iov_len = left};
+        struct iovec re = {.iov_base = (void *)(uintptr_t)src, .iov_len = left};
+        ssize_t got = process_vm_readv(c->cma_pid, &lo, 1, &re, 1, 0);
+        if (got <= 0) {
+            char what[160];
+            snprintf(what, sizeof(what), "left a payload this rank could not read from its "
+                     "memory: process_vm_readv: %s", hoop_errno_str(got < 0 ? -errno : -EIO));
+            shm_fail(c, got < 0 && errno == ESRCH ? -ECONNRESET : -EPROTO, "rank %d %s", what);
+            return -1;
+        }
+        dst += got;
+        src += (uint64_t)got;
+        left -= (size_t)got;
+    }
+    r->done = hoop_tp_req_total(r);
+    return 0;
 }
 
 /* The consumer: copy the slots published into the queue's receives. */
@@ -226,6 +284,11 @@ static int shm_consume(struct shm_conn *c)
                 continue;
             }
         }
+        if (h.flags & SHM_SLOT_REMOTE) {
+            if (shm_take_remote(c, r, data, &h))
+                continue;
+            goto taken;
+        }
         size_t off = r->done, n = h.len;
         if (r->check && off < r->hdr_len && off + n >= r->hdr_len) {
             /* The header is in: check it before any payload byte is trusted. */
@@ -243,6 +306,7 @@ static int shm_consume(struct shm_conn *c)
         }
         shm_copy(r, off, (uint8_t *)data, n, 0);
         r->done = off + n;
+    taken:
         c->pos++;
         took = 1;
         atomic_store_explicit(&ctl->tail, c->pos, memory_order_release);
@@ -280,11 +344,14 @@ static int shm_queue(struct shm_conn *c, struct hoop_tp_req *req)
     req->state = HOOP_REQ_PENDING;
     req->done = 0;
     req->next = NULL;
+    req->lent = 0;
     if (c->tail)
         c->tail->next = req;
     else
         c->head = req;
     c->tail = req;
+    if (c->dir == SHM_TX && !c->pub)
+        c->pub = req;
     /* Move at once what can move: a copy does not wait. */
     c->tp->unreported += shm_move(c);
     return 0;

@@ -39,7 +39,13 @@ int shm_slot_parse(const uint8_t raw[SHM_SLOT_HDR], const struct shm_slot_expect
                  "%llu was due", (unsigned long long)e->pos, (unsigned long long)h.offset,
                  (unsigned long long)h.msg_len, (unsigned long long)e->offset,
                  (unsigned long long)(e->offset ? e->msg_len : h.msg_len));
-    else if (h.len > h.msg_len - h.offset || (h.len == 0 && h.msg_len != 0))
+    else if (h.flags & ~SHM_SLOT_REMOTE)
+        snprintf(why, n, "slot %llu has unknown flags 0x%x", (unsigned long long)e->pos, h.flags);
+    else if ((h.flags & SHM_SLOT_REMOTE) && (h.offset != 0 || h.remote == 0))
+        snprintf(why, n, "slot %llu points into the sender's memory at byte %llu of a message, "
+                 "or at address 0", (unsigned long long)e->pos, (unsigned long long)h.offset);
+    else if (h.offset > h.msg_len || h.len > h.msg_len - h.offset ||
+             (h.len == 0 && h.msg_len != 0))
         snprintf(why, n, "slot %llu holds %u bytes at byte %llu of a %llu-byte message",
                  (unsigned long long)e->pos, h.len, (unsigned long long)h.offset,
                  (unsigned long long)h.msg_len);

@@ -54,8 +54,19 @@ struct shm_ctl {
     uint8_t pad5[64 - 4];
     _Atomic uint32_t cons_closed; /* the consumer has cancelled or closed */
     uint8_t pad6[64 - 4];
+    /* Single copy: the producer writes probe (a value of its choosing);
+     * the consumer reads it through process_vm_readv at the producer's
+     * address of it, and sets cma_ok when that worked and agreed. */
+    uint64_t probe;
+    _Atomic uint32_t cma_ok;
+    uint8_t pad7[64 - 12];
 };
 _Static_assert(sizeof(struct shm_ctl) <= SHM_CTL_BYTES, "control words fit their page");
+
+/* flags: the slot holds the request's header only; the payload stays in
+ * the producer's memory at `remote`, for the consumer to read with
+ * process_vm_readv; the producer's send ends once the slot is taken. */
+#define SHM_SLOT_REMOTE 1u
 
 /* A slot's header as it is in the segment (SHM_SLOT_HDR bytes, native
  * byte order: both ends are on one machine). A message (the request's
@@ -63,13 +74,14 @@ _Static_assert(sizeof(struct shm_ctl) <= SHM_CTL_BYTES, "control words fit their
  * no bytes still takes one slot. */
 struct shm_slot_hdr {
     uint32_t magic;
-    uint32_t flags;   /* 0 (reserved) */
+    uint32_t flags;   /* 0, or SHM_SLOT_REMOTE */
     uint64_t pos;     /* the ring position this slot was written at */
     uint64_t msg;     /* the message's number on this connection, from 0 */
     uint64_t msg_len; /* the whole message's bytes */
     uint64_t offset;  /* where this slot's bytes start in the message */
     uint32_t len;     /* bytes in this slot */
     uint32_t pad;
+    uint64_t remote;  /* SHM_SLOT_REMOTE: the payload's address in the producer */
 };
 _Static_assert(sizeof(struct shm_slot_hdr) <= SHM_SLOT_HDR, "a slot header fits its space");
 
