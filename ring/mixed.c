@@ -495,7 +495,7 @@ hoop_status_t hoop_mixed_create(const struct hoop_transport_ops *net,
         HOOP_INFO("rank %d: shared memory is off (%s): same-host ranks use %s", p->rank, why,
                   net->name);
     } else if (mode != SHM_OFF) {
-        int rc;
+        int rc = 0;
         if ((st = hoop_transport_shm.create(p, &tp->stp)) ||
             (tp->gate = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
             (rc = net->watch(tp->ntp, tp->gate)) != 0) {

@@ -85,7 +85,7 @@ Test(shm, messages_around_slot_boundaries_arrive_whole, .timeout = 60)
     const size_t lens[] = {0, 1, slot - hdr - 1, slot - hdr, slot - hdr + 1, slot, 2 * slot - hdr,
                            2 * slot - hdr + 1, 16 * slot, 16 * slot + 3, 40 * slot + 5};
     size_t max = 40 * slot + 5;
-    uint8_t *src = malloc(max), *dst = malloc(max);
+    uint8_t *src = malloc(max), *dst = malloc(max + 1); /* + 1: a guard byte */
     cr_assert(src && dst);
     for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
         size_t n = lens[i];

@@ -108,7 +108,7 @@ static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r, uint64_t *tail
                  atomic_load_explicit(&ctl->cma_ok, memory_order_acquire);
     do {
         if (c->pos - *tail == c->nslots) {
-            *tail = atomic_load_explicit(&ctl->tail, memory_order_acquire);
+            *tail = atomic_load(&ctl->tail);
             if (c->pos - *tail == c->nslots)
                 return 0;
         }
@@ -125,12 +125,12 @@ static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r, uint64_t *tail
         }
         memcpy(slot, &h, sizeof(h));
         c->pos++;
-        atomic_store_explicit(&ctl->head, c->pos, memory_order_release);
         r->done = remote ? total : r->done + n;
         /* Publish, then look whether the consumer sleeps: it says so
-         * before its last look at head (the same order on its side). */
-        atomic_thread_fence(memory_order_seq_cst);
-        if (atomic_load_explicit(&ctl->cons_wait, memory_order_relaxed) &&
+         * before its last look at head. Both sides' store-then-load are
+         * sequentially consistent, so one of them sees the other's. */
+        atomic_store(&ctl->head, c->pos);
+        if (atomic_load(&ctl->cons_wait) &&
             atomic_exchange(&ctl->cons_wait, 0))
             shm_ring(c->efd_peer);
     } while (r->done < total);
@@ -150,7 +150,7 @@ static int shm_produce(struct shm_conn *c)
     struct shm_ctl *ctl = c->ctl;
     if (!c->err && (atomic_load_explicit(&ctl->cons_closed, memory_order_acquire) || c->ended))
         shm_fail(c, -EPIPE, "rank %d %s", "stopped taking messages (it failed, or left)");
-    uint64_t tail = atomic_load_explicit(&ctl->tail, memory_order_acquire);
+    uint64_t tail = atomic_load(&ctl->tail);
     if (!c->err && c->pos - tail > c->nslots)
         shm_fail(c, -EPROTO, "rank %d %s", "wrote a position into the segment that is not "
                  "one (the segment is corrupt)");
@@ -165,7 +165,7 @@ static int shm_produce(struct shm_conn *c)
         shm_end(c, 0);
         ended++;
         if (c->head && c->head != c->pub && c->head->lent)
-            tail = atomic_load_explicit(&ctl->tail, memory_order_acquire);
+            tail = atomic_load(&ctl->tail);
     }
     return ended;
 }
@@ -244,7 +244,7 @@ static int shm_consume(struct shm_conn *c)
             ended++;
             continue;
         }
-        uint64_t head = atomic_load_explicit(&ctl->head, memory_order_acquire);
+        uint64_t head = atomic_load(&ctl->head);
         if (head - c->pos > c->nslots) {
             shm_fail(c, -EPROTO, "rank %d %s", "wrote a position into the segment that is not "
                      "one (the segment is corrupt)");
@@ -254,7 +254,7 @@ static int shm_consume(struct shm_conn *c)
             /* Nothing more: was that all there will be? Closing is said
              * after the last publish, so look at head once more. */
             if (atomic_load_explicit(&ctl->prod_closed, memory_order_acquire) || c->ended) {
-                if (atomic_load_explicit(&ctl->head, memory_order_acquire) != c->pos)
+                if (atomic_load(&ctl->head) != c->pos)
                     continue;
                 shm_fail(c, -ECONNRESET, "rank %d %s", "stopped sending (it failed, or left)");
                 continue;
@@ -309,9 +309,8 @@ static int shm_consume(struct shm_conn *c)
     taken:
         c->pos++;
         took = 1;
-        atomic_store_explicit(&ctl->tail, c->pos, memory_order_release);
-        atomic_thread_fence(memory_order_seq_cst);
-        if (atomic_load_explicit(&ctl->prod_wait, memory_order_relaxed) &&
+        atomic_store(&ctl->tail, c->pos);
+        if (atomic_load(&ctl->prod_wait) &&
             atomic_exchange(&ctl->prod_wait, 0))
             shm_ring(c->efd_peer);
         if (r->done == total) {
