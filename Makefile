@@ -184,8 +184,9 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # ranks under hooprun with /usr/bin/python3 or HOOP_PYTHON (skipped, saying
 # why, without torch, numpy or pytest there; HOOP_TEST_REQUIRE_PYTHON=1
 # makes that a failure); shm, the multi-process suites and the shm suite with
-# shared memory between the ranks (HOOP_SHM=1; every other pass sets
-# HOOP_SHM=0, so that it tests the transport it names).
+# shared memory between the ranks (HOOP_SHM=auto, the default: the tests that
+# put ranks in network namespaces of their own still cross them over tcp;
+# every other pass sets HOOP_SHM=0, so that it tests the transport it names).
 TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python shm
 MP_SUITES := @(allreduce|async|auth|bootstrap|collectives|faults|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|mismatch|paths|soak)/*
@@ -236,7 +237,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	        $(abspath $(BUILD)) \
 	        --jobs 2 --filter='$(VERBS_SUITES)' $(TEST_ARGS) ;; \
 	    python) $(TEST_ENV) $(CURDIR)/tests/python/run.sh $(abspath $(BUILD)) ;; \
-	    shm) $(TEST_ENV) HOOP_SHM=1 $(TEST_RUN) --filter='@($(MP_SUITES)|shm/*)' $(TEST_ARGS) ;; \
+	    shm) $(TEST_ENV) HOOP_SHM=auto $(TEST_RUN) --filter='@($(MP_SUITES)|shm/*)' $(TEST_ARGS) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
 	done

@@ -148,24 +148,35 @@ static int shm_produce(struct shm_conn *c)
 {
     int ended = 0;
     struct shm_ctl *ctl = c->ctl;
-    if (!c->err && (atomic_load_explicit(&ctl->cons_closed, memory_order_acquire) || c->ended))
-        shm_fail(c, -EPIPE, "rank %d %s", "stopped taking messages (it failed, or left)");
     uint64_t tail = atomic_load(&ctl->tail);
     if (!c->err && c->pos - tail > c->nslots)
         shm_fail(c, -EPROTO, "rank %d %s", "wrote a position into the segment that is not "
                  "one (the segment is corrupt)");
+    for (int pass = 0; !c->err && pass < 2; pass++) {
+        /* What the consumer has taken is done, even if it has left since. */
+        while (c->head && c->head != c->pub && (!c->head->lent || tail >= c->head->lent)) {
+            c->head->lent = 0;
+            shm_end(c, 0);
+            ended++;
+        }
+        if (!c->head)
+            break;
+        if (atomic_load_explicit(&ctl->cons_closed, memory_order_acquire) || c->ended) {
+            if (atomic_load(&ctl->tail) != tail) {
+                tail = atomic_load(&ctl->tail);
+                pass--;
+                continue;
+            }
+            shm_fail(c, -EPIPE, "rank %d %s", "stopped taking messages (it failed, or left)");
+            break;
+        }
+        if (pass == 0)
+            while (c->pub && shm_publish(c, c->pub, &tail))
+                c->pub = c->pub->next;
+    }
     if (c->err) {
         c->pub = NULL;
-        return shm_conn_fail_all(c, c->err);
-    }
-    while (c->pub && shm_publish(c, c->pub, &tail))
-        c->pub = c->pub->next;
-    while (c->head && c->head != c->pub && (!c->head->lent || tail >= c->head->lent)) {
-        c->head->lent = 0;
-        shm_end(c, 0);
-        ended++;
-        if (c->head && c->head != c->pub && c->head->lent)
-            tail = atomic_load(&ctl->tail);
+        ended += shm_conn_fail_all(c, c->err);
     }
     return ended;
 }
