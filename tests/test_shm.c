@@ -438,6 +438,7 @@ Test(shm, off_means_tcp_between_same_host_ranks, .timeout = 300)
 struct mix_job {
     const char *shm[8];  /* HOOP_SHM per rank */
     int apart;           /* this rank goes to another host (-1: none) */
+    int own_ipc;         /* this rank gets an IPC namespace of its own (-1: none) */
     const char *want;    /* in the transport's description, or in the error */
     int expect_fail;
 };
@@ -451,6 +452,8 @@ static int mix_rank(int rank, int size, int port, void *arg)
         if (sethostname("hoop-test-shm-other", strlen("hoop-test-shm-other")) != 0)
             return harness_failf(rank, "sethostname: %s", strerror(errno));
     }
+    if (j->own_ipc == rank && unshare(CLONE_NEWIPC) != 0)
+        return 77;
     setenv("HOOP_SHM", j->shm[rank], 1);
     char root[64], token[64];
     hoop_config_t cfg;
@@ -484,9 +487,9 @@ static void run_mix(struct mix_job *tmpl, int n)
     *j = *tmpl;
     char report[8192];
     bool ok = harness_run_raw(n, mix_rank, j, 240.0, report, sizeof(report));
-    if (!ok && j->apart >= 0 && strstr(report, "exit code 77"))
-        cr_skip_test("this test cannot make a UTS namespace (it needs CAP_SYS_ADMIN), so it "
-                     "cannot put a rank on another host:\n%s", report);
+    if (!ok && (j->apart >= 0 || j->own_ipc >= 0) && strstr(report, "exit code 77"))
+        cr_skip_test("this test cannot make a UTS or IPC namespace (it needs CAP_SYS_ADMIN):\n%s",
+                     report);
     cr_assert(ok, "%s", report);
     munmap(j, 4096);
 }
@@ -495,7 +498,7 @@ static void run_mix(struct mix_job *tmpl, int n)
  * others shared memory, in one ring, every collective exact. */
 Test(shm, one_rank_refusing_makes_a_mixed_ring, .timeout = 300)
 {
-    struct mix_job j = {.shm = {"auto", "auto", "0", "auto"}, .apart = -1,
+    struct mix_job j = {.shm = {"auto", "auto", "0", "auto"}, .apart = -1, .own_ipc = -1,
                         .want = "shm on ring links 0>1 3>0"};
     run_mix(&j, 4);
 }
@@ -504,16 +507,26 @@ Test(shm, one_rank_refusing_makes_a_mixed_ring, .timeout = 300)
  * its links are TCP, the others shared memory. */
 Test(shm, a_rank_on_another_host_makes_a_mixed_ring, .timeout = 300)
 {
-    struct mix_job j = {.shm = {"auto", "auto", "auto", "auto"}, .apart = 1,
+    struct mix_job j = {.shm = {"auto", "auto", "auto", "auto"}, .apart = 1, .own_ipc = -1,
                         .want = "shm on ring links 2>3 3>0"};
     run_mix(&j, 4);
+}
+
+/* A rank in an IPC namespace of its own (a container's default) still
+ * shares memory with the others: a memfd needs no System V IPC and no
+ * /dev/shm, and the segment travels over a socket. */
+Test(shm, a_rank_in_its_own_ipc_namespace_still_uses_shm, .timeout = 300)
+{
+    struct mix_job j = {.shm = {"1", "1", "1"}, .apart = -1, .own_ipc = 1,
+                        .want = "shm (every ring link"};
+    run_mix(&j, 3);
 }
 
 /* HOOP_SHM=1 against HOOP_SHM=0 on one host: both are told. */
 Test(shm, insisting_against_refusing_fails_on_both, .timeout = 120)
 {
-    struct mix_job j = {.shm = {"1", "0"}, .apart = -1, .want = "set HOOP_SHM the same",
-                        .expect_fail = 1};
+    struct mix_job j = {.shm = {"1", "0"}, .apart = -1, .own_ipc = -1,
+                        .want = "set HOOP_SHM the same", .expect_fail = 1};
     run_mix(&j, 2);
 }
 
