@@ -253,7 +253,9 @@ static hoop_status_t shm_connect(void *vtp, int peer, int channel, const char *p
         (c->efd_self = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
         goto sys_fail;
     what = "socket";
-    if ((c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+    /* Non-blocking: a full backlog is EAGAIN, waited out below within the
+     * deadline, never a connect that blocks past it. */
+    if ((c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
         goto sys_fail;
     struct sockaddr_un a;
     socklen_t al = shm_addr(&a, pid, nonce);
