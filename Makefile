@@ -187,8 +187,13 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # why, without torch, numpy or pytest there; HOOP_TEST_REQUIRE_PYTHON=1
 # makes that a failure); gpuemu, the collective, fault and mismatch suites
 # with every buffer taken for device memory and the device pipeline run
-# over host memory (HOOP_GPU_EMULATE=1, docs/gpu.md).
-TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python gpuemu
+# over host memory (HOOP_GPU_EMULATE=1, docs/gpu.md), then the collective
+# suites again with sends from "device" memory as under GPUDirect RDMA
+# (HOOP_GPU_DIRECT=1); shm, the multi-process suites and the shm suite with
+# shared memory between the ranks (HOOP_SHM=auto, the default: the tests that
+# put ranks in network namespaces of their own still cross them over tcp;
+# every other pass sets HOOP_SHM=0, so that it tests the transport it names).
+TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python gpuemu shm
 MP_SUITES := @(allreduce|async|auth|bootstrap|collectives|faults|gpucoll|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|gpucoll|mismatch|paths|soak)/*
 # The verbs pass runs in an emulated guest where no RDMA device is here, a
@@ -197,6 +202,8 @@ OFI_SUITES := @(allreduce|collectives|faults|gpucoll|mismatch|paths|soak)/*
 VERBS_SUITES := @(verbs/*|allreduce/ranks_[1-4]|collectives/*ranks_[1-4]|faults/*|mismatch/*|paths/*_n[34]|paths/same_bits_on_every_rank_ring)
 HOOP_TEST_VM_TIMEOUT ?= 1800
 TEST_ENV = HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR)
+# The passes named after a transport test that transport, not shared memory.
+NET_ENV = $(TEST_ENV) HOOP_SHM=0
 TEST_RUN = $(abspath $(TESTBIN)) --jobs 2
 # The tests run in a scratch directory, so that what a crash leaves in the
 # current directory (a library's backtrace file, such as libfabric's psm
@@ -217,22 +224,22 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	for pass in $(TEST_PASSES); do \
 	    echo "== tests: $$pass"; \
 	    case $$pass in \
-	    uring) $(TEST_ENV) HOOP_TCP_ENGINE=$${uring:-auto} $(TEST_RUN) $(TEST_ARGS) ;; \
-	    poll) $(TEST_ENV) HOOP_TCP_ENGINE=poll $(TEST_RUN) --filter='$(MP_SUITES)' $(TEST_ARGS) ;; \
-	    nouring) $(TEST_ENV) HOOP_TCP_ENGINE=auto $(abspath $(BUILD))/no_uring $(TEST_RUN) \
+	    uring) $(NET_ENV) HOOP_TCP_ENGINE=$${uring:-auto} $(TEST_RUN) $(TEST_ARGS) ;; \
+	    poll) $(NET_ENV) HOOP_TCP_ENGINE=poll $(TEST_RUN) --filter='$(MP_SUITES)' $(TEST_ARGS) ;; \
+	    nouring) $(NET_ENV) HOOP_TCP_ENGINE=auto $(abspath $(BUILD))/no_uring $(TEST_RUN) \
 	        --filter='allreduce/*' $(TEST_ARGS) ;; \
 	    zerocopy) [ -n "$$uring" ] || { echo "skipped: zero-copy sends need io_uring"; continue; }; \
-	        $(TEST_ENV) HOOP_TCP_ENGINE=uring HOOP_TCP_ZEROCOPY=1 $(TEST_RUN) \
+	        $(NET_ENV) HOOP_TCP_ENGINE=uring HOOP_TCP_ZEROCOPY=1 $(TEST_RUN) \
 	        --filter='@(allreduce|collectives|faults)/*' $(TEST_ARGS) ;; \
-	    ofi-tcp) $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=tcp $(TEST_RUN) \
+	    ofi-tcp) $(NET_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=tcp $(TEST_RUN) \
 	        --filter='$(OFI_SUITES)' $(TEST_ARGS) ;; \
-	    ofi-shm) $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm $(TEST_RUN) \
+	    ofi-shm) $(NET_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm $(TEST_RUN) \
 	        --filter='$(OFI_SUITES)' $(TEST_ARGS) ;; \
-	    ofi-write) $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=tcp HOOP_OFI_WRITE_BYTES=64K \
+	    ofi-write) $(NET_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=tcp HOOP_OFI_WRITE_BYTES=64K \
 	        $(TEST_RUN) --filter='@(allreduce|collectives)/*' $(TEST_ARGS); \
-	        $(TEST_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm HOOP_OFI_WRITE_BYTES=64K \
+	        $(NET_ENV) HOOP_TRANSPORT=ofi FI_PROVIDER=shm HOOP_OFI_WRITE_BYTES=64K \
 	        $(TEST_RUN) --filter='mismatch/*' $(TEST_ARGS) ;; \
-	    verbs) $(TEST_ENV) HOOP_TEST_VM_TIMEOUT=$(HOOP_TEST_VM_TIMEOUT) $(CURDIR)/tests/vm/suite.sh \
+	    verbs) $(NET_ENV) HOOP_TEST_VM_TIMEOUT=$(HOOP_TEST_VM_TIMEOUT) $(CURDIR)/tests/vm/suite.sh \
 	        $(abspath $(BUILD)) \
 	        --jobs 2 --filter='$(VERBS_SUITES)' $(TEST_ARGS) ;; \
 	    python) $(TEST_ENV) $(CURDIR)/tests/python/run.sh $(abspath $(BUILD)) ;; \
@@ -240,6 +247,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	        --filter='@(allreduce|collectives|faults|mismatch|paths|async)/*' $(TEST_ARGS); \
 	        $(TEST_ENV) HOOP_GPU_EMULATE=1 HOOP_GPU_DIRECT=1 $(TEST_RUN) \
 	        --filter='@(allreduce|collectives)/*' $(TEST_ARGS) ;; \
+	    shm) $(TEST_ENV) HOOP_SHM=auto $(TEST_RUN) --filter='@($(MP_SUITES)|shm/*)' $(TEST_ARGS) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
 	done
@@ -266,7 +274,7 @@ check: all $(TESTBIN) $(BUILD)/no_uring
 # rank runs instrumented too.
 # build-asan builds that tree without running anything.
 ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-ASAN_PASSES ?= uring ofi-shm
+ASAN_PASSES ?= uring ofi-shm shm
 ASAN_MAKE = $(MAKE) BUILD=$(BUILD)/asan OPT=-O1 EXTRA_CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)"
 build-asan:
 	+$(ASAN_MAKE) all $(BUILD)/asan/hoop_tests $(BUILD)/asan/no_uring
@@ -307,9 +315,10 @@ test-valgrind: all
 FUZZ_SECONDS ?= 20
 FUZZ_CC ?= clang
 FUZZ_FLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -g -O1
-FUZZ_TARGETS := hello peers auth
+FUZZ_TARGETS := hello peers auth slot
 FUZZ_SRCS_hello := common/wire.c
 FUZZ_SRCS_peers := common/wire.c bootstrap/peer.c
+FUZZ_SRCS_slot := transport/shm/slot.c
 FUZZ_SRCS_auth := common/wire.c common/auth.c common/sock.c common/status.c common/log.c common/param.c
 FUZZ_LIBS_auth := $(NETTLE_LIBS)
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#define HOOP_HANDLE_MAX 128
+#define HOOP_HANDLE_MAX 160
 #define HOOP_HOSTNAME_MAX 64
 
 struct hoop_peer {

@@ -137,6 +137,8 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
         }
     if (c->size > 1 && (st = hoop_ring_connect(&c->ring, c->bs.peers, c->bs.comm_id, deadline)))
         goto err_boot;
+    /* Again, now that the links are known: which are shared memory. */
+    snprintf(c->transport, sizeof(c->transport), "%s", hoop_ring_describe(&c->ring));
     if (c->size > 1 && (st = comm_busy_poll(c)))
         goto err_boot;
     if ((st = hoop_comm_control_init(c)))

@@ -35,7 +35,7 @@ struct hoop_comm {
     int *ctl_pidfd; /* per rank of this host, its process (-1: not watched) */
     const char *abort_before; /* the call an abort stopped before it began */
     double fail_grace_s;
-    char transport[48];
+    char transport[512];
     const char *launcher;
 };
 

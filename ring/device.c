@@ -28,7 +28,7 @@ static hoop_status_t gdr_select(struct hoop_ring *r, int device, const char *wha
     else if (strcmp(v, "auto") && *v)
         return hoop_error(HOOP_ERR_INVALID, "rank %d: HOOP_GPU_DIRECT=%s is not auto, 0 or 1",
                           r->rank, v);
-    r->gdr_send = 0;
+    r->gdr_send = r->gdr_nic = 0;
     if (!r->ops || !r->tp)
         return HOOP_OK; /* one rank: nothing leaves */
     f.emulated = hoop_gpu_emulated();
@@ -71,6 +71,7 @@ static hoop_status_t gdr_select(struct hoop_ring *r, int device, const char *wha
                                                               : HOOP_DEVMEM_PEERMEM,
                                   hoop_gpu_dmabuf_export);
     r->gdr_send = g != HOOP_GDR_STAGING;
+    r->gdr_nic = g == HOOP_GDR_DMABUF || g == HOOP_GDR_PEERMEM;
     return HOOP_OK;
 }
 

@@ -459,7 +459,7 @@ static int post_sends(struct run *x)
         q->buf = sb + (s->send_off + x->spost.c * x->ce) * x->es;
         q->len = chunk_len(x, s->send_len, x->spost.c) * x->es;
         hoop_frame_send(r, &r->sreq[x->stail % D], (uint32_t)s->send_ord, (uint32_t)x->spost.c);
-        q->on_device = from_dev;
+        q->on_device = from_dev && r->gdr_nic;
         q->region = sb;
         q->region_len = x->extent[s->send_buf] * x->es;
         int rc = r->ops->isend(r->tx, q);

@@ -1,6 +1,7 @@
 /* ring.c - the ring's transport, its connections and its reusable memory. */
 #include "ring/ring.h"
 #include "gpu/gpu.h"
+#include "ring/mixed.h"
 #include "ring/pipeline.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -14,9 +15,10 @@
 
 /* A rank's handle in the table is the transport's name (a length byte and
  * the name), then the transport's own handle, so that ranks whose
- * HOOP_TRANSPORT chose differently are told so before anything else. */
+ * HOOP_TRANSPORT chose differently are told so before anything else; the
+ * transport's handle starts with the per-link choice's block (mixed.h). */
 #define RING_NAME_MAX 15
-_Static_assert(HOOP_TP_HANDLE_MAX + 1 + RING_NAME_MAX == HOOP_HANDLE_MAX,
+_Static_assert(HOOP_TP_HANDLE_MAX + HOOP_MIXED_BLOCK_MAX + 1 + RING_NAME_MAX == HOOP_HANDLE_MAX,
                "a transport handle and its name must fit the bootstrap's");
 
 hoop_status_t hoop_ring_choose(struct hoop_ring *r, int rank)
@@ -71,9 +73,14 @@ hoop_status_t hoop_ring_open(struct hoop_ring *r, int rank, int size, const uint
     }
     memset(r->scratch, 0, bytes);
     struct hoop_tp_params p = {.rank = rank, .size = size, .token = token};
-    hoop_status_t st = ops->create(&p, &r->tp);
-    if (st)
+    /* The configured transport, and shared memory to this host's ranks. */
+    hoop_status_t st = hoop_mixed_create(ops, &p, &r->tp, &r->ops);
+    if (st) {
+        r->tp = NULL;
         hoop_ring_close(r);
+        return st;
+    }
+    hoop_mixed_bind(r->tp, r);
     return st;
 }
 

@@ -63,6 +63,7 @@ struct hoop_ring {
     struct hoop_gpu_pipe *gpu;
     int on_gpu;
     int gdr_send; /* GPUDirect RDMA chosen (gdr.h): sends leave from device memory */
+    int gdr_nic;  /* ... which the transport registers (not under the emulation) */
     int fail_err;            /* the last failure's -errno, and the rank it implicates */
     int fail_peer;
     /* Called when a watched descriptor wakes a wait: 0 when what woke it

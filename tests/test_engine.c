@@ -29,6 +29,14 @@
 #include <unistd.h>
 
 #include "harness.h"
+
+/* These tests are about the TCP transport's own ways (its engines, its
+ * sockets, what it reports), so same-host ranks use it, not shared memory. */
+static void over_tcp(void)
+{
+    setenv("HOOP_SHM", "0", 1);
+}
+TestSuite(engine, .init = over_tcp);
 #include "proc.h"
 #include "hoop.h"
 

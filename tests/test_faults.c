@@ -1585,11 +1585,15 @@ Test(faults, rank_leaves_while_the_others_call_a_collective, .timeout = 120)
 #define DATA_STRANGER_BOUND_S 4.0
 #define DATA_STRANGER_TIMEOUT_S 20.0 /* HOOP_TIMEOUT of these jobs */
 
-static void skip_unless_tcp(const char *what)
+/* Skip unless the run uses the tcp transport, and have the ranks (all of
+ * one host) use it between them rather than shared memory: these tests
+ * are about its data port and its descriptors. */
+static void tcp_only(const char *what)
 {
     if (strcmp(harness_transport(), "ofi") == 0 || strcmp(harness_transport(), "verbs") == 0)
         cr_skip_test("%s: only the tcp transport listens on a data port of its own; this run "
                      "uses %s", what, harness_transport());
+    setenv("HOOP_SHM", "0", 1);
 }
 
 /* The port of a TCP socket that process pid listens on, other than
@@ -1711,7 +1715,7 @@ done:
 static void stranger_call_job(int mode, const char *name)
 {
     enum { N = 4 };
-    skip_unless_tcp(name);
+    tcp_only(name);
     board_t *b = board_new();
     cr_assert(b, "mmap of the board: %s", strerror(errno));
     b->mode = mode;
@@ -1754,7 +1758,7 @@ Test(faults, stranger_on_data_port_before_first_alltoall, .timeout = 120)
 Test(faults, stranger_on_data_port_during_init, .timeout = 120)
 {
     enum { N = 4 };
-    skip_unless_tcp("stranger_on_data_port_during_init");
+    tcp_only("stranger_on_data_port_during_init");
     board_t *b = board_new();
     cr_assert(b, "mmap of the board: %s", strerror(errno));
     static harness_job_t job;
@@ -2045,7 +2049,7 @@ static void emfile_report(board_t *b, harness_job_t *job, bool ok, const char *n
 Test(faults, out_of_descriptors_before_first_alltoall, .timeout = 120)
 {
     enum { N = 4 };
-    skip_unless_tcp("out_of_descriptors_before_first_alltoall");
+    tcp_only("out_of_descriptors_before_first_alltoall");
     board_t *b = board_new();
     cr_assert(b, "mmap of the board: %s", strerror(errno));
     hoop_config_t base;
@@ -2064,7 +2068,7 @@ Test(faults, out_of_descriptors_before_first_alltoall, .timeout = 120)
 Test(faults, out_of_descriptors_during_init, .timeout = 120)
 {
     enum { N = 4 };
-    skip_unless_tcp("out_of_descriptors_during_init");
+    tcp_only("out_of_descriptors_during_init");
     board_t *b = board_new();
     cr_assert(b, "mmap of the board: %s", strerror(errno));
     /* Forming takes, before the accept of the ring's connection, the
@@ -2090,7 +2094,7 @@ Test(faults, out_of_descriptors_during_init, .timeout = 120)
 Test(faults, out_of_descriptors_while_joining, .timeout = 120)
 {
     enum { N = 4 };
-    skip_unless_tcp("out_of_descriptors_while_joining (the descriptors counted are the tcp "
+    tcp_only("out_of_descriptors_while_joining (the descriptors counted are the tcp "
                     "transport's)");
     board_t *b = board_new();
     cr_assert(b, "mmap of the board: %s", strerror(errno));

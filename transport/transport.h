@@ -153,6 +153,12 @@ struct hoop_transport_ops {
      * the caller may now free or reuse the memory it passed (a transport
      * that registers memory lets go of what it registered of it). */
     void (*call_end)(void *tp);
+    /* Optional: finish what connect left for the next accept (the token
+     * handshakes of the connections this rank opened), for a rank whose
+     * accepts all go to another transport (ring/mixed.c: shared memory
+     * from prev, tcp to next). As accept: HOOP_ERR_ABORTED when a watched
+     * descriptor woke it. */
+    hoop_status_t (*settle)(void *tp, uint64_t comm_id, uint64_t deadline_ns);
 };
 
 /* The transport called `name` (HOOP_TRANSPORT), or NULL. */

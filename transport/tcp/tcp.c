@@ -384,6 +384,38 @@ static int tcp_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
     return 0;
 }
 
+/* The handshakes of the connections this rank opened, when no accept of
+ * this transport comes to finish them (transport.h: settle). */
+static hoop_status_t tcp_settle(void *vtp, uint64_t comm_id, uint64_t deadline_ns)
+{
+    struct tcp_tp *tp = vtp;
+    if (!tp->listener.nout)
+        return HOOP_OK;
+    struct tcp_accept_ctx later = {.tp = tp, .c = NULL, .peer = -1, .comm_id = comm_id};
+    int bad = -1;
+    int rc = hoop_listener_finish(&tp->listener, deadline_ns, tp->watch.fd, tp->watch.n,
+                                  tcp_on_hello, &later, &bad);
+    if (rc == 0)
+        return HOOP_OK;
+    if (rc == -EINTR)
+        return hoop_error(HOOP_ERR_ABORTED, "rank %d: tcp transport: finishing the handshakes of "
+                          "the connections this rank opened: woken by a watched descriptor",
+                          tp->rank);
+    uint64_t soon = hoop_now_ns() + 1000000000ull;
+    hoop_listener_answer(&tp->listener, soon < deadline_ns ? soon : deadline_ns);
+    if (bad >= 0)
+        return hoop_error(rc == -EACCES ? HOOP_ERR_INVALID : HOOP_ERR_PEER,
+                          "rank %d: tcp transport: rank %d did not prove this job's token on the "
+                          "connection this rank opened to it: %s", tp->rank, bad,
+                          rc == -EACCES ? "wrong job token: its HOOP_TOKEN differs from this "
+                                          "rank's (another job?)"
+                          : rc == -ECONNREFUSED ? "it refused this rank (its log says why)"
+                                                : hoop_errno_str(rc));
+    return hoop_error(hoop_status_from_errno(rc), "rank %d: tcp transport: finishing the "
+                      "handshakes of the connections this rank opened: %s", tp->rank,
+                      hoop_errno_str(rc));
+}
+
 static hoop_status_t tcp_accept(void *vtp, int peer, int channel, const char *peer_host,
                                 uint64_t comm_id, uint64_t deadline_ns, void **out)
 {
@@ -523,6 +555,7 @@ const struct hoop_transport_ops hoop_transport_tcp = {
     .isend = tcp_isend,
     .irecv = tcp_irecv,
     .progress = tcp_progress,
+    .settle = tcp_settle,
     .watch = tcp_watch,
     .cancel = tcp_cancel,
     .close = tcp_close,

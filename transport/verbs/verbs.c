@@ -489,6 +489,14 @@ static hoop_status_t verbs_connect(void *vtp, int peer, int channel, const char 
     return conn_open(tp, peer, channel, peer_host, side, out);
 }
 
+/* The side connections are tcp's: their handshakes too (transport.h:
+ * settle). */
+static hoop_status_t verbs_settle(void *vtp, uint64_t comm_id, uint64_t deadline_ns)
+{
+    struct verbs_tp *tp = vtp;
+    return tp->side_ops->settle ? tp->side_ops->settle(tp->side, comm_id, deadline_ns) : HOOP_OK;
+}
+
 static hoop_status_t verbs_accept(void *vtp, int peer, int channel, const char *peer_host,
                                   uint64_t comm_id, uint64_t deadline_ns, void **out)
 {
@@ -669,4 +677,5 @@ const struct hoop_transport_ops hoop_transport_verbs = {
     .call_end = verbs_call_end,
     .device_memory_trial = verbs_device_memory_trial,
     .use_device_memory = verbs_use_device_memory,
+    .settle = verbs_settle,
 };

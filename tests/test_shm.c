@@ -1,0 +1,597 @@
+/* test_shm.c - shared memory between ranks of one host (transport/shm and
+ * the per-link choice of ring/mixed.c): the transport driven directly in
+ * one process (messages around slot boundaries, a corrupted segment, a
+ * peer gone), and real ranks: every collective exact at N = 1..8, a rank
+ * killed mid-allreduce, rings mixing shared memory and TCP, HOOP_SHM
+ * refused or disagreeing. */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "harness.h"
+#include "transport/shm/conn.h"
+
+/* ---- the transport alone, two ends in one process ----------------------- */
+
+struct pair {
+    void *tp[2];
+    void *tx; /* rank 0 -> rank 1 */
+    void *rx;
+};
+
+static const uint8_t pair_token[HOOP_TOKEN_BYTES] = "test_shm pair token";
+
+static void pair_open(struct pair *p)
+{
+    const struct hoop_transport_ops *o = &hoop_transport_shm;
+    uint8_t h[2][HOOP_TP_HANDLE_MAX];
+    uint16_t hl[2];
+    struct sockaddr_in any = {.sin_family = AF_INET};
+    for (int r = 0; r < 2; r++) {
+        struct hoop_tp_params prm = {.rank = r, .size = 2, .token = pair_token};
+        cr_assert_eq(o->create(&prm, &p->tp[r]), HOOP_OK, "create: %s", hoop_last_error());
+        cr_assert_eq(o->listen(p->tp[r], (struct sockaddr *)&any, sizeof(any), h[r], &hl[r]),
+                     HOOP_OK, "listen: %s", hoop_last_error());
+        o->set_busy_poll(p->tp[r], 1000, 0);
+    }
+    uint64_t deadline = hoop_now_ns() + 5000000000ull;
+    cr_assert_eq(o->connect(p->tp[0], 1, HOOP_CHANNEL_RING, "here", h[1], hl[1], 7, deadline,
+                            &p->tx), HOOP_OK, "connect: %s", hoop_last_error());
+    cr_assert_eq(o->accept(p->tp[1], 0, HOOP_CHANNEL_RING, "here", 7, deadline, &p->rx), HOOP_OK,
+                 "accept: %s", hoop_last_error());
+}
+
+static void pair_close(struct pair *p)
+{
+    const struct hoop_transport_ops *o = &hoop_transport_shm;
+    if (p->tx)
+        o->close(p->tx);
+    if (p->rx)
+        o->close(p->rx);
+    o->destroy(p->tp[0]);
+    o->destroy(p->tp[1]);
+}
+
+/* Wait for req (on tp) to end; its state. */
+static int pair_wait(void *tp, struct hoop_tp_req *req)
+{
+    uint64_t deadline = hoop_now_ns() + 5000000000ull;
+    while (req->state == HOOP_REQ_PENDING && hoop_now_ns() < deadline) {
+        int rc = hoop_transport_shm.progress(tp, deadline);
+        if (rc < 0)
+            return rc;
+    }
+    return req->state;
+}
+
+/* Messages of every length around the slots' edges (64 KiB slots, a
+ * 64-byte header counted in), more than the ring holds, interleaved so
+ * that the sender waits for room: every byte arrives, in order. */
+Test(shm, messages_around_slot_boundaries_arrive_whole, .timeout = 60)
+{
+    struct pair p;
+    pair_open(&p);
+    const size_t slot = 64u << 10, hdr = 64;
+    const size_t lens[] = {0, 1, slot - hdr - 1, slot - hdr, slot - hdr + 1, slot, 2 * slot - hdr,
+                           2 * slot - hdr + 1, 16 * slot, 16 * slot + 3, 40 * slot + 5};
+    size_t max = 40 * slot + 5;
+    uint8_t *src = malloc(max), *dst = malloc(max + 1); /* + 1: a guard byte */
+    cr_assert(src && dst);
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        size_t n = lens[i];
+        uint8_t sh[64], rh[64];
+        for (size_t k = 0; k < n; k++)
+            src[k] = (uint8_t)(k * 31 + i);
+        memset(sh, (int)(0xA0 + i), sizeof(sh));
+        memset(dst, 0, n + 1);
+        memset(rh, 0, sizeof(rh));
+        struct hoop_tp_req s = {.buf = src, .len = n, .hdr = sh, .hdr_len = hdr};
+        struct hoop_tp_req r = {.buf = dst, .len = n, .hdr = rh, .hdr_len = hdr};
+        cr_assert_eq(hoop_transport_shm.isend(p.tx, &s), 0);
+        cr_assert_eq(hoop_transport_shm.irecv(p.rx, &r), 0);
+        while (s.state == HOOP_REQ_PENDING || r.state == HOOP_REQ_PENDING) {
+            if (s.state == HOOP_REQ_PENDING)
+                hoop_transport_shm.progress(p.tp[0], hoop_now_ns() + 1000000);
+            if (r.state == HOOP_REQ_PENDING)
+                hoop_transport_shm.progress(p.tp[1], hoop_now_ns() + 1000000);
+        }
+        cr_assert_eq(s.state, 0, "send of %zu bytes: %d", n, s.state);
+        cr_assert_eq(r.state, 0, "receive of %zu bytes: %d (%s)", n, r.state,
+                     hoop_transport_shm.last_error(p.tp[1]));
+        cr_assert(memcmp(sh, rh, hdr) == 0, "header of the %zu-byte message differs", n);
+        cr_assert(n == 0 || memcmp(src, dst, n) == 0, "payload of %zu bytes differs", n);
+        cr_assert_eq(dst[n], 0, "a receive of %zu bytes wrote past its end", n);
+    }
+    free(src);
+    free(dst);
+    pair_close(&p);
+}
+
+/* The receiving end's view of the segment, to corrupt it as a hostile or
+ * broken peer could. */
+static struct shm_conn *pair_rx(struct pair *p)
+{
+    return p->rx;
+}
+
+static void corrupt_and_expect_hdr(void (*corrupt)(struct shm_conn *), int expect_err,
+                                   const char *expect_words, size_t hdr_len)
+{
+    struct pair p;
+    pair_open(&p);
+    if (hdr_len && !((struct shm_conn *)p.rx)->cma_pid) {
+        pair_close(&p);
+        cr_skip_test("this process may not read its own memory with process_vm_readv (a "
+                     "seccomp profile?): payloads are not read in place here");
+    }
+    uint8_t src[200000], dst[200000], sh[64] = {0}, rh[64];
+    memset(src, 7, sizeof(src));
+    struct hoop_tp_req s = {.buf = src, .len = sizeof(src), .hdr = sh, .hdr_len = hdr_len};
+    cr_assert_eq(hoop_transport_shm.isend(p.tx, &s), 0); /* fills what the ring holds */
+    corrupt(pair_rx(&p));
+    struct hoop_tp_req r = {.buf = dst, .len = sizeof(dst), .hdr = rh, .hdr_len = hdr_len};
+    cr_assert_eq(hoop_transport_shm.irecv(p.rx, &r), 0);
+    int st = pair_wait(p.tp[1], &r);
+    const char *why = hoop_transport_shm.last_error(p.tp[1]);
+    cr_assert_eq(st, expect_err, "the receive ended with %d, not %d (%s)", st, expect_err,
+                 why ? why : "no sentence");
+    cr_assert(why && strstr(why, expect_words), "the sentence \"%s\" does not say \"%s\"",
+              why ? why : "(none)", expect_words);
+    /* The connection stays failed: a later receive ends at once. */
+    struct hoop_tp_req r2 = {.buf = dst, .len = 8};
+    cr_assert_eq(hoop_transport_shm.irecv(p.rx, &r2), 0);
+    cr_assert_eq(pair_wait(p.tp[1], &r2), expect_err);
+    hoop_transport_shm.cancel(p.tp[0]);
+    pair_close(&p);
+}
+
+/* Messages without a header of their own go through the slots; with one,
+ * a payload this long stays in the sender and is read in place. */
+static void corrupt_and_expect(void (*corrupt)(struct shm_conn *), int expect_err,
+                               const char *expect_words)
+{
+    corrupt_and_expect_hdr(corrupt, expect_err, expect_words, 0);
+}
+
+static void bad_remote(struct shm_conn *c)
+{
+    struct shm_slot_hdr *h = (struct shm_slot_hdr *)(c->seg + shm_slot_off(0, c->slot_bytes));
+    h->remote = 4096; /* nothing is mapped there */
+}
+
+static void bad_magic(struct shm_conn *c)
+{
+    memset(c->seg + shm_slot_off(0, c->slot_bytes), 0x5a, 4);
+}
+
+static void huge_len(struct shm_conn *c)
+{
+    struct shm_slot_hdr *h = (struct shm_slot_hdr *)(c->seg + shm_slot_off(1, c->slot_bytes));
+    h->len = 0xfffffff0u;
+}
+
+static void wrong_pos(struct shm_conn *c)
+{
+    struct shm_slot_hdr *h = (struct shm_slot_hdr *)(c->seg + shm_slot_off(0, c->slot_bytes));
+    h->pos = 12345;
+}
+
+static void wild_head(struct shm_conn *c)
+{
+    atomic_store(&c->ctl->head, (uint64_t)1 << 62);
+}
+
+Test(shm, corrupted_slot_magic_fails_cleanly, .timeout = 60)
+{
+    corrupt_and_expect(bad_magic, -EPROTO, "corrupt slot header");
+}
+
+Test(shm, slot_length_beyond_the_slot_fails_cleanly, .timeout = 60)
+{
+    corrupt_and_expect(huge_len, -EPROTO, "more than a slot's");
+}
+
+Test(shm, slot_from_elsewhere_in_the_ring_fails_cleanly, .timeout = 60)
+{
+    corrupt_and_expect(wrong_pos, -EPROTO, "says it is slot 12345");
+}
+
+Test(shm, payload_pointer_outside_the_sender_fails_cleanly, .timeout = 60)
+{
+    corrupt_and_expect_hdr(bad_remote, -EPROTO, "could not read", 64);
+}
+
+Test(shm, wild_position_fails_cleanly, .timeout = 60)
+{
+    corrupt_and_expect(wild_head, -EPROTO, "segment is corrupt");
+}
+
+/* A message longer than the receive is an error with a sentence, not an
+ * overrun; the check sees its header first. */
+Test(shm, longer_message_than_the_receive_fails_cleanly, .timeout = 60)
+{
+    struct pair p;
+    pair_open(&p);
+    uint8_t src[1000], dst[600 + 1] = {0};
+    struct hoop_tp_req s = {.buf = src, .len = sizeof(src)};
+    cr_assert_eq(hoop_transport_shm.isend(p.tx, &s), 0);
+    struct hoop_tp_req r = {.buf = dst, .len = 600};
+    cr_assert_eq(hoop_transport_shm.irecv(p.rx, &r), 0);
+    cr_assert_eq(pair_wait(p.tp[1], &r), -EMSGSIZE);
+    cr_assert_eq(dst[600], 0);
+    pair_close(&p);
+}
+
+/* The sender's end closes (a rank that failed or left): what it sent
+ * arrives, then a receive that waits for more fails, within its deadline. */
+Test(shm, receive_fails_once_the_sender_is_gone, .timeout = 60)
+{
+    struct pair p;
+    pair_open(&p);
+    uint8_t a[100] = {1}, b[100];
+    struct hoop_tp_req s = {.buf = a, .len = sizeof(a)};
+    cr_assert_eq(hoop_transport_shm.isend(p.tx, &s), 0);
+    hoop_transport_shm.close(p.tx);
+    p.tx = NULL;
+    struct hoop_tp_req r = {.buf = b, .len = sizeof(b)};
+    cr_assert_eq(hoop_transport_shm.irecv(p.rx, &r), 0);
+    cr_assert_eq(pair_wait(p.tp[1], &r), 0, "what was sent before the close is lost");
+    cr_assert_eq(b[0], 1);
+    struct hoop_tp_req r2 = {.buf = b, .len = sizeof(b)};
+    cr_assert_eq(hoop_transport_shm.irecv(p.rx, &r2), 0);
+    double t0 = harness_now();
+    cr_assert_eq(pair_wait(p.tp[1], &r2), -ECONNRESET);
+    cr_assert(harness_since(t0) < 2.0, "the receive took %.1f s to fail", harness_since(t0));
+    pair_close(&p);
+}
+
+/* A wait with nothing coming returns at its deadline, not before, not long
+ * after. */
+Test(shm, wait_keeps_its_deadline, .timeout = 60)
+{
+    struct pair p;
+    pair_open(&p);
+    uint8_t b[16];
+    struct hoop_tp_req r = {.buf = b, .len = sizeof(b)};
+    cr_assert_eq(hoop_transport_shm.irecv(p.rx, &r), 0);
+    double t0 = harness_now();
+    int rc = hoop_transport_shm.progress(p.tp[1], hoop_now_ns() + 200000000ull);
+    double took = harness_since(t0);
+    cr_assert_eq(rc, 0);
+    cr_assert_eq(r.state, HOOP_REQ_PENDING);
+    cr_assert(took >= 0.19 && took < 2.0, "a 200 ms wait took %.3f s", took);
+    hoop_transport_shm.cancel(p.tp[1]);
+    cr_assert_eq(r.state, -ECANCELED);
+    pair_close(&p);
+}
+
+/* ---- real ranks --------------------------------------------------------- */
+
+static int32_t val(int rank, size_t i)
+{
+    return (int32_t)((i * 2654435761u + (size_t)rank * 40503u) % 1000u);
+}
+
+/* Element counts around the slots' edges for i32 (64 KiB slots, a 64-byte
+ * frame in front of each chunk) and the chunk's (128 KiB here). */
+static const size_t coll_counts[] = {0, 1, 5, 16368, 16369, 16384, 32768 + 3, 100003};
+
+static int check_i32(int rank, const char *what, size_t n, const int32_t *got,
+                     int32_t (*want)(size_t i, void *ctx), void *ctx)
+{
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want(i, ctx))
+            return harness_failf(rank, "%s of %zu: element %zu is %d, not %d", what, n, i, got[i],
+                                 want(i, ctx));
+    return 0;
+}
+
+struct sum_ctx {
+    int size;
+    size_t off;
+};
+
+static int32_t want_sum(size_t i, void *vctx)
+{
+    struct sum_ctx *c = vctx;
+    int32_t s = 0;
+    for (int r = 0; r < c->size; r++)
+        s += val(r, c->off + i);
+    return s;
+}
+
+struct rank_ctx {
+    int rank;
+    size_t off;
+};
+
+static int32_t want_rank(size_t i, void *vctx)
+{
+    struct rank_ctx *c = vctx;
+    return val(c->rank, c->off + i);
+}
+
+static int every_collective(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    const char *want_desc = arg;
+    if (size > 1 && !strstr(hoop_comm_transport(comm), want_desc))
+        return harness_failf(rank, "hoop_comm_transport() is \"%s\", without \"%s\"",
+                             hoop_comm_transport(comm), want_desc);
+    size_t maxn = 100003 * (size_t)size + 16;
+    int32_t *a = malloc(maxn * sizeof(*a)), *b = malloc(maxn * sizeof(*b));
+    if (!a || !b)
+        return harness_failf(rank, "out of memory");
+    int rc = 0;
+    hoop_status_t st;
+    for (size_t k = 0; !rc && k < sizeof(coll_counts) / sizeof(coll_counts[0]); k++) {
+        size_t n = coll_counts[k];
+        struct sum_ctx sc = {.size = size};
+        /* allreduce, out of place and in place */
+        for (size_t i = 0; i < n; i++)
+            a[i] = val(rank, i);
+        if ((st = hoop_allreduce(comm, a, b, n, HOOP_I32, HOOP_SUM)))
+            return harness_fail(rank, "allreduce", st);
+        if ((rc = check_i32(rank, "allreduce", n, b, want_sum, &sc)))
+            break;
+        if ((st = hoop_allreduce(comm, a, a, n, HOOP_I32, HOOP_SUM)))
+            return harness_fail(rank, "allreduce in place", st);
+        if ((rc = check_i32(rank, "allreduce in place", n, a, want_sum, &sc)))
+            break;
+        /* reduce_scatter: n elements per rank */
+        for (size_t i = 0; i < n * (size_t)size; i++)
+            a[i] = val(rank, i);
+        if ((st = hoop_reduce_scatter(comm, a, b, n, HOOP_I32, HOOP_SUM)))
+            return harness_fail(rank, "reduce_scatter", st);
+        sc.off = (size_t)rank * n;
+        if ((rc = check_i32(rank, "reduce_scatter", n, b, want_sum, &sc)))
+            break;
+        /* allgather: n elements from each */
+        for (size_t i = 0; i < n; i++)
+            a[i] = val(rank, i);
+        if ((st = hoop_allgather(comm, a, b, n, HOOP_I32)))
+            return harness_fail(rank, "allgather", st);
+        for (int r = 0; !rc && r < size; r++) {
+            struct rank_ctx c = {.rank = r};
+            rc = check_i32(rank, "allgather", n, b + (size_t)r * n, want_rank, &c);
+        }
+        /* broadcast from the last rank, in place */
+        int root = size - 1;
+        for (size_t i = 0; i < n; i++)
+            a[i] = rank == root ? val(root, i) : -1;
+        if (!rc && (st = hoop_broadcast(comm, a, a, n, HOOP_I32, root)))
+            return harness_fail(rank, "broadcast", st);
+        struct rank_ctx rc_root = {.rank = root};
+        if (!rc)
+            rc = check_i32(rank, "broadcast", n, a, want_rank, &rc_root);
+        /* reduce to rank 0 */
+        for (size_t i = 0; i < n; i++)
+            a[i] = val(rank, i);
+        sc.off = 0;
+        if (!rc && (st = hoop_reduce(comm, a, b, n, HOOP_I32, HOOP_SUM, 0)))
+            return harness_fail(rank, "reduce", st);
+        if (!rc && rank == 0)
+            rc = check_i32(rank, "reduce", n, b, want_sum, &sc);
+        /* alltoall of small blocks (a 16th of n, at least 1) */
+        size_t m = n / 16 + 1;
+        for (int r = 0; r < size; r++)
+            for (size_t i = 0; i < m; i++)
+                a[(size_t)r * m + i] = val(rank, (size_t)r * 1000003u + i);
+        if (!rc && (st = hoop_alltoall(comm, a, b, m, HOOP_I32)))
+            return harness_fail(rank, "alltoall", st);
+        for (int r = 0; !rc && r < size; r++) {
+            struct rank_ctx c = {.rank = r, .off = (size_t)rank * 1000003u};
+            rc = check_i32(rank, "alltoall", m, b + (size_t)r * m, want_rank, &c);
+        }
+        if (!rc && (st = hoop_barrier(comm)))
+            return harness_fail(rank, "barrier", st);
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
+static void run_collectives(int n)
+{
+    setenv("HOOP_SHM", "1", 1);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.chunk_bytes = 128 * 1024;
+    char report[8192];
+    bool ok = harness_run(n, &base, every_collective, "shm (every ring link", 240.0, report,
+                          sizeof(report));
+    cr_assert(ok, "every collective over shared memory at N = %d:\n%s", n, report);
+}
+
+Test(shm, every_collective_exact_n1, .timeout = 300) { run_collectives(1); }
+Test(shm, every_collective_exact_n2, .timeout = 300) { run_collectives(2); }
+Test(shm, every_collective_exact_n3, .timeout = 300) { run_collectives(3); }
+Test(shm, every_collective_exact_n4, .timeout = 300) { run_collectives(4); }
+Test(shm, every_collective_exact_n5, .timeout = 300) { run_collectives(5); }
+Test(shm, every_collective_exact_n8, .timeout = 300) { run_collectives(8); }
+
+/* HOOP_SHM=0: same-host ranks go over TCP, and the name says so. */
+Test(shm, off_means_tcp_between_same_host_ranks, .timeout = 300)
+{
+    setenv("HOOP_SHM", "0", 1);
+    setenv("HOOP_TRANSPORT", "tcp", 1);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.chunk_bytes = 128 * 1024;
+    char report[8192];
+    bool ok = harness_run(3, &base, every_collective, "tcp/", 240.0, report, sizeof(report));
+    cr_assert(ok, "HOOP_SHM=0:\n%s", report);
+    cr_assert(!strstr(report, "shm"), "%s", report);
+}
+
+/* Raw ranks that set their own HOOP_SHM (and, for one, another host)
+ * before they form the communicator. */
+struct mix_job {
+    const char *shm[8];  /* HOOP_SHM per rank */
+    int apart;           /* this rank goes to another host (-1: none) */
+    int own_ipc;         /* this rank gets an IPC namespace of its own (-1: none) */
+    const char *want;    /* in the transport's description, or in the error */
+    int expect_fail;
+};
+
+static int mix_rank(int rank, int size, int port, void *arg)
+{
+    struct mix_job *j = arg;
+    if (j->apart == rank) {
+        if (unshare(CLONE_NEWUTS) != 0)
+            return 77;
+        if (sethostname("hoop-test-shm-other", strlen("hoop-test-shm-other")) != 0)
+            return harness_failf(rank, "sethostname: %s", strerror(errno));
+    }
+    if (j->own_ipc == rank && unshare(CLONE_NEWIPC) != 0)
+        return 77;
+    setenv("HOOP_SHM", j->shm[rank], 1);
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    cfg.chunk_bytes = 128 * 1024;
+    hoop_comm_t *comm;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    if (j->expect_fail) {
+        if (st == HOOP_OK) {
+            hoop_comm_destroy(comm);
+            return harness_failf(rank, "hoop_comm_init succeeded with HOOP_SHM=%s",
+                                 j->shm[rank]);
+        }
+        if (!strstr(hoop_last_error(), j->want))
+            return harness_failf(rank, "the error \"%s\" does not say \"%s\"", hoop_last_error(),
+                                 j->want);
+        return 0;
+    }
+    if (st != HOOP_OK)
+        return harness_fail(rank, "hoop_comm_init", st);
+    int rc = every_collective(comm, rank, size, (void *)j->want);
+    hoop_comm_destroy(comm);
+    return rc;
+}
+
+static void run_mix(struct mix_job *tmpl, int n)
+{
+    struct mix_job *j = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                             -1, 0);
+    cr_assert(j != MAP_FAILED);
+    *j = *tmpl;
+    char report[8192];
+    bool ok = harness_run_raw(n, mix_rank, j, 240.0, report, sizeof(report));
+    if (!ok && (j->apart >= 0 || j->own_ipc >= 0) && strstr(report, "exit code 77"))
+        cr_skip_test("this test cannot make a UTS or IPC namespace (it needs CAP_SYS_ADMIN):\n%s",
+                     report);
+    cr_assert(ok, "%s", report);
+    munmap(j, 4096);
+}
+
+/* One rank of four refuses shared memory: its two links are TCP, the
+ * others shared memory, in one ring, every collective exact. */
+Test(shm, one_rank_refusing_makes_a_mixed_ring, .timeout = 300)
+{
+    struct mix_job j = {.shm = {"auto", "auto", "0", "auto"}, .apart = -1, .own_ipc = -1,
+                        .want = "shm on ring links 0>1 3>0"};
+    run_mix(&j, 4);
+}
+
+/* One rank of four on another host (its own UTS namespace and host name):
+ * its links are TCP, the others shared memory. */
+Test(shm, a_rank_on_another_host_makes_a_mixed_ring, .timeout = 300)
+{
+    struct mix_job j = {.shm = {"auto", "auto", "auto", "auto"}, .apart = 1, .own_ipc = -1,
+                        .want = "shm on ring links 2>3 3>0"};
+    run_mix(&j, 4);
+}
+
+/* A rank in an IPC namespace of its own (a container's default) still
+ * shares memory with the others: a memfd needs no System V IPC and no
+ * /dev/shm, and the segment travels over a socket. */
+Test(shm, a_rank_in_its_own_ipc_namespace_still_uses_shm, .timeout = 300)
+{
+    struct mix_job j = {.shm = {"1", "1", "1"}, .apart = -1, .own_ipc = 1,
+                        .want = "shm (every ring link"};
+    run_mix(&j, 3);
+}
+
+/* HOOP_SHM=1 against HOOP_SHM=0 on one host: both are told. */
+Test(shm, insisting_against_refusing_fails_on_both, .timeout = 120)
+{
+    struct mix_job j = {.shm = {"1", "0"}, .apart = -1, .own_ipc = -1,
+                        .want = "set HOOP_SHM the same", .expect_fail = 1};
+    run_mix(&j, 2);
+}
+
+/* ---- a rank killed mid-allreduce --------------------------------------- */
+
+static int count_dev_shm(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static int killed_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    size_t n = 8u << 20;
+    float *a = malloc(n * sizeof(*a));
+    if (!a)
+        return harness_failf(rank, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        a[i] = 1.0f;
+    for (int it = 0; it < 1000; it++) {
+        if (rank == 1 && it == 3) {
+            /* In the middle of the next call, from another thread's view:
+             * die while the others wait on this rank's slots. */
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            raise(SIGKILL);
+        }
+        hoop_status_t st = hoop_allreduce(comm, a, a, n, HOOP_F32, HOOP_SUM);
+        if (st != HOOP_OK) {
+            const char *why = hoop_last_error();
+            free(a);
+            if (!strstr(why, "rank 1"))
+                return harness_failf(rank, "the failure does not name rank 1: %s", why);
+            fprintf(stderr, "rank %d: %s\n", rank, why);
+            return 0;
+        }
+    }
+    free(a);
+    return harness_failf(rank, "every allreduce succeeded although rank 1 was killed");
+}
+
+Test(shm, sigkill_mid_allreduce_is_named_and_leaves_nothing, .timeout = 180)
+{
+    setenv("HOOP_SHM", "1", 1);
+    int before = count_dev_shm();
+    harness_job_t job;
+    cr_assert(harness_job_init(&job));
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = 60.0;
+    for (int r = 0; r < 3; r++)
+        cr_assert(harness_spawn_rank(&job, r, 3, &base, killed_rank, NULL) > 0);
+    double t0 = harness_now();
+    harness_wait(&job, 120.0, 30.0);
+    double took = harness_since(t0);
+    cr_assert_eq(job.procs[1].signal, SIGKILL, "%s", job.report);
+    for (int r = 0; r < 3; r += 2)
+        cr_assert(job.procs[r].done && !job.procs[r].hung && job.procs[r].exit_code == 0,
+                  "rank %d:\n%s", r, job.report);
+    cr_assert(took < 40.0, "the survivors took %.1f s (HOOP_TIMEOUT is 60 s)", took);
+    cr_assert_eq(count_dev_shm(), before, "the job left files in /dev/shm");
+}

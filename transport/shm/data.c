@@ -1,0 +1,472 @@
+/* data.c - the shared-memory transport's data path: requests copied into
+ * and out of the slots, and its waits (shm.h). */
+#include "transport/shm/conn.h"
+#include "common/clock.h"
+#include "common/sock.h"
+#include "common/status.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static inline void shm_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void shm_ring(int efd)
+{
+    uint64_t one = 1;
+    if (write(efd, &one, sizeof(one)) < 0) {
+        /* Full (never in practice) or the peer's end is gone: it is awake,
+         * or nothing will wake it. */
+    }
+}
+
+/* The first failure that an errno does not tell, kept for last_error. */
+static int shm_fail(struct shm_conn *c, int err, const char *fmt, const char *what)
+{
+    struct shm_tp *tp = c->tp;
+    if (!tp->why[0])
+        snprintf(tp->why, sizeof(tp->why), fmt, c->peer, what);
+    if (!c->err)
+        c->err = err;
+    return err;
+}
+
+static void shm_end(struct shm_conn *c, int state)
+{
+    struct hoop_tp_req *r = c->head;
+    c->head = r->next;
+    if (!c->head)
+        c->tail = NULL;
+    r->next = NULL;
+    r->state = state;
+}
+
+int shm_conn_fail_all(struct shm_conn *c, int err)
+{
+    int n = 0;
+    c->pub = NULL;
+    while (c->head) {
+        shm_end(c, err);
+        n++;
+    }
+    return n;
+}
+
+void shm_conn_shut(struct shm_conn *c)
+{
+    if (!c->ctl)
+        return;
+    atomic_store(c->dir == SHM_TX ? &c->ctl->prod_closed : &c->ctl->cons_closed, 1);
+    if (c->efd_peer >= 0)
+        shm_ring(c->efd_peer);
+    if (c->sock >= 0)
+        shutdown(c->sock, SHUT_RDWR);
+}
+
+/* Copy bytes [off, off + n) of the request's message (header, then
+ * payload) to or from p. */
+static void shm_copy(struct hoop_tp_req *r, size_t off, uint8_t *p, size_t n, int out)
+{
+    if (off < r->hdr_len) {
+        size_t k = r->hdr_len - off < n ? r->hdr_len - off : n;
+        if (out)
+            memcpy(p, (uint8_t *)r->hdr + off, k);
+        else
+            memcpy((uint8_t *)r->hdr + off, p, k);
+        off += k;
+        p += k;
+        n -= k;
+    }
+    if (n) {
+        if (out)
+            memcpy(p, (uint8_t *)r->buf + (off - r->hdr_len), n);
+        else
+            memcpy((uint8_t *)r->buf + (off - r->hdr_len), p, n);
+    }
+}
+
+/* Publish what there is room for of request r (from r->done on): 1 once
+ * all of it is in the ring, 0 when the ring is full first. */
+static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r, uint64_t *tail)
+{
+    struct shm_ctl *ctl = c->ctl;
+    size_t total = hoop_tp_req_total(r);
+    int remote = r->done == 0 && r->len >= SHM_REMOTE_MIN && r->hdr_len &&
+                 r->hdr_len <= c->slot_bytes &&
+                 atomic_load_explicit(&ctl->cma_ok, memory_order_acquire);
+    do {
+        if (c->pos - *tail == c->nslots) {
+            *tail = atomic_load(&ctl->tail);
+            if (c->pos - *tail == c->nslots)
+                return 0;
+        }
+        uint8_t *slot = c->seg + shm_slot_off((uint32_t)(c->pos & (c->nslots - 1)),
+                                              c->slot_bytes);
+        size_t n = remote ? r->hdr_len
+                 : total - r->done < c->slot_bytes ? total - r->done : c->slot_bytes;
+        shm_copy(r, r->done, slot + SHM_SLOT_HDR, n, 1);
+        struct shm_slot_hdr h = {.magic = SHM_SLOT_MAGIC, .pos = c->pos, .msg = c->msg,
+                                 .msg_len = total, .offset = r->done, .len = (uint32_t)n};
+        if (remote) {
+            h.flags = SHM_SLOT_REMOTE;
+            h.remote = (uint64_t)(uintptr_t)r->buf;
+        }
+        memcpy(slot, &h, sizeof(h));
+        c->pos++;
+        r->done = remote ? total : r->done + n;
+        /* Publish, then look whether the consumer sleeps: it says so
+         * before its last look at head. Both sides' store-then-load are
+         * sequentially consistent, so one of them sees the other's. */
+        atomic_store(&ctl->head, c->pos);
+        if (atomic_load(&ctl->cons_wait) &&
+            atomic_exchange(&ctl->cons_wait, 0))
+            shm_ring(c->efd_peer);
+    } while (r->done < total);
+    /* A payload read in place is the sender's until its slot is taken. */
+    r->lent = remote ? c->pos : 0;
+    c->msg++;
+    return 1;
+}
+
+/* The producer: fill the free slots with the queue's messages (from
+ * c->pub, the first not wholly in the ring), and end the requests at the
+ * head that are in, in order: one whose payload is read in place once the
+ * consumer has taken its slot. */
+static int shm_produce(struct shm_conn *c)
+{
+    int ended = 0;
+    struct shm_ctl *ctl = c->ctl;
+    uint64_t tail = atomic_load(&ctl->tail);
+    if (!c->err && c->pos - tail > c->nslots)
+        shm_fail(c, -EPROTO, "rank %d %s", "wrote a position into the segment that is not "
+                 "one (the segment is corrupt)");
+    for (int pass = 0; !c->err && pass < 2; pass++) {
+        /* What the consumer has taken is done, even if it has left since. */
+        while (c->head && c->head != c->pub && (!c->head->lent || tail >= c->head->lent)) {
+            c->head->lent = 0;
+            shm_end(c, 0);
+            ended++;
+        }
+        if (!c->head)
+            break;
+        if (atomic_load_explicit(&ctl->cons_closed, memory_order_acquire) || c->ended) {
+            if (atomic_load(&ctl->tail) != tail) {
+                tail = atomic_load(&ctl->tail);
+                pass--;
+                continue;
+            }
+            shm_fail(c, -EPIPE, "rank %d %s", "stopped taking messages (it failed, or left)");
+            break;
+        }
+        if (pass == 0)
+            while (c->pub && shm_publish(c, c->pub, &tail))
+                c->pub = c->pub->next;
+    }
+    if (c->err) {
+        c->pub = NULL;
+        ended += shm_conn_fail_all(c, c->err);
+    }
+    return ended;
+}
+
+/* A message whose length is not the receive's: the header (what there is
+ * of it) goes to check, which tells the caller what the sender does. */
+static int shm_wrong_length(struct shm_conn *c, struct hoop_tp_req *r, const uint8_t *data,
+                            const struct shm_slot_hdr *h)
+{
+    if (r->hdr_len && h->len >= r->hdr_len) {
+        memcpy(r->hdr, data, r->hdr_len);
+        r->done = r->hdr_len;
+    } else if (r->hdr_len) {
+        memset(r->hdr, 0, r->hdr_len);
+        r->done = 0;
+    }
+    int rc = r->check ? r->check(r) : 0;
+    char what[160];
+    snprintf(what, sizeof(what), "sent a message of %llu bytes where this rank expected %zu",
+             (unsigned long long)h->msg_len, hoop_tp_req_total(r));
+    if (!rc)
+        rc = shm_fail(c, -EMSGSIZE, "rank %d %s", what);
+    c->err = c->err ? c->err : rc;
+    return rc;
+}
+
+/* A slot whose payload stays in the producer: the header from the slot,
+ * checked, then the payload read straight into the receive. 0, or -1 with
+ * the connection failed. */
+static int shm_take_remote(struct shm_conn *c, struct hoop_tp_req *r, const uint8_t *data,
+                           const struct shm_slot_hdr *h)
+{
+    if (!c->cma_pid || h->len != r->hdr_len) {
+        shm_fail(c, -EPROTO, "rank %d %s", "left a payload in its memory where this rank "
+                 "cannot read it (the segment is corrupt)");
+        return -1;
+    }
+    memcpy(r->hdr, data, r->hdr_len);
+    r->done = r->hdr_len;
+    int rc = r->check ? r->check(r) : 0;
+    if (rc) {
+        c->err = rc;
+        return -1;
+    }
+    size_t left = r->len;
+    uint8_t *dst = r->buf;
+    uint64_t src = h->remote;
+    while (left) {
+        struct iovec lo = {.iov_base = dst, .iov_len = left};
+        struct iovec re = {.iov_base = (void *)(uintptr_t)src, .iov_len = left};
+        ssize_t got = process_vm_readv(c->cma_pid, &lo, 1, &re, 1, 0);
+        if (got <= 0) {
+            char what[160];
+            snprintf(what, sizeof(what), "left a payload this rank could not read from its "
+                     "memory: process_vm_readv: %s", hoop_errno_str(got < 0 ? -errno : -EIO));
+            shm_fail(c, got < 0 && errno == ESRCH ? -ECONNRESET : -EPROTO, "rank %d %s", what);
+            return -1;
+        }
+        dst += got;
+        src += (uint64_t)got;
+        left -= (size_t)got;
+    }
+    r->done = hoop_tp_req_total(r);
+    return 0;
+}
+
+/* The consumer: copy the slots published into the queue's receives. */
+static int shm_consume(struct shm_conn *c)
+{
+    int ended = 0, took = 0;
+    struct shm_ctl *ctl = c->ctl;
+    while (c->head) {
+        struct hoop_tp_req *r = c->head;
+        if (c->err) {
+            shm_end(c, c->err);
+            ended++;
+            continue;
+        }
+        uint64_t head = atomic_load(&ctl->head);
+        if (head - c->pos > c->nslots) {
+            shm_fail(c, -EPROTO, "rank %d %s", "wrote a position into the segment that is not "
+                     "one (the segment is corrupt)");
+            continue;
+        }
+        if (head == c->pos) {
+            /* Nothing more: was that all there will be? Closing is said
+             * after the last publish, so look at head once more. */
+            if (atomic_load_explicit(&ctl->prod_closed, memory_order_acquire) || c->ended) {
+                if (atomic_load(&ctl->head) != c->pos)
+                    continue;
+                shm_fail(c, -ECONNRESET, "rank %d %s", "stopped sending (it failed, or left)");
+                continue;
+            }
+            break;
+        }
+        const uint8_t *slot = c->seg + shm_slot_off((uint32_t)(c->pos & (c->nslots - 1)),
+                                                    c->slot_bytes);
+        uint8_t raw[SHM_SLOT_HDR];
+        memcpy(raw, slot, SHM_SLOT_HDR);
+        size_t total = hoop_tp_req_total(r);
+        struct shm_slot_expect e = {.pos = c->pos, .msg = c->msg, .offset = r->done,
+                                    .msg_len = c->msg_len, .slot_bytes = c->slot_bytes};
+        struct shm_slot_hdr h;
+        char why[200];
+        if (shm_slot_parse(raw, &e, &h, why, sizeof(why))) {
+            char what[260];
+            snprintf(what, sizeof(what), "wrote a corrupt slot header into the segment: %s", why);
+            shm_fail(c, -EPROTO, "rank %d %s", what);
+            continue;
+        }
+        const uint8_t *data = slot + SHM_SLOT_HDR;
+        if (h.offset == 0) {
+            c->msg_len = h.msg_len;
+            if (h.msg_len != total) {
+                shm_wrong_length(c, r, data, &h);
+                continue;
+            }
+        }
+        if (h.flags & SHM_SLOT_REMOTE) {
+            if (shm_take_remote(c, r, data, &h))
+                continue;
+            goto taken;
+        }
+        size_t off = r->done, n = h.len;
+        if (r->check && off < r->hdr_len && off + n >= r->hdr_len) {
+            /* The header is in: check it before any payload byte is trusted. */
+            size_t k = r->hdr_len - off;
+            shm_copy(r, off, (uint8_t *)data, k, 0);
+            r->done = r->hdr_len;
+            int rc = r->check(r);
+            if (rc) {
+                c->err = rc;
+                continue;
+            }
+            off += k;
+            data += k;
+            n -= k;
+        }
+        shm_copy(r, off, (uint8_t *)data, n, 0);
+        r->done = off + n;
+    taken:
+        c->pos++;
+        took = 1;
+        atomic_store(&ctl->tail, c->pos);
+        if (atomic_load(&ctl->prod_wait) &&
+            atomic_exchange(&ctl->prod_wait, 0))
+            shm_ring(c->efd_peer);
+        if (r->done == total) {
+            c->msg++;
+            shm_end(c, 0);
+            ended++;
+        }
+    }
+    (void)took;
+    return ended;
+}
+
+static int shm_move(struct shm_conn *c)
+{
+    return c->dir == SHM_TX ? shm_produce(c) : shm_consume(c);
+}
+
+int shm_move_all(struct shm_tp *tp)
+{
+    int n = tp->unreported;
+    tp->unreported = 0;
+    for (struct shm_conn *c = tp->conns; c; c = c->next_conn)
+        if (c->head)
+            n += shm_move(c);
+    return n;
+}
+
+static int shm_queue(struct shm_conn *c, struct hoop_tp_req *req)
+{
+    req->state = HOOP_REQ_PENDING;
+    req->done = 0;
+    req->next = NULL;
+    req->lent = 0;
+    if (c->tail)
+        c->tail->next = req;
+    else
+        c->head = req;
+    c->tail = req;
+    if (c->dir == SHM_TX && !c->pub)
+        c->pub = req;
+    /* Move at once what can move: a copy does not wait. */
+    c->tp->unreported += shm_move(c);
+    return 0;
+}
+
+int shm_isend(void *conn, struct hoop_tp_req *req)
+{
+    return shm_queue(conn, req);
+}
+
+int shm_irecv(void *conn, struct hoop_tp_req *req)
+{
+    return shm_queue(conn, req);
+}
+
+void shm_peer_ended(void *vtp, int peer)
+{
+    struct shm_tp *tp = vtp;
+    for (struct shm_conn *c = tp->conns; c; c = c->next_conn)
+        if (c->peer == peer)
+            c->ended = 1;
+}
+
+int shm_take_events(struct shm_tp *tp, int timeout_ms)
+{
+    struct epoll_event ev[32];
+    int n = epoll_wait(tp->epfd, ev, 32, timeout_ms);
+    int woken = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t tag = ev[i].data.u64;
+        if (tag == 0) {
+            woken = 1;
+            continue;
+        }
+        struct shm_conn *c = (struct shm_conn *)(uintptr_t)(tag & ~(uint64_t)3);
+        if (tag & SHM_TAG_EFD) {
+            uint64_t v;
+            if (read(c->efd_self, &v, sizeof(v)) < 0) {
+                /* EAGAIN: another look took it already */
+            }
+        } else {
+            /* The peer's end of the socket is gone (nothing else is sent
+             * on it): its process has ended or it closed the connection. */
+            c->ended = 1;
+            epoll_ctl(tp->epfd, EPOLL_CTL_DEL, c->sock, NULL);
+        }
+    }
+    return woken;
+}
+
+int hoop_shm_arm(void *vtp)
+{
+    struct shm_tp *tp = vtp;
+    for (struct shm_conn *c = tp->conns; c; c = c->next_conn)
+        if (c->head && !c->armed) {
+            atomic_store(c->dir == SHM_TX ? &c->ctl->prod_wait : &c->ctl->cons_wait, 1);
+            c->armed = 1;
+        }
+    /* After the marks, one more look: what the peer did before it could see
+     * them is found here. */
+    int n = shm_move_all(tp);
+    if (n)
+        hoop_shm_disarm(tp);
+    return n ? n : 0;
+}
+
+void hoop_shm_disarm(void *vtp)
+{
+    struct shm_tp *tp = vtp;
+    for (struct shm_conn *c = tp->conns; c; c = c->next_conn)
+        if (c->armed) {
+            atomic_store_explicit(c->dir == SHM_TX ? &c->ctl->prod_wait : &c->ctl->cons_wait, 0,
+                                  memory_order_relaxed);
+            c->armed = 0;
+        }
+}
+
+int shm_progress(void *vtp, uint64_t deadline_ns)
+{
+    struct shm_tp *tp = vtp;
+    uint64_t now = hoop_now_ns();
+    uint64_t spin_until = now + tp->spin_ns < deadline_ns ? now + tp->spin_ns : deadline_ns;
+    for (;;) {
+        int n = shm_move_all(tp);
+        if (n)
+            return n;
+        now = hoop_now_ns();
+        if (now < spin_until) {
+            if (tp->spin_yield)
+                sched_yield();
+            else
+                for (int i = 0; i < 16; i++)
+                    shm_cpu_relax();
+            continue;
+        }
+        /* Sleep until a peer moves, a watched descriptor or the deadline. */
+        if ((n = hoop_shm_arm(tp)))
+            return n;
+        int woken = shm_take_events(tp, now >= deadline_ns ? 0 : hoop_ms_left(deadline_ns));
+        hoop_shm_disarm(tp);
+        if ((n = shm_move_all(tp)))
+            return n;
+        if (woken)
+            return -EINTR;
+        if (hoop_now_ns() >= deadline_ns)
+            return 0;
+    }
+}

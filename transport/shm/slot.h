@@ -1,0 +1,111 @@
+/* slot.h - the layout of a shared-memory segment between two ranks, and
+ * the header of each of its slots.
+ *
+ * One segment carries one direction of one connection: the sender (the
+ * producer) writes messages into a ring of nslots slots, the receiver (the
+ * consumer) copies them out. Both positions count slots from 0 and only
+ * grow; slot i of the ring holds position p where p % nslots == i. The
+ * segment is the peer's memory as much as this rank's: every word read from
+ * it is copied out once and checked against what this side knows before it
+ * is used (slot_parse), so a corrupted or hostile header is an error with a
+ * sentence, never an access outside the mapping. */
+#ifndef HOOP_TRANSPORT_SHM_SLOT_H
+#define HOOP_TRANSPORT_SHM_SLOT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHM_SEG_MAGIC 0x4d485348u  /* "HSHM" */
+#define SHM_SLOT_MAGIC 0x544c5348u /* "HSLT" */
+#define SHM_VERSION 1
+#define SHM_CTL_BYTES 4096         /* the control words, then the slots */
+#define SHM_SLOT_HDR 64
+#define SHM_SLOTS_MIN 2
+#define SHM_SLOTS_MAX 256
+#define SHM_SLOT_BYTES_MIN 4096
+#define SHM_SLOT_BYTES_MAX (4u << 20)
+/* The longest message a slot header may announce (a ring chunk is at most
+ * a few MiB; this only bounds arithmetic). */
+#define SHM_MSG_MAX ((uint64_t)1 << 40)
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
+               "shared-memory rings need lock-free 32- and 64-bit atomics");
+
+/* The segment's first page. Each word the two sides write sits on its own
+ * cache line; geometry is written once by the producer before the segment
+ * is handed over and is only informative: each side uses the geometry the
+ * handshake settled (and checked against the segment's size). */
+struct shm_ctl {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t nslots;
+    uint32_t slot_bytes;
+    uint8_t pad0[64 - 16];
+    _Atomic uint64_t head; /* producer: slots published */
+    uint8_t pad1[64 - 8];
+    _Atomic uint64_t tail; /* consumer: slots taken */
+    uint8_t pad2[64 - 8];
+    _Atomic uint32_t cons_wait; /* the consumer sleeps: ring its eventfd on publishing */
+    uint8_t pad3[64 - 4];
+    _Atomic uint32_t prod_wait; /* the producer sleeps: ring its eventfd on taking */
+    uint8_t pad4[64 - 4];
+    _Atomic uint32_t prod_closed; /* the producer has cancelled or closed */
+    uint8_t pad5[64 - 4];
+    _Atomic uint32_t cons_closed; /* the consumer has cancelled or closed */
+    uint8_t pad6[64 - 4];
+    /* Single copy: the producer writes probe (a value of its choosing);
+     * the consumer reads it through process_vm_readv at the producer's
+     * address of it, and sets cma_ok when that worked and agreed. */
+    uint64_t probe;
+    _Atomic uint32_t cma_ok;
+    uint8_t pad7[64 - 12];
+};
+_Static_assert(sizeof(struct shm_ctl) <= SHM_CTL_BYTES, "control words fit their page");
+
+/* flags: the slot holds the request's header only; the payload stays in
+ * the producer's memory at `remote`, for the consumer to read with
+ * process_vm_readv; the producer's send ends once the slot is taken. */
+#define SHM_SLOT_REMOTE 1u
+
+/* A slot's header as it is in the segment (SHM_SLOT_HDR bytes, native
+ * byte order: both ends are on one machine). A message (the request's
+ * header, then its payload) takes one slot or more, in order; a message of
+ * no bytes still takes one slot. */
+struct shm_slot_hdr {
+    uint32_t magic;
+    uint32_t flags;   /* 0, or SHM_SLOT_REMOTE */
+    uint64_t pos;     /* the ring position this slot was written at */
+    uint64_t msg;     /* the message's number on this connection, from 0 */
+    uint64_t msg_len; /* the whole message's bytes */
+    uint64_t offset;  /* where this slot's bytes start in the message */
+    uint32_t len;     /* bytes in this slot */
+    uint32_t pad;
+    uint64_t remote;  /* SHM_SLOT_REMOTE: the payload's address in the producer */
+};
+_Static_assert(sizeof(struct shm_slot_hdr) <= SHM_SLOT_HDR, "a slot header fits its space");
+
+/* What the consumer expects of the next slot. */
+struct shm_slot_expect {
+    uint64_t pos;
+    uint64_t msg;
+    uint64_t offset;   /* 0 for a message's first slot */
+    uint64_t msg_len;  /* the first slot's, for the later ones (ignored at offset 0) */
+    uint32_t slot_bytes;
+};
+
+/* The segment's size for a geometry, 0 when the geometry is out of bounds. */
+size_t shm_seg_bytes(uint32_t nslots, uint32_t slot_bytes);
+/* Where slot i starts in the segment. */
+static inline size_t shm_slot_off(uint32_t i, uint32_t slot_bytes)
+{
+    return SHM_CTL_BYTES + (size_t)i * (SHM_SLOT_HDR + (size_t)slot_bytes);
+}
+
+/* Check a slot header copied out of the segment (raw, SHM_SLOT_HDR bytes)
+ * against what the consumer expects: 0 and *out filled, or -EPROTO with
+ * why said (what was found, what was expected). */
+int shm_slot_parse(const uint8_t raw[SHM_SLOT_HDR], const struct shm_slot_expect *e,
+                   struct shm_slot_hdr *out, char *why, size_t n);
+
+#endif
