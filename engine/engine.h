@@ -182,6 +182,8 @@ struct hoop_engine {
     struct eng_timeline *tl;
     uint8_t *inv;          /* per cache slot: this rank holds it stale */
     int idle_cycles;       /* cycles in a row in which no rank had anything */
+    int drained;           /* the last cycle left nothing pending anywhere */
+    uint64_t sync_done_ns; /* when the last cycle's sync allreduce ended */
     struct eng_tune *tune; /* rank 0 with HOOP_AUTOTUNE=1, else NULL */
 };
 

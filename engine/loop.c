@@ -273,6 +273,12 @@ static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
     }
     if ((st = hoop_allreduce(e->comm, w, w, words, HOOP_U32, HOOP_SUM)))
         return st;
+    /* Every rank leaves this allreduce at about the same moment: the next
+     * cycle's timer starts here, so that the ranks' cycles stay in phase
+     * (timed from each rank's own start, the phase would drift until one
+     * rank's cycle began before its caller's next enqueue, and every
+     * operation took two cycles). */
+    e->sync_done_ns = hoop_now_ns();
     if (w[W_MAGIC] != (uint32_t)e->size)
         return hoop_error(HOOP_ERR_PEER,
                           "engine rank %d: the sync words of a cycle add up to %u ranks, not %d: "
@@ -315,6 +321,15 @@ static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
     for (size_t i = W_HDR; i < words && idle; i++)
         idle = w[i] == 0;
     e->idle_cycles = idle ? e->idle_cycles + 1 : 0;
+    /* Drained: no name is left half announced, no cached name waits for
+     * another rank, and this rank holds nothing. The first two are the
+     * same on every rank, so in a job where every rank enqueues alike,
+     * every rank's next enqueue starts the next cycle at once. */
+    int drained = e->ntab == 0 && e->njoined == 0 && e->pending == NULL;
+    /* (the slots this cycle's sync words held: running may have added) */
+    for (size_t s = 0; s < words - W_HDR - (size_t)e->size && drained; s++)
+        drained = slots[s] == 0 || slots[s] >= (uint32_t)e->size;
+    e->drained = drained;
     if (e->rank == 0)
         eng_table_stall_check(e, hoop_now_ns());
     eng_timeline_flush(e->tl);
@@ -326,8 +341,8 @@ static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
     return HOOP_OK;
 }
 
-/* Sleep until `until` (CLOCK_MONOTONIC, ns); while quiet, an enqueue or a
- * destroy ends it early. */
+/* Sleep until `until` (CLOCK_MONOTONIC, ns); while quiet (nothing pending),
+ * an enqueue or a destroy ends it early. */
 static void engine_sleep(struct hoop_engine *e, uint64_t until, int quiet)
 {
     struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
@@ -352,14 +367,16 @@ static void *engine_thread(void *arg)
          * instead of every cycle. The ranks see the same sync words, so
          * they go quiet together; one woken early waits in the sync
          * allreduce for the others, woken by their own enqueues or their
-         * timers. */
-        int quiet = e->idle_cycles >= ENG_IDLE_CYCLES;
-        uint64_t start = quiet ? hoop_now_ns() : next;
-        engine_sleep(e, quiet ? start + ENG_QUIET_NS : next, quiet);
-        next = hoop_now_ns() + e->cycle_ns;
+         * timers. Likewise after a cycle that left nothing pending on any
+         * rank (drained): the next enqueue starts a cycle at once, so
+         * that a lone operation costs no wait for the timer, and the
+         * cycle time batches only what comes while work is under way. */
+        int idle = e->idle_cycles >= ENG_IDLE_CYCLES;
+        engine_sleep(e, idle ? hoop_now_ns() + ENG_QUIET_NS : next, idle || e->drained);
         int stop = take_queue(e);
         int stopped = 0;
         hoop_status_t st = cycle(e, stop, &stopped);
+        next = e->sync_done_ns + e->cycle_ns;
         if (st) {
             die(e, st);
             break;

@@ -1158,3 +1158,33 @@ Test(async, idle_engine_goes_quiet_and_wakes_n3, .timeout = 60)
     async_case_t c = {.body = body_quiet, .env = {"HOOP_CYCLE_TIME=1"}};
     run_case(3, &c, 40);
 }
+
+/* ---- a drained engine runs an enqueue at once, not at its next cycle -------- */
+
+static int body_drained(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t x;
+    hoop_engine_handle_t *h;
+    /* The cycle is a minute and every wait 20 s: only an engine that
+     * starts a cycle on an enqueue when nothing is pending passes. */
+    for (int k = 0; k < 5; k++) {
+        x = rank + k;
+        if (hoop_engine_allreduce(e, "lone", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                  &h))
+            return harness_fail(rank, "lone", HOOP_ERR_INVALID);
+        hoop_status_t st = hoop_engine_wait(h, 20.0);
+        if (st)
+            return harness_fail(rank, "lone (a drained engine waited for its cycle)", st);
+        hoop_engine_release(h);
+        if (x != size * (size - 1) / 2 + size * k)
+            return harness_failf(rank, "lone %d = %d", k, x);
+    }
+    return 0;
+}
+
+Test(async, drained_engine_runs_an_enqueue_at_once_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_drained, .env = {"HOOP_CYCLE_TIME=60000"}};
+    run_case(2, &c, 50);
+}
