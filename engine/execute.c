@@ -1,9 +1,9 @@
 /* execute.c - run a cycle's responses, in their order, on the engine's
  * thread: allreduces of the same dtype, op and scale factors fused into the
  * fusion buffer up to the threshold, everything else one collective each.
- * Only hoop.h's collectives are called. Allreduces of device buffers (a
- * group with any) are fused in a buffer on the GPU, copied and scaled
- * there (gpu/gpu.h).
+ * A tensor of a MiB or more runs alone, where it lies. Only hoop.h's
+ * collectives are called. Allreduces of device buffers (a group with any)
+ * are fused in a buffer on the GPU, copied and scaled there (gpu/gpu.h).
  */
 #include "engine/engine.h"
 #include "common/log.h"
@@ -258,9 +258,21 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
     return st;
 }
 
+/* A tensor of at least this many bytes is reduced where it lies, alone:
+ * copying it into the fusion buffer and out again costs more than the one
+ * collective it would save (a MiB takes about as long to copy in and out
+ * as a collective's fixed cost over a few ranks), and the copies, on this
+ * thread, are serial with the allreduces. */
+#define ENG_ALONE_BYTES (1u << 20)
+
+static int runs_alone(const struct eng_resp *r)
+{
+    return !r->p.nvals && r->p.count * hoop_dtype_size(r->p.dtype) >= ENG_ALONE_BYTES;
+}
+
 static int same_fusion(const struct eng_resp *a, const struct eng_resp *b)
 {
-    return !b->done && !b->err && b->p.kind == EK_ALLREDUCE && a->p.dtype == b->p.dtype &&
+    return !runs_alone(b) && !b->done && !b->err && b->p.kind == EK_ALLREDUCE && a->p.dtype == b->p.dtype &&
            a->p.op == b->p.op && a->p.pre == b->p.pre && a->p.post == b->p.post;
 }
 
@@ -516,7 +528,7 @@ hoop_status_t eng_execute(struct hoop_engine *e)
             uint64_t bytes = r->p.count * es;
             /* Later responses that fit join this one, skipping those that
              * do not match (Horovod's look-ahead), in list order. */
-            for (int j = i + 1; j < e->nresp && e->fusion_threshold; j++) {
+            for (int j = i + 1; j < e->nresp && e->fusion_threshold && !runs_alone(r); j++) {
                 struct eng_resp *q = &e->resp[j];
                 if (!same_fusion(r, q) || bytes + q->p.count * es > e->fusion_threshold)
                     continue;

@@ -1188,3 +1188,68 @@ Test(async, drained_engine_runs_an_enqueue_at_once_n2, .timeout = 60)
     async_case_t c = {.body = body_drained, .env = {"HOOP_CYCLE_TIME=60000"}};
     run_case(2, &c, 50);
 }
+
+/* ---- a tensor of a MiB or more runs alone, in place or not, scaled ---------- */
+
+#define NSMALL 10
+#define BIG_ELEMS (1u << 19) /* 2 MiB of f32 */
+
+static int body_big(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    enum { NB = 2, NALL = NSMALL + NB };
+    float *in[NALL], *out[NALL];
+    size_t cnt[NALL];
+    hoop_engine_handle_t *h[NALL];
+    for (int t = 0; t < NALL; t++) {
+        cnt[t] = t < NSMALL ? 100 + (size_t)t : BIG_ELEMS + (size_t)t;
+        in[t] = malloc(cnt[t] * 4);
+        /* the last big one in place, the other out of place */
+        out[t] = t == NALL - 1 ? in[t] : malloc(cnt[t] * 4);
+        if (!in[t] || !out[t])
+            return harness_failf(rank, "out of memory");
+        for (size_t i = 0; i < cnt[t]; i++)
+            in[t][i] = (float)val(rank, t, i);
+    }
+    hoop_engine_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
+    hoop_engine_stats(e, &s0);
+    for (int t = 0; t < NALL; t++) {
+        char name[32];
+        snprintf(name, sizeof name, "m.%d", t);
+        /* x 0.5 before, x 2 after: the sum, exactly */
+        hoop_status_t st = hoop_engine_allreduce(e, name, in[t], out[t], cnt[t], HOOP_F32,
+                                                 HOOP_SUM, 0.5, 2.0, NULL, NULL, &h[t]);
+        if (st)
+            return harness_fail(rank, name, st);
+    }
+    for (int t = 0; t < NALL; t++) {
+        if (wait_ok(h[t], rank, "m"))
+            return 1;
+        hoop_engine_release(h[t]);
+        for (size_t i = 0; i < cnt[t]; i++) {
+            float want = 0;
+            for (int r = 0; r < size; r++)
+                want += (float)val(r, t, i);
+            if (out[t][i] != want)
+                return harness_failf(rank, "m.%d[%zu] = %g, want %g", t, i, out[t][i], want);
+        }
+        /* out of place leaves the input alone */
+        if (out[t] != in[t] && in[t][cnt[t] - 1] != (float)val(rank, t, cnt[t] - 1))
+            return harness_failf(rank, "m.%d's input changed", t);
+        if (out[t] != in[t])
+            free(out[t]);
+        free(in[t]);
+    }
+    hoop_engine_stats(e, &s1);
+    uint64_t fused = s1.fused_ops - s0.fused_ops;
+    if (fused > NSMALL)
+        return harness_failf(rank, "%llu operations went through the fusion buffer, want at most "
+                             "the %d small ones", (unsigned long long)fused, NSMALL);
+    return 0;
+}
+
+Test(async, big_tensors_run_alone_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_big, .env = {"HOOP_CYCLE_TIME=20"}};
+    run_case(3, &c, 50);
+}
