@@ -94,15 +94,16 @@ class Handle:
     """An operation in flight: poll() says whether it is done, synchronize()
     waits for it and returns its result (or raises hoop's error)."""
 
+    __slots__ = ("_h", "name", "_keep", "_finish", "_done", "_result", "_error", "id", "__weakref__")
     _ids = itertools.count()
 
-    def __init__(self, h, name, keep, finish):
+    def __init__(self, h, name, keep, finish, result=None):
         self._h = h
         self.name = name
         self._keep = keep          # buffers the engine reads or writes until completion
         self._finish = finish      # called with the handle once it succeeded: the result
         self._done = False
-        self._result = None
+        self._result = result      # the result when there is no finish
         self._error = None
         self.id = next(Handle._ids)
 
@@ -133,18 +134,24 @@ class Handle:
                 raise self._error
             return self._result
         L = _lib.lib()
-        # Wait in slices, so that Python signals (Ctrl-C) get through.
-        while not L.hoop_engine_test(self._h):
-            L.hoop_engine_wait(self._h, 0.2)
-        why = ctypes.c_char_p()
-        st = L.hoop_engine_status(self._h, ctypes.byref(why))
+        h = self._h
+        # Wait in slices, so that Python signals (Ctrl-C) get through. A
+        # wait that returns OK is a success: one C call on that path; any
+        # other return is a slice that ran out or a failure (test tells).
+        st = L.hoop_engine_wait(h, 0.2)
+        while st != _OK and not L.hoop_engine_test(h):
+            st = L.hoop_engine_wait(h, 0.2)
         self._done = True
         try:
-            if st != _lib.OK:
+            if st != _OK:
+                why = ctypes.c_char_p()
+                st = L.hoop_engine_status(h, ctypes.byref(why))
+            if st != _OK:
                 self._error = error(st, (why.value or b"").decode(errors="replace"))
             else:
                 try:
-                    self._result = self._finish(self) if self._finish else None
+                    if self._finish is not None:
+                        self._result = self._finish(self)
                 except Exception as e:  # keep it for a second synchronize()
                     self._error = e
         finally:
@@ -172,23 +179,35 @@ def _check(st, name):
                     or "hoop: '%s' refused (status %d)" % (name, st))
 
 
-def _scales(dtype, prescale, postscale, what):
-    if dtype not in _lib.FLOATING and (prescale != 1.0 or postscale != 1.0):
-        raise HoopInvalidError("hoop: %s: prescale_factor and postscale_factor apply to floating "
-                               "point tensors only" % what, _lib.ERR_INVALID)
+_OK = _lib.OK
+_FLOATING = _lib.FLOATING
+_c_void_p = ctypes.c_void_p
+_byref = ctypes.byref
+
+
+def _scales(dtype, prescale, postscale, what, name):
+    if dtype not in _FLOATING and (prescale != 1.0 or postscale != 1.0):
+        raise HoopInvalidError("hoop: %s '%s': prescale_factor and postscale_factor apply to floating "
+                               "point tensors only" % (what, name), _lib.ERR_INVALID)
     return float(prescale), float(postscale)
 
 
-def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, finish):
-    pre, post = _scales(dtype, prescale, postscale, "allreduce '%s'" % name)
-    h = ctypes.c_void_p()
-    _check(_lib.lib().hoop_engine_allreduce(state().engine, name.encode(), send, recv, count, dtype, op,
-                                            pre, post, None, None, ctypes.byref(h)), name)
-    return Handle(h, name, keep, finish)
+def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, finish, result=None):
+    """keep: what must live until completion; the result is finish(handle)
+    when finish is given, else result. The path every gradient takes: no
+    work here that the call does not need."""
+    pre, post = _scales(dtype, prescale, postscale, "allreduce", name)
+    s = _state if _state is not None else state()
+    h = _c_void_p()
+    st = _lib.lib().hoop_engine_allreduce(s.engine, name.encode(), send, recv, count, dtype, op, pre, post,
+                                         None, None, _byref(h))
+    if st != _OK:
+        _check(st, name)
+    return Handle(h, name, keep, finish, result)
 
 
 def grouped_allreduce(name, sends, recvs, counts, dtype, op, prescale, postscale, keep, finish):
-    pre, post = _scales(dtype, prescale, postscale, "grouped allreduce '%s'" % name)
+    pre, post = _scales(dtype, prescale, postscale, "grouped allreduce", name)
     n = len(sends)
     s = (ctypes.c_void_p * n)(*sends)
     r = (ctypes.c_void_p * n)(*recvs)
@@ -226,7 +245,7 @@ def alltoall(name, send, splits, dtype, keep, finish):
 
 
 def reduce_scatter(name, send, recv, recvcount, dtype, op, prescale, postscale, keep, finish):
-    pre, post = _scales(dtype, prescale, postscale, "reducescatter '%s'" % name)
+    pre, post = _scales(dtype, prescale, postscale, "reducescatter", name)
     h = ctypes.c_void_p()
     _check(_lib.lib().hoop_engine_reduce_scatter(state().engine, name.encode(), send, recv, recvcount, dtype,
                                                  op, pre, post, None, None, ctypes.byref(h)), name)
@@ -235,7 +254,7 @@ def reduce_scatter(name, send, recv, recvcount, dtype, op, prescale, postscale, 
 
 def reduce_scatterv(name, send, recv, recvcounts, dtype, op, prescale, postscale, keep, finish):
     """recvcounts: one count per rank, the same list on every rank."""
-    pre, post = _scales(dtype, prescale, postscale, "reducescatter '%s'" % name)
+    pre, post = _scales(dtype, prescale, postscale, "reducescatter", name)
     rc = (ctypes.c_size_t * len(recvcounts))(*recvcounts)
     h = ctypes.c_void_p()
     _check(_lib.lib().hoop_engine_reduce_scatterv(state().engine, name.encode(), send, recv, rc, dtype, op,

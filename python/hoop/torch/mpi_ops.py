@@ -58,7 +58,12 @@ def _ptr(t):
     return t.data_ptr() if t.numel() else None
 
 
+_OPS = (Average, Sum, Min, Max, Product)
+
+
 def _op(average, op):
+    if average is None and op in _OPS:
+        return op
     if average is not None:
         if op is not None:
             raise ValueError("hoop: give op or the deprecated average, not both")
@@ -79,10 +84,21 @@ def _write_back(tensor, buf):
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
-    _no_process_set(process_set)
+    if process_set is not None:
+        _no_process_set(process_set)
     op = _op(average, op)
-    name = _engine.auto_name("allreduce", name)
-    dt = _dtype(tensor, "allreduce '%s'" % name)
+    if name.__class__ is not str:
+        name = _engine.auto_name("allreduce", name)
+    dt = _DTYPES.get(tensor.dtype)
+    if dt is None:
+        _dtype(tensor, "allreduce '%s'" % name)  # raises
+    if tensor.is_cpu and tensor.is_contiguous():
+        # The common case (every gradient of a CPU model): hoop reduces the
+        # tensor's own memory, the result is the tensor; no copy, no view.
+        n = tensor.numel()
+        p = tensor.data_ptr() if n else None
+        return _engine.allreduce(name, p, p, n, dt, op, prescale_factor, postscale_factor, tensor, None,
+                                 tensor)
     buf = _device_ok(tensor)
     return _engine.allreduce(name, _ptr(buf), _ptr(buf), buf.numel(), dt, op, prescale_factor,
                              postscale_factor, [buf, tensor], lambda h: _write_back(tensor, buf))
