@@ -358,7 +358,7 @@ static void engine_sleep(struct hoop_engine *e, uint64_t until, int quiet)
 static void *engine_thread(void *arg)
 {
     struct hoop_engine *e = arg;
-    uint64_t next = hoop_now_ns();
+    uint64_t next = hoop_now_ns(), burst_until = 0;
     for (;;) {
         /* Busy, the cycle time batches what is enqueued meanwhile (fusion).
          * After ENG_IDLE_CYCLES in which no rank had anything, the cycles
@@ -370,9 +370,19 @@ static void *engine_thread(void *arg)
          * timers. Likewise after a cycle that left nothing pending on any
          * rank (drained): the next enqueue starts a cycle at once, so
          * that a lone operation costs no wait for the timer, and the
-         * cycle time batches only what comes while work is under way. */
+         * cycle time batches only what comes while work is under way.
+         * For one cycle time after such a wake (a burst: the gradients
+         * of a step come one by one), cycles follow each other at once
+         * while anything is pending on any rank, so that the burst does
+         * not wait for the timer whenever one rank's cycle caught fewer
+         * of its operations than another's. */
         int idle = e->idle_cycles >= ENG_IDLE_CYCLES;
-        engine_sleep(e, idle ? hoop_now_ns() + ENG_QUIET_NS : next, idle || e->drained);
+        int drained = idle || e->drained;
+        uint64_t now = hoop_now_ns();
+        if (drained || now >= burst_until)
+            engine_sleep(e, idle ? now + ENG_QUIET_NS : next, drained);
+        if (drained)
+            burst_until = hoop_now_ns() + e->cycle_ns;
         int stop = take_queue(e);
         int stopped = 0;
         hoop_status_t st = cycle(e, stop, &stopped);
