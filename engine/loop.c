@@ -358,7 +358,10 @@ static void engine_sleep(struct hoop_engine *e, uint64_t until, int quiet)
 static void *engine_thread(void *arg)
 {
     struct hoop_engine *e = arg;
-    uint64_t next = hoop_now_ns(), burst_until = 0;
+    /* It starts drained: the first cycle runs at the first enqueue or one
+     * cycle time from now, so that an enqueue made before this thread
+     * first looked at the queue is not left half announced. */
+    uint64_t next = hoop_now_ns() + e->cycle_ns, burst_until = 0;
     for (;;) {
         /* Busy, the cycle time batches what is enqueued meanwhile (fusion).
          * After ENG_IDLE_CYCLES in which no rank had anything, the cycles
@@ -462,6 +465,7 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
     e->rank = hoop_comm_rank(comm);
     e->size = hoop_comm_size(comm);
     e->last_joined = -1;
+    e->drained = 1;
     char tl_path[4096];
     int tl_all = 0;
     hoop_status_t st = read_params(e, tl_path, sizeof(tl_path), &tl_all);
