@@ -547,6 +547,11 @@ hoop_status_t hoop_mixed_create(const struct hoop_transport_ops *net,
     return HOOP_OK;
 }
 
+void *hoop_mixed_net(void *vtp)
+{
+    return ((struct mixed_tp *)vtp)->ntp;
+}
+
 void hoop_mixed_bind(void *vtp, const struct hoop_ring *r)
 {
     ((struct mixed_tp *)vtp)->ring = r;

@@ -30,6 +30,9 @@ hoop_status_t hoop_mixed_create(const struct hoop_transport_ops *net,
                                 const struct hoop_transport_ops **ops);
 /* The ring whose table (r->peers) gives each rank's handle to accept. */
 void hoop_mixed_bind(void *tp, const struct hoop_ring *r);
+/* The configured transport's own transport object inside the table's
+ * (for tests that look into it: its registrations, its settings). */
+void *hoop_mixed_net(void *tp);
 /* 1 when the link between the two handles' ranks is shared memory. */
 int hoop_mixed_link_is_shm(const uint8_t *a, uint16_t alen, const uint8_t *b, uint16_t blen);
 

@@ -12,6 +12,7 @@
 #include "remap.h"
 #include "hoop.h"
 #include "collectives/comm.h"
+#include "ring/mixed.h"
 #include "common/clock.h"
 #include "transport/ofi/ofi.h"
 
@@ -342,7 +343,7 @@ Test(ofi, ranks_that_write_and_ranks_that_send_are_a_mismatch, .timeout = 90)
 
 static unsigned long ofi_regs(hoop_comm_t *comm)
 {
-    return ((struct ofi_tp *)((struct hoop_comm *)comm)->ring.tp)->mr.regs;
+    return ((struct ofi_tp *)hoop_mixed_net(((struct hoop_comm *)comm)->ring.tp))->mr.regs;
 }
 
 /* A buffer used again is not registered again; memory freed and mapped
@@ -351,7 +352,7 @@ static unsigned long ofi_regs(hoop_comm_t *comm)
 static int mr_rank(hoop_comm_t *comm, int rank, int size, void *arg)
 {
     (void)arg;
-    struct ofi_tp *tp = (struct ofi_tp *)((struct hoop_comm *)comm)->ring.tp;
+    struct ofi_tp *tp = (struct ofi_tp *)hoop_mixed_net(((struct hoop_comm *)comm)->ring.tp);
     if (!tp->write_min)
         return harness_failf(rank, "the provider cannot write here: nothing to test");
     struct remap_counts n;

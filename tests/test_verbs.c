@@ -14,6 +14,7 @@
 #include "proc.h"
 #include "remap.h"
 #include "collectives/comm.h"
+#include "ring/mixed.h"
 #include "transport/verbs/verbs.h"
 
 #include <errno.h>
@@ -145,7 +146,7 @@ Test(verbs, garbage_instead_of_a_frame, .timeout = 150)
 
 static struct verbs_tp *verbs_tp_of(hoop_comm_t *comm)
 {
-    return (struct verbs_tp *)((struct hoop_comm *)comm)->ring.tp;
+    return (struct verbs_tp *)hoop_mixed_net(((struct hoop_comm *)comm)->ring.tp);
 }
 
 static unsigned long verbs_regs(hoop_comm_t *comm)
