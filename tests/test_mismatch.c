@@ -342,6 +342,12 @@ Test(mismatch, allgatherv_blocks_with_equal_totals, .timeout = 120)
 
 Test(mismatch, reduce_scatterv_blocks_with_equal_totals, .timeout = 120)
 {
+    /* Over libfabric's shm provider a receive that meets a longer message
+     * than it posted never ends (the ofi transport's known fault, see the
+     * skips below): every rank would sit out HOOP_TIMEOUT. */
+    if (strcmp(harness_transport(), "ofi") == 0 && strcmp(harness_ofi_provider(), "shm") == 0)
+        cr_skip_test("over ofi's shm provider a receive that meets a longer message never ends "
+                     "there (a known fault of the ofi transport); tcp and ofi-tcp run it");
     struct mm_case c = {SIDE(MM_REDUCE_SCATTERV, 4000, HOOP_F32, HOOP_SUM, 0),
                         SIDE(MM_REDUCE_SCATTERV, 4000, HOOP_F32, HOOP_SUM, 0),
                         {"reduce_scatter #1", "do the ranks pass the same counts?"}};
