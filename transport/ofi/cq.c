@@ -192,8 +192,14 @@ static int ofi_wait(struct ofi_tp *tp, uint64_t deadline_ns, int watch)
         if (n)
             return n;
         now = hoop_now_ns();
-        if (now >= deadline_ns)
+        if (now >= deadline_ns) {
+            /* A short wait (a loop that also looks at a GPU's events)
+             * may end before the spin looks at the caller's descriptors:
+             * look once at its end, so that no wake is missed. */
+            if (watch && hoop_watch_readable(&tp->watch))
+                return -EINTR;
             return 0;
+        }
         if (now < spin_until) {
             if (watch && looks % OFI_WATCH_EVERY == OFI_WATCH_EVERY - 1 && hoop_watch_readable(&tp->watch))
                 return -EINTR;
