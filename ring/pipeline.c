@@ -663,7 +663,10 @@ hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, doub
          * flight at all (it says so with -EDEADLK), only the GPU can move:
          * the loop looks at its events, giving up the CPU in between. */
         uint64_t until = deadline;
-        int gpu_busy = p->device && (x.fhead < x.ftail || x.gstage > x.stail);
+        int gpu_busy = p->device &&
+                       (x.fhead < x.ftail ||
+                        (x.gstage > x.stail && x.staged_copy[x.stail % x.depth] &&
+                         x.stail - x.shead < x.depth));
         if (gpu_busy) {
             uint64_t soon = hoop_now_ns() + 20000;
             if (soon < until)
