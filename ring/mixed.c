@@ -552,6 +552,12 @@ void *hoop_mixed_net(void *vtp)
     return ((struct mixed_tp *)vtp)->ntp;
 }
 
+void *hoop_mixed_conn_net(void *vc)
+{
+    struct mixed_conn *m = vc;
+    return m && !m->shm ? m->c : NULL;
+}
+
 void hoop_mixed_bind(void *vtp, const struct hoop_ring *r)
 {
     ((struct mixed_tp *)vtp)->ring = r;

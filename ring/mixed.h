@@ -33,6 +33,9 @@ void hoop_mixed_bind(void *tp, const struct hoop_ring *r);
 /* The configured transport's own transport object inside the table's
  * (for tests that look into it: its registrations, its settings). */
 void *hoop_mixed_net(void *tp);
+/* A connection's own object in the configured transport, or NULL where
+ * the link is shared memory (for tests, as above). */
+void *hoop_mixed_conn_net(void *conn);
 /* 1 when the link between the two handles' ranks is shared memory. */
 int hoop_mixed_link_is_shm(const uint8_t *a, uint16_t alen, const uint8_t *b, uint16_t blen);
 

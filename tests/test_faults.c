@@ -43,6 +43,7 @@
 #include "common/wire.h"
 #include "ring/ring.h"
 #include "harness.h"
+#include "ring/mixed.h"
 #include "proc.h"
 #include "hoop.h"
 #include "transport/tcp/tcp.h"
@@ -532,6 +533,9 @@ typedef harness_fake_t fake_rank_t;
 
 static hoop_status_t fake_rank_form(fake_rank_t *f, const hoop_config_t *cfg)
 {
+    /* Its links must be TCP even where the others would use shared
+     * memory: a rank with HOOP_SHM=0 has TCP links to every rank. */
+    setenv("HOOP_SHM", "0", 1);
     return harness_fake_join(f, cfg, &hoop_transport_tcp);
 }
 
@@ -547,7 +551,7 @@ static int fake_send(fake_rank_t *f, const void *buf, size_t len, double timeout
 /* Until rank - 1's first bytes have arrived (it is in the collective). */
 static bool fake_wait_rx(const fake_rank_t *f, double timeout_s)
 {
-    const struct tcp_conn *rx = f->ring.rx;
+    const struct tcp_conn *rx = hoop_mixed_conn_net(f->ring.rx);
     struct pollfd pfd[TCP_NSOCKS_MAX_TEST];
     int n = rx->nsocks < TCP_NSOCKS_MAX_TEST ? rx->nsocks : TCP_NSOCKS_MAX_TEST;
     for (int i = 0; i < n; i++)
@@ -560,7 +564,7 @@ static bool fake_wait_rx(const fake_rank_t *f, double timeout_s)
 static bool fake_drain_rx(const fake_rank_t *f, int wait_ms)
 {
     static uint8_t sink[1 << 16];
-    const struct tcp_conn *rx = f->ring.rx;
+    const struct tcp_conn *rx = hoop_mixed_conn_net(f->ring.rx);
     struct pollfd pfd[TCP_NSOCKS_MAX_TEST];
     int n = rx->nsocks < TCP_NSOCKS_MAX_TEST ? rx->nsocks : TCP_NSOCKS_MAX_TEST;
     int open = 0;
@@ -633,7 +637,7 @@ static int garbage_rank(int rank, int size, int port, void *arg)
     size_t garbage = 0;
     if (rc == 0) {
         /* The socket the transport would put the next chunk on. */
-        struct tcp_conn *c = f.ring.tx;
+        struct tcp_conn *c = hoop_mixed_conn_net(f.ring.tx);
         int fd = c->socks[c->rr[TCP_TX] % (unsigned)c->nsocks].fd;
         uint8_t junk[STREAM_GARBAGE];
         fill_random(junk, sizeof junk, 0xdeadbeef);
