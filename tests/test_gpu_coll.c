@@ -567,7 +567,13 @@ static int engine_rank(int rank, int size, int port, void *varg)
         free(back[i]);
         dev_free(a->real, dev[i]);
     }
+    /* The engine's fusion buffer on the "GPU" was allocated under the
+     * emulation: it is freed under it too. */
+    if (!a->real)
+        hoop_gpu_emulate_force(1);
     hoop_engine_destroy(e);
+    if (!a->real)
+        hoop_gpu_emulate_force(0);
     return rc;
 }
 
