@@ -71,6 +71,21 @@ static int cuda_failed(cudaError_t e, const char *what, int device, char *why, s
     } while (0)
 #endif
 
+/* The two refusals every call shares. */
+static int bad_event(unsigned ev, char *why, size_t why_len)
+{
+    snprintf(why, why_len, "GPU event %u is not one of the pipeline's %d", ev, HOOP_GPU_EVENTS);
+    return -1;
+}
+
+#ifndef HOOP_HAVE_CUDA
+static int no_cuda(char *why, size_t why_len)
+{
+    snprintf(why, why_len, "libhoop was built without CUDA");
+    return -1;
+}
+#endif
+
 int hoop_gpu_pipe_open(struct hoop_gpu_pipe **out, int device, size_t slot_bytes, int nslots,
                        char *why, size_t why_len)
 {
@@ -192,8 +207,7 @@ int hoop_gpu_pipe_enter(struct hoop_gpu_pipe *g, char *why, size_t why_len)
     }
     return 0;
 #else
-    snprintf(why, why_len, "libhoop was built without CUDA");
-    return -1;
+    return no_cuda(why, why_len);
 #endif
 }
 
@@ -260,8 +274,7 @@ int hoop_gpu_pipe_copy(struct hoop_gpu_pipe *g, void *dst, const void *src, size
     CUDA_TRY(g, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, g->stream), "queueing a copy");
     return 0;
 #else
-    snprintf(why, why_len, "libhoop was built without CUDA");
-    return -1;
+    return no_cuda(why, why_len);
 #endif
 }
 
@@ -279,36 +292,28 @@ int hoop_gpu_pipe_reduce(struct hoop_gpu_pipe *g, void *dst, void *dst2, const v
     }
     return rc;
 #else
-    snprintf(why, why_len, "libhoop was built without CUDA");
-    return -1;
+    return no_cuda(why, why_len);
 #endif
 }
 
 int hoop_gpu_pipe_mark(struct hoop_gpu_pipe *g, unsigned ev, char *why, size_t why_len)
 {
-    if (ev >= HOOP_GPU_EVENTS) {
-        snprintf(why, why_len, "GPU event %u is not one of the pipeline's %d", ev,
-                 HOOP_GPU_EVENTS);
-        return -1;
-    }
+    if (ev >= HOOP_GPU_EVENTS)
+        return bad_event(ev, why, why_len);
     if (g->emulated)
         return hoop_gpu_emu_mark(g->emu, ev);
 #ifdef HOOP_HAVE_CUDA
     CUDA_TRY(g, cudaEventRecord(g->ev[ev], g->stream), "recording an event");
     return 0;
 #else
-    snprintf(why, why_len, "libhoop was built without CUDA");
-    return -1;
+    return no_cuda(why, why_len);
 #endif
 }
 
 int hoop_gpu_pipe_passed(struct hoop_gpu_pipe *g, unsigned ev, char *why, size_t why_len)
 {
-    if (ev >= HOOP_GPU_EVENTS) {
-        snprintf(why, why_len, "GPU event %u is not one of the pipeline's %d", ev,
-                 HOOP_GPU_EVENTS);
-        return -1;
-    }
+    if (ev >= HOOP_GPU_EVENTS)
+        return bad_event(ev, why, why_len);
     if (g->emulated)
         return hoop_gpu_emu_passed(g->emu, ev);
 #ifdef HOOP_HAVE_CUDA
@@ -322,8 +327,7 @@ int hoop_gpu_pipe_passed(struct hoop_gpu_pipe *g, unsigned ev, char *why, size_t
     cuda_failed(e, "waiting for the pipeline's copies and reductions", g->device, why, why_len);
     return -1;
 #else
-    snprintf(why, why_len, "libhoop was built without CUDA");
-    return -1;
+    return no_cuda(why, why_len);
 #endif
 }
 
@@ -337,7 +341,6 @@ int hoop_gpu_pipe_drain(struct hoop_gpu_pipe *g, char *why, size_t why_len)
     CUDA_TRY(g, cudaStreamSynchronize(g->stream), "waiting for the pipeline's stream");
     return 0;
 #else
-    snprintf(why, why_len, "libhoop was built without CUDA");
-    return -1;
+    return no_cuda(why, why_len);
 #endif
 }
