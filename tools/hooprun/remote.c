@@ -16,6 +16,14 @@
  * leftovers are not waited for either. The watcher's trap takes its sleep
  * along when it is told to go, so that nothing outlives the rank.
  *
+ * The script itself may be sent SIGTERM or SIGHUP: a remote shell that runs
+ * the command in the client's own process (a container's exec, or a local
+ * stand-in) passes on hooprun's death signal, and an sshd may hang up. Until
+ * the watcher runs, dying then would leave the program with nobody to stop
+ * it, so the script ignores both (the program gets them back at their
+ * defaults); once the watcher runs, either is passed on to the program, and
+ * the script waits on until the program is gone.
+ *
  * The token travels on stdin rather than in the command line, where every
  * user of either host could read it with ps. The program's own stdin is
  * /dev/null, and, as for any command that sh runs in the background, SIGINT
@@ -25,12 +33,15 @@
  * reporting such a death as rank output. */
 static const char remote_wrapper[] =
     "IFS= read -r HOOP_TOKEN || exit 1; export HOOP_TOKEN; "
-    "exec 3<&0 </dev/null; "
-    "if command -v setsid >/dev/null 2>&1; then setsid \"$@\" 3<&- & g=-$!; "
-    "else \"$@\" 3<&- & g=$!; fi; pid=$!; "
+    "exec 3<&0 </dev/null; trap '' TERM HUP; "
+    "if command -v setsid >/dev/null 2>&1; then "
+    "{ trap - TERM HUP; exec setsid \"$@\"; } 3<&- & g=-$!; "
+    "else { trap - TERM HUP; exec \"$@\"; } 3<&- & g=$!; fi; pid=$!; "
     "{ trap 'kill $s; exit' TERM; cat >/dev/null; kill -s TERM -- $g; "
     "sleep 3 & s=$!; wait $s; kill -s KILL -- $g; } <&3 >/dev/null 2>&1 & "
-    "w=$!; exec 3<&-; wait $pid 2>/dev/null; rc=$?; "
+    "w=$!; exec 3<&-; trap 'kill -s TERM -- $g 2>/dev/null' TERM HUP; "
+    "while :; do wait $pid 2>/dev/null; rc=$?; "
+    "[ $rc -gt 128 ] && kill -0 $pid 2>/dev/null || break; done; "
     "kill $w 2>/dev/null; kill -s KILL -- $g 2>/dev/null; exit $rc";
 
 struct sbuf {
