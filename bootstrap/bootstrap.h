@@ -68,13 +68,16 @@ void hoop_bootstrap_fini(struct hoop_bootstrap *bs);
  * the root what it saw (HOOP_HELLO_NOTICE), and the root, once it has heard
  * enough, tells every rank who failed (HOOP_HELLO_VERDICT). A rank that
  * leaves in order says so first (HOOP_HELLO_GOODBYE, status 0), so that a
- * connection closing without it means a death. */
+ * connection closing without it means a death. A notice or verdict names
+ * the collective it is about by its number (the frame's seq): a rank still
+ * finishing an earlier one keeps it for the call it is about. */
 #define HOOP_NOTICE_MAX 1024
 #define HOOP_NOTICE_NOBODY (-1)
 
 struct hoop_notice {
     int status;  /* hoop_status_t */
     int culprit; /* the rank to blame, or HOOP_NOTICE_NOBODY */
+    uint64_t seq; /* the collective it is about; 0: whichever runs now */
     char why[HOOP_NOTICE_MAX + 1];
 };
 

@@ -1,6 +1,7 @@
 /* notice.c - failure notices over the connections to the root (see
  * bootstrap.h): a hello of kind NOTICE or VERDICT sealed with the job
- * token (auth.h), then a body of status, culprit and sentence, bounded
+ * token (auth.h), then a body of status, culprit, the collective's number
+ * and the sentence, bounded
  * before it is read. */
 #include "bootstrap/bootstrap.h"
 #include "common/auth.h"
@@ -8,7 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
-#define NOTICE_HEAD 10 /* u32 status, u32 culprit + 1, u16 sentence length */
+#define NOTICE_HEAD 18 /* u32 status, u32 culprit + 1, u64 seq, u16 sentence length */
 
 int hoop_notice_write(const struct hoop_bootstrap *bs, int fd, int kind, const struct hoop_notice *n,
                       uint64_t deadline_ns)
@@ -22,6 +23,7 @@ int hoop_notice_write(const struct hoop_bootstrap *bs, int fd, int kind, const s
     struct hoop_buf b = {.p = msg + HOOP_HELLO_BYTES, .len = NOTICE_HEAD + len};
     hoop_buf_put_u32(&b, (uint32_t)n->status);
     hoop_buf_put_u32(&b, (uint32_t)(n->culprit + 1));
+    hoop_buf_put_u64(&b, n->seq);
     hoop_buf_put_u16(&b, (uint16_t)len);
     hoop_buf_put_bytes(&b, n->why, len);
     hoop_auth_seal(bs->token, msg, msg + HOOP_HELLO_BYTES, b.pos);
@@ -51,6 +53,7 @@ int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int *kind, struct 
     struct hoop_buf b = {.p = body, .len = h.body_len};
     uint32_t status = hoop_buf_get_u32(&b);
     uint32_t culprit = hoop_buf_get_u32(&b);
+    uint64_t seq = hoop_buf_get_u64(&b);
     uint16_t len = hoop_buf_get_u16(&b);
     /* Bits above the low byte of status are the sender's flags. */
     int goodbye = h.kind == HOOP_HELLO_GOODBYE;
@@ -61,6 +64,7 @@ int hoop_notice_read(const struct hoop_bootstrap *bs, int fd, int *kind, struct 
     *kind = h.kind;
     n->status = (int)status;
     n->culprit = (int)culprit - 1;
+    n->seq = seq;
     hoop_buf_get_bytes(&b, n->why, len);
     n->why[len] = '\0';
     for (size_t i = 0; i < len; i++)

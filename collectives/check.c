@@ -4,6 +4,7 @@
 #include "common/status.h"
 #include "gpu/gpu.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,17 @@ hoop_status_t hoop_coll_begin(hoop_comm_t *comm, const char *name)
             hoop_ring_cancel(&comm->ring);
         comm->abort_before = name;
         return hoop_coll_end(comm, HOOP_ERR_ABORTED);
+    }
+    if (comm->ctl_later && comm->ctl_later <= comm->ring.seq + 1 && !comm->broken) {
+        /* Another rank failed this call while this rank still ran the one
+         * before (fail.c): it cannot end well, and the root's word on it
+         * is known or coming. */
+        hoop_error(HOOP_ERR_PEER, "rank %d: %s #%llu: another rank failed it before it began "
+                   "here", comm->rank, name, (unsigned long long)comm->ring.seq + 1);
+        comm->abort_before = name;
+        comm->ring.fail_err = -EINTR;
+        comm->ring.fail_peer = -1;
+        return hoop_coll_end(comm, HOOP_ERR_PEER);
     }
     if (comm->broken)
         return hoop_error(comm->broken,

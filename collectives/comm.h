@@ -32,6 +32,9 @@ struct hoop_comm {
     struct hoop_notice *ctl_got;
     int ctl_root;
     struct hoop_notice ctl_verdict;
+    /* The earliest collective that a notice kept for later is about: one
+     * heard while this rank still ran an earlier call (0: none). */
+    uint64_t ctl_later;
     int *ctl_pidfd; /* per rank of this host, its process (-1: not watched) */
     const char *abort_before; /* the call an abort stopped before it began */
     double fail_grace_s;

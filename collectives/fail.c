@@ -94,8 +94,11 @@ static int ctl_read(hoop_comm_t *c, int k, struct hoop_notice *m)
 }
 
 /* A wait of a collective was woken: by an abort, or by a control
- * connection, whose message is kept for hoop_comm_fail. Only goodbyes let
- * the wait go on. */
+ * connection, whose message is kept for hoop_comm_fail. Only goodbyes, and
+ * notices about a later collective, let the wait go on: a rank that is
+ * already in the next call (this one done on its side) and fails it must
+ * not fail this one here, which can still end well; the notice fails the
+ * call it is about when this rank begins it (hoop_coll_begin). */
 static int comm_on_wake(void *ctx)
 {
     hoop_comm_t *c = ctx;
@@ -116,6 +119,9 @@ static int comm_on_wake(void *ctx)
         }
         struct hoop_notice m;
         int heard = ctl_read(c, k, &m);
+        int later = heard == HEARD_NOTICE && m.seq > c->ring.cur.seq;
+        if (later && (!c->ctl_later || m.seq < c->ctl_later))
+            c->ctl_later = m.seq;
         /* Whatever it said, the connection is read from now on only by
          * hoop_comm_fail. */
         epoll_ctl(c->ctl_epfd, EPOLL_CTL_DEL, ctl_fd(c, k), NULL);
@@ -128,9 +134,10 @@ static int comm_on_wake(void *ctx)
             c->ctl_root = heard;
             c->ctl_verdict = m;
         }
-        HOOP_DEBUG("rank %d: the control connection of rank %d: %s", c->rank, k,
-                   heard == HEARD_LEFT ? "goodbye" : heard == HEARD_GONE ? "closed" : "a notice");
-        stop |= heard != HEARD_LEFT;
+        HOOP_DEBUG("rank %d: the control connection of rank %d: %s%s", c->rank, k,
+                   heard == HEARD_LEFT ? "goodbye" : heard == HEARD_GONE ? "closed" : "a notice",
+                   later ? ", about a later collective" : "");
+        stop |= heard != HEARD_LEFT && !later;
     }
     return stop ? -EINTR : ended;
 }
@@ -157,7 +164,7 @@ static void comm_goodbye(hoop_comm_t *c)
 static void comm_exit_notice(hoop_comm_t *c, uint64_t seq)
 {
     const struct hoop_peer *p = &c->bs.peers[c->rank];
-    struct hoop_notice m = {.status = HOOP_ERR_PEER, .culprit = c->rank};
+    struct hoop_notice m = {.status = HOOP_ERR_PEER, .culprit = c->rank, .seq = seq};
     snprintf(m.why, sizeof(m.why),
              "rank %d (%s, pid %u) exited during %s #%llu: the process called exit() (or main "
              "returned) while the collective was running, so the others cannot finish it",
@@ -474,6 +481,7 @@ static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct h
                  "make the same calls before it leaves", left, p->host, p->pid);
     }
 out:
+    v->seq = mine->seq;
     for (int k = 1; k < n; k++)
         if (!heard || heard[k] == HEARD_NOTHING || heard[k] == HEARD_NOTICE)
             hoop_notice_write(&c->bs, c->bs.fds[k], HOOP_HELLO_VERDICT, v,
@@ -515,14 +523,16 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *c, hoop_status_t st)
         snprintf(what, sizeof(what), "%s (before it began)", c->abort_before);
     else
         hoop_frame_what(&r->cur, what, sizeof(what));
-    struct hoop_notice mine = {.status = (int)st, .culprit = r->fail_peer};
+    /* The call that failed; one stopped before it began had no frame yet. */
+    uint64_t seq = c->abort_before ? r->seq + 1 : r->cur.seq;
+    struct hoop_notice mine = {.status = (int)st, .culprit = r->fail_peer, .seq = seq};
     int aborted = atomic_load_explicit(&c->aborted, memory_order_acquire) == 2;
     int primary;
     if (aborted) {
         st = HOOP_ERR_ABORTED;
         hoop_error(st, "rank %d: %s: aborted by hoop_comm_abort on this rank: %s", c->rank, what,
                    c->abort_why);
-        mine = (struct hoop_notice){.status = (int)st, .culprit = c->rank};
+        mine = (struct hoop_notice){.status = (int)st, .culprit = c->rank, .seq = seq};
         primary = 1;
     } else if (err == -EINTR) {
         primary = 0; /* woken by the root's word, seen below */
