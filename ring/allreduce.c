@@ -1,7 +1,8 @@
 /* allreduce.c - the ring allreduce's schedule.
  *
  * The buffer is cut into N segments (sizes differ by at most one element);
- * segment k is finished by rank k-1. 2(N-1) steps:
+ * segment k is finished by the rank at ring place k-1 (ring.h: the ring
+ * goes host by host; r below is a place). 2(N-1) steps:
  *   step t < N-1 (reduce-scatter): send segment r-t, receive segment r-t-1
  *     and reduce it with this rank's input into recvbuf;
  *   step t = N-1+s (allgather): send segment r+1-s, receive segment r-s
@@ -20,7 +21,7 @@ static hoop_status_t ring_allreduce(struct hoop_ring *r, int coll, const char *w
                                     hoop_dtype_t dtype, hoop_op_t op, double timeout_s, int keep,
                                     int device)
 {
-    const int n = r->size, me = r->rank;
+    const int n = r->size, me = r->pos; /* segments are numbered by ring place */
     size_t base = count / (size_t)n, extra = count % (size_t)n;
 #define SEG_OFF(k) ((size_t)(k) * base + ((size_t)(k) < extra ? (size_t)(k) : extra))
 #define SEG_LEN(k) (base + ((size_t)(k) < extra ? 1 : 0))

@@ -1,6 +1,7 @@
 /* chain.c - broadcast and reduce as a pipelined chain along the ring.
  *
- * broadcast: root -> root+1 -> ... -> root-1; each rank receives chunk c and
+ * broadcast: root -> root+1 -> ... -> root-1 (places on the ring, which goes
+ * host by host: ring.h); each rank receives chunk c and
  * forwards it while chunk c+1 is on the wire, so the time is about
  * S/bandwidth + (N-2) chunks, and every link carries the buffer once.
  * reduce: root+1 -> root+2 -> ... -> root; each rank reduces what arrives
@@ -16,7 +17,7 @@ hoop_status_t hoop_ring_broadcast(struct hoop_ring *r, void *buf, size_t count,
                                   hoop_dtype_t dtype, int root, double timeout_s)
 {
     const int n = r->size;
-    int pos = (r->rank - root + n) % n; /* 0 = root, n-1 = the end of the chain */
+    int pos = (r->pos - r->where[root] + n) % n; /* 0 = root, n-1 = the end of the chain */
     struct hoop_step *st = r->steps;
     int nsteps = 0;
     if (pos > 0)
@@ -39,7 +40,7 @@ hoop_status_t hoop_ring_reduce(struct hoop_ring *r, const void *sendbuf, void *r
                                double timeout_s)
 {
     const int n = r->size;
-    int pos = (r->rank - root - 1 + 2 * n) % n; /* 0 = root+1, the start; n-1 = root */
+    int pos = (r->pos - r->where[root] - 1 + 2 * n) % n; /* 0: after root; n-1 = root */
     struct hoop_step *st = r->steps;
     int nsteps = 0;
     if (pos > 0 && pos < n - 1) {

@@ -14,7 +14,7 @@
 hoop_status_t hoop_ring_empty(struct hoop_ring *r, int coll, hoop_dtype_t dtype, int op, int root,
                               uint64_t blocks, double timeout_s)
 {
-    const int n = r->size, me = r->rank;
+    const int n = r->size, me = r->pos;
     hoop_status_t st = hoop_ring_reserve_work(r, (size_t)n * hoop_dtype_size(dtype));
     if (st)
         return st;

@@ -392,16 +392,17 @@ static const char *mixed_describe(void *vtp)
     int nshm = 0;
     char links[400] = "";
     size_t used = 0;
-    for (int q = 0; q < r->size; q++) {
+    for (int p = 0; p < r->size; p++) {
         const uint8_t *a, *b;
         uint16_t al, bl;
+        int q = r->at[p], q1 = r->at[(p + 1) % r->size]; /* in ring order */
         hoop_ring_peer_handle(r, q, &a, &al);
-        hoop_ring_peer_handle(r, (q + 1) % r->size, &b, &bl);
+        hoop_ring_peer_handle(r, q1, &b, &bl);
         if (hoop_mixed_link_is_shm(a, al, b, bl)) {
             nshm++;
             if (used < sizeof(links))
                 used += (size_t)snprintf(links + used, sizeof(links) - used, "%s%d>%d",
-                                         used ? " " : "", q, (q + 1) % r->size);
+                                         used ? " " : "", q, q1);
         }
     }
     int nlinks = r->size == 2 ? 1 : r->size;

@@ -2,7 +2,8 @@
  * size (reduce_scatter is reduce_scatterv with equal blocks).
  *
  * Block k (counts[k] elements at displs[k]) ends on rank k. N-1 steps: at
- * step t rank r sends block r-t-1 and receives block r-t-2, reducing it
+ * step t the rank at ring place p (ring.h) sends the block of the rank at
+ * place p-t-1 and receives that of place p-t-2, reducing it
  * with its own input; partial sums go to the ring's work buffer, and the
  * last step's (block r) to recvbuf. Every rank sends every block but its
  * own once: with equal blocks, (N-1)/N of sendbuf. */
@@ -13,7 +14,7 @@ hoop_status_t hoop_ring_reduce_scatterv(struct hoop_ring *r, const void *sendbuf
                                         size_t frame_count, uint64_t blocks, hoop_dtype_t dtype,
                                         hoop_op_t op, double timeout_s)
 {
-    const int n = r->size, me = r->rank;
+    const int n = r->size, me = r->pos; /* a ring place; block at[p] is rank at[p]'s */
     if (n > 2) {
         size_t total = 0;
         for (int k = 0; k < n; k++)
@@ -24,7 +25,7 @@ hoop_status_t hoop_ring_reduce_scatterv(struct hoop_ring *r, const void *sendbuf
     }
     struct hoop_step *st = r->steps;
     for (int t = 0; t < n - 1; t++) {
-        int s = hoop_ring_mod(me - t - 1, n), v = hoop_ring_mod(me - t - 2, n);
+        int s = r->at[hoop_ring_mod(me - t - 1, n)], v = r->at[hoop_ring_mod(me - t - 2, n)];
         int last = t == n - 2;
         st[t] = (struct hoop_step){
             .send_buf = t == 0 ? HOOP_BUF_INPUT : HOOP_BUF_WORK, .send_off = displs[s],

@@ -65,13 +65,19 @@ hoop_status_t hoop_ring_open(struct hoop_ring *r, int rank, int size, const uint
     r->p2p_sreq = calloc((size_t)size, sizeof(*r->p2p_sreq));
     r->p2p_rreq = calloc((size_t)size, sizeof(*r->p2p_rreq));
     r->p2p_list = calloc((size_t)size, sizeof(*r->p2p_list));
+    r->at = calloc((size_t)size, sizeof(*r->at));
+    r->where = calloc((size_t)size, sizeof(*r->where));
     if (!r->scratch || !r->sreq || !r->rreq || !r->steps || !r->counts || !r->displs ||
-        !r->peer_tx || !r->peer_rx || !r->p2p_sreq || !r->p2p_rreq || !r->p2p_list) {
+        !r->peer_tx || !r->peer_rx || !r->p2p_sreq || !r->p2p_rreq || !r->p2p_list || !r->at ||
+        !r->where) {
         hoop_ring_close(r);
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory for %d ring slots of %zu bytes",
                           rank, depth, chunk_bytes);
     }
     memset(r->scratch, 0, bytes);
+    for (int k = 0; k < size; k++)
+        r->at[k] = r->where[k] = k;
+    r->pos = rank;
     struct hoop_tp_params p = {.rank = rank, .size = size, .token = token};
     /* The configured transport, and shared memory to this host's ranks. */
     hoop_status_t st = hoop_mixed_create(ops, &p, &r->tp, &r->ops);
@@ -141,9 +147,33 @@ static hoop_status_t ring_check_transports(const struct hoop_ring *r)
     return HOOP_OK;
 }
 
+/* The ring host by host: the hosts in the order of their lowest rank, and
+ * each host's ranks in rank order. Every rank computes it from the same
+ * table, so all agree; with one host it is rank order. */
+static void ring_follow_hosts(struct hoop_ring *r, const struct hoop_peer *peers)
+{
+    const int n = r->size;
+    int placed = 0;
+    for (int k = 0; k < n; k++)
+        r->where[k] = -1;
+    for (int k = 0; k < n; k++) {
+        if (r->where[k] >= 0)
+            continue;
+        for (int q = k; q < n; q++)
+            if (r->where[q] < 0 && peers[q].host_id == peers[k].host_id) {
+                r->where[q] = placed;
+                r->at[placed++] = q;
+            }
+    }
+    r->pos = r->where[r->rank];
+    r->next = r->at[(r->pos + 1) % n];
+    r->prev = r->at[(r->pos + n - 1) % n];
+}
+
 hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *peers,
                                 uint64_t comm_id, uint64_t deadline_ns)
 {
+    ring_follow_hosts(r, peers);
     const struct hoop_peer *n = &peers[r->next], *p = &peers[r->prev];
     r->peers = peers;
     r->comm_id = comm_id;
@@ -197,6 +227,8 @@ void hoop_ring_close(struct hoop_ring *r)
     free(r->p2p_sreq);
     free(r->p2p_rreq);
     free(r->p2p_list);
+    free(r->at);
+    free(r->where);
     free(r->work);
     hoop_gpu_pipe_close(r->gpu);
     memset(r, 0, sizeof(*r));

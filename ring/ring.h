@@ -24,6 +24,13 @@ struct hoop_ring {
     void *rx; /* connection from prev */
     int rank;
     int size;
+    /* The ring's order: host by host (hoop_ring_connect), so that each
+     * host's ranks are neighbours and the network is crossed once into
+     * and once out of each host. pos is this rank's place, at[p] the rank
+     * at place p, where[k] rank k's place; next and prev are ranks. */
+    int pos;
+    int *at;
+    int *where;
     int next;
     int prev;
     char next_desc[HOOP_HOSTNAME_MAX + 32]; /* "rank 3 (host)" for sentences */

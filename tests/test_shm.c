@@ -373,14 +373,39 @@ static int every_collective(hoop_comm_t *comm, int rank, int size, void *arg)
         struct rank_ctx rc_root = {.rank = root};
         if (!rc)
             rc = check_i32(rank, "broadcast", n, a, want_rank, &rc_root);
-        /* reduce to rank 0 */
+        /* reduce to rank 1 (on another host where the ring is mixed) */
+        int rroot = 1 % size;
         for (size_t i = 0; i < n; i++)
             a[i] = val(rank, i);
         sc.off = 0;
-        if (!rc && (st = hoop_reduce(comm, a, b, n, HOOP_I32, HOOP_SUM, 0)))
+        if (!rc && (st = hoop_reduce(comm, a, b, n, HOOP_I32, HOOP_SUM, rroot)))
             return harness_fail(rank, "reduce", st);
-        if (!rc && rank == 0)
+        if (!rc && rank == rroot)
             rc = check_i32(rank, "reduce", n, b, want_sum, &sc);
+        /* reduce_scatterv and allgatherv with blocks of different sizes:
+         * rank r's block is n >> r elements (plus r), after the others'. */
+        size_t cnt[8], dsp[8], tot = 0;
+        for (int r = 0; r < size; r++) {
+            cnt[r] = (n >> (r % 8)) + (size_t)r;
+            dsp[r] = tot;
+            tot += cnt[r];
+        }
+        for (size_t i = 0; i < tot; i++)
+            a[i] = val(rank, i);
+        if (!rc && (st = hoop_reduce_scatterv(comm, a, b, cnt, HOOP_I32, HOOP_SUM)))
+            return harness_fail(rank, "reduce_scatterv", st);
+        sc.off = dsp[rank];
+        if (!rc)
+            rc = check_i32(rank, "reduce_scatterv", cnt[rank], b, want_sum, &sc);
+        sc.off = 0;
+        for (size_t i = 0; i < cnt[rank]; i++)
+            a[i] = val(rank, i);
+        if (!rc && (st = hoop_allgatherv(comm, a, b, cnt, dsp, HOOP_I32)))
+            return harness_fail(rank, "allgatherv", st);
+        for (int r = 0; !rc && r < size; r++) {
+            struct rank_ctx c = {.rank = r};
+            rc = check_i32(rank, "allgatherv", cnt[r], b + dsp[r], want_rank, &c);
+        }
         /* alltoall of small blocks (a 16th of n, at least 1) */
         size_t m = n / 16 + 1;
         for (int r = 0; r < size; r++)
@@ -437,7 +462,7 @@ Test(shm, off_means_tcp_between_same_host_ranks, .timeout = 300)
  * before they form the communicator. */
 struct mix_job {
     const char *shm[8];  /* HOOP_SHM per rank */
-    int apart;           /* this rank goes to another host (-1: none) */
+    int host[8];         /* per rank: 0, this host, or k, the emulated host k */
     int own_ipc;         /* this rank gets an IPC namespace of its own (-1: none) */
     const char *want;    /* in the transport's description, or in the error */
     int expect_fail;
@@ -446,10 +471,14 @@ struct mix_job {
 static int mix_rank(int rank, int size, int port, void *arg)
 {
     struct mix_job *j = arg;
-    if (j->apart == rank) {
+    if (j->host[rank]) {
+        /* A UTS namespace of its own named for host k: the ranks given
+         * one k share a host name, and so a host. */
+        char name[64];
+        snprintf(name, sizeof(name), "hoop-test-shm-host-%d", j->host[rank]);
         if (unshare(CLONE_NEWUTS) != 0)
             return 77;
-        if (sethostname("hoop-test-shm-other", strlen("hoop-test-shm-other")) != 0)
+        if (sethostname(name, strlen(name)) != 0)
             return harness_failf(rank, "sethostname: %s", strerror(errno));
     }
     if (j->own_ipc == rank && unshare(CLONE_NEWIPC) != 0)
@@ -487,7 +516,10 @@ static void run_mix(struct mix_job *tmpl, int n)
     *j = *tmpl;
     char report[8192];
     bool ok = harness_run_raw(n, mix_rank, j, 240.0, report, sizeof(report));
-    if (!ok && (j->apart >= 0 || j->own_ipc >= 0) && strstr(report, "exit code 77"))
+    int apart = 0;
+    for (int r = 0; r < n; r++)
+        apart |= j->host[r];
+    if (!ok && (apart || j->own_ipc >= 0) && strstr(report, "exit code 77"))
         cr_skip_test("this test cannot make a UTS or IPC namespace (it needs CAP_SYS_ADMIN):\n%s",
                      report);
     cr_assert(ok, "%s", report);
@@ -498,18 +530,38 @@ static void run_mix(struct mix_job *tmpl, int n)
  * others shared memory, in one ring, every collective exact. */
 Test(shm, one_rank_refusing_makes_a_mixed_ring, .timeout = 300)
 {
-    struct mix_job j = {.shm = {"auto", "auto", "0", "auto"}, .apart = -1, .own_ipc = -1,
+    struct mix_job j = {.shm = {"auto", "auto", "0", "auto"}, .own_ipc = -1,
                         .want = "shm on ring links 0>1 3>0"};
     run_mix(&j, 4);
 }
 
 /* One rank of four on another host (its own UTS namespace and host name):
- * its links are TCP, the others shared memory. */
+ * the ring goes host by host (0 2 3, then 1), so the network is crossed
+ * once each way (3>1, 1>0) and the other links are shared memory. */
 Test(shm, a_rank_on_another_host_makes_a_mixed_ring, .timeout = 300)
 {
-    struct mix_job j = {.shm = {"auto", "auto", "auto", "auto"}, .apart = 1, .own_ipc = -1,
-                        .want = "shm on ring links 2>3 3>0"};
+    struct mix_job j = {.shm = {"auto", "auto", "auto", "auto"}, .host = {0, 1, 0, 0},
+                        .own_ipc = -1, .want = "shm on ring links 0>2 2>3"};
     run_mix(&j, 4);
+}
+
+/* Two hosts of two ranks, the ranks given alternately (as torchrun or srun
+ * may): the ring still goes host by host (0 2, then 1 3), each host's pair
+ * over shared memory, and every collective's results land by rank. */
+Test(shm, interleaved_hosts_ring_follows_the_hosts, .timeout = 300)
+{
+    struct mix_job j = {.shm = {"auto", "auto", "auto", "auto"}, .host = {0, 1, 0, 1},
+                        .own_ipc = -1, .want = "shm on ring links 0>2 1>3"};
+    run_mix(&j, 4);
+}
+
+/* Three hosts of two, interleaved: ring 0 3 1 4 2 5. */
+Test(shm, three_interleaved_hosts_ring_follows_the_hosts, .timeout = 300)
+{
+    struct mix_job j = {.shm = {"auto", "auto", "auto", "auto", "auto", "auto"},
+                        .host = {0, 1, 2, 0, 1, 2}, .own_ipc = -1,
+                        .want = "shm on ring links 0>3 1>4 2>5"};
+    run_mix(&j, 6);
 }
 
 /* A rank in an IPC namespace of its own (a container's default) still
@@ -517,7 +569,7 @@ Test(shm, a_rank_on_another_host_makes_a_mixed_ring, .timeout = 300)
  * /dev/shm, and the segment travels over a socket. */
 Test(shm, a_rank_in_its_own_ipc_namespace_still_uses_shm, .timeout = 300)
 {
-    struct mix_job j = {.shm = {"1", "1", "1"}, .apart = -1, .own_ipc = 1,
+    struct mix_job j = {.shm = {"1", "1", "1"}, .own_ipc = 1,
                         .want = "shm (every ring link"};
     run_mix(&j, 3);
 }
@@ -525,7 +577,7 @@ Test(shm, a_rank_in_its_own_ipc_namespace_still_uses_shm, .timeout = 300)
 /* HOOP_SHM=1 against HOOP_SHM=0 on one host: both are told. */
 Test(shm, insisting_against_refusing_fails_on_both, .timeout = 120)
 {
-    struct mix_job j = {.shm = {"1", "0"}, .apart = -1, .own_ipc = -1,
+    struct mix_job j = {.shm = {"1", "0"}, .own_ipc = -1,
                         .want = "set HOOP_SHM the same", .expect_fail = 1};
     run_mix(&j, 2);
 }
