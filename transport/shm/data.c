@@ -14,6 +14,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+/* A spin that makes no system call is never rescheduled before the tick:
+ * where another task holds the CPU the peer needs (a loaded machine, the
+ * peer sharing this rank's CPU), the peer's message would wait out the
+ * whole busy-poll time. So the spin gives up the CPU this often; with no
+ * other task waiting for it, sched_yield returns at once. */
+#define SHM_SPIN_YIELD_NS 4000
+
 static inline void shm_cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
@@ -444,17 +451,20 @@ int shm_progress(void *vtp, uint64_t deadline_ns)
     struct shm_tp *tp = vtp;
     uint64_t now = hoop_now_ns();
     uint64_t spin_until = now + tp->spin_ns < deadline_ns ? now + tp->spin_ns : deadline_ns;
+    uint64_t yield_at = now + SHM_SPIN_YIELD_NS;
     for (;;) {
         int n = shm_move_all(tp);
         if (n)
             return n;
         now = hoop_now_ns();
         if (now < spin_until) {
-            if (tp->spin_yield)
+            if (tp->spin_yield || now >= yield_at) {
                 sched_yield();
-            else
+                yield_at = now + SHM_SPIN_YIELD_NS;
+            } else {
                 for (int i = 0; i < 16; i++)
                     shm_cpu_relax();
+            }
             continue;
         }
         /* Sleep until a peer moves, a watched descriptor or the deadline. */
