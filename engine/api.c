@@ -406,20 +406,30 @@ hoop_status_t hoop_engine_reduce_scatterv(hoop_engine_t *e, const char *name, co
     return submit(e, o, handle);
 }
 
+/* An operation that carries no data and no name of the caller's: named by
+ * its kind and how many of them this engine has submitted, the same on
+ * every rank that makes the same calls. */
+static hoop_status_t submit_unnamed(hoop_engine_t *e, int kind, const char *prefix,
+                                    uint64_t *seq, hoop_engine_cb_t cb, void *cb_arg,
+                                    hoop_engine_handle_t **handle)
+{
+    char name[64];
+    pthread_mutex_lock(&e->mu);
+    unsigned long long k = (unsigned long long)(*seq)++;
+    pthread_mutex_unlock(&e->mu);
+    snprintf(name, sizeof(name), "%s.%llu", prefix, k);
+    eng_op_t *o = op_new(kind, name, HOOP_U8, 0, 1.0, 1.0, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    return submit(e, o, handle);
+}
+
 hoop_status_t hoop_engine_barrier(hoop_engine_t *e, hoop_engine_cb_t cb, void *cb_arg,
                                   hoop_engine_handle_t **handle)
 {
     if (!e || !handle)
         return hoop_error(HOOP_ERR_INVALID, "engine: %s is NULL", !e ? "the engine" : "handle");
-    char name[64];
-    pthread_mutex_lock(&e->mu);
-    unsigned long long k = (unsigned long long)e->barrier_seq++;
-    pthread_mutex_unlock(&e->mu);
-    snprintf(name, sizeof(name), "hoop.barrier.%llu", k);
-    eng_op_t *o = op_new(EK_BARRIER, name, HOOP_U8, 0, 1.0, 1.0, cb, cb_arg);
-    if (!o)
-        return no_memory(e, name);
-    return submit(e, o, handle);
+    return submit_unnamed(e, EK_BARRIER, "hoop.barrier", &e->barrier_seq, cb, cb_arg, handle);
 }
 
 hoop_status_t hoop_engine_join(hoop_engine_t *e, hoop_engine_cb_t cb, void *cb_arg,
@@ -427,15 +437,7 @@ hoop_status_t hoop_engine_join(hoop_engine_t *e, hoop_engine_cb_t cb, void *cb_a
 {
     if (!e || !handle)
         return hoop_error(HOOP_ERR_INVALID, "engine: %s is NULL", !e ? "the engine" : "handle");
-    char name[64];
-    pthread_mutex_lock(&e->mu);
-    unsigned long long k = (unsigned long long)e->join_seq++;
-    pthread_mutex_unlock(&e->mu);
-    snprintf(name, sizeof(name), "hoop.join.%llu", k);
-    eng_op_t *o = op_new(EK_JOIN, name, HOOP_U8, 0, 1.0, 1.0, cb, cb_arg);
-    if (!o)
-        return no_memory(e, name);
-    return submit(e, o, handle);
+    return submit_unnamed(e, EK_JOIN, "hoop.join", &e->join_seq, cb, cb_arg, handle);
 }
 
 /* ---- handles ------------------------------------------------------------- */
