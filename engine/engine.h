@@ -77,6 +77,7 @@ struct hoop_engine_handle {
     char msg[1024];
     void *out;
     size_t out_count;
+    int out_on_gpu; /* out is device memory (the sendbuf's GPU): hoop_gpu_free */
     uint64_t *counts;
     int ncounts;
     int last_joined;

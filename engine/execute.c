@@ -276,6 +276,37 @@ static int same_fusion(const struct eng_resp *a, const struct eng_resp *b)
            a->p.op == b->p.op && a->p.pre == b->p.pre && a->p.post == b->p.post;
 }
 
+/* The output of an allgather or alltoall, bytes long: on the GPU of the
+ * caller's sendbuf where that is device memory, so that device data stays
+ * there, else on the host. */
+static hoop_status_t out_alloc(struct hoop_engine *e, eng_op_t *op, const char *name,
+                               size_t bytes, void **out)
+{
+    const void *src = op->send[0];
+    op->out_on_gpu = on_gpu(src);
+    *out = NULL;
+    if (!op->out_on_gpu) {
+        if (!(*out = malloc(bytes ? bytes : 1)))
+            return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of memory for %zu "
+                              "bytes of output", e->rank, name, bytes);
+        return HOOP_OK;
+    }
+    hoop_status_t st = use_gpu_of(e, name, src);
+    char why[256];
+    if (!st && hoop_gpu_malloc(out, bytes ? bytes : 1, why, sizeof(why)))
+        st = hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': %zu bytes of output on the GPU: "
+                        "%s", e->rank, name, bytes, why);
+    return st;
+}
+
+static void out_free(const eng_op_t *op, void *out)
+{
+    if (op->out_on_gpu)
+        hoop_gpu_free(out);
+    else
+        free(out);
+}
+
 static hoop_status_t run_allgather(struct hoop_engine *e, struct eng_resp *r)
 {
     eng_op_t *op = r->op;
@@ -305,30 +336,30 @@ static hoop_status_t run_allgather(struct hoop_engine *e, struct eng_resp *r)
                           "much to allocate",
                           e->rank, r->p.name);
     }
-    uint8_t *out = malloc(total ? total * es : 1);
     uint64_t *rows = malloc(8 * (size_t)e->size);
-    if (!out || !rows) {
+    void *outv = NULL;
+    hoop_status_t st = rows ? out_alloc(e, op, r->p.name, total * es, &outv)
+                            : hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory", e->rank);
+    uint8_t *out = outv;
+    if (st) {
         free(counts);
-        free(out);
         free(rows);
-        return hoop_error(HOOP_ERR_SYSTEM,
-                          "engine rank %d: '%s': out of memory for %zu bytes of "
-                          "output",
-                          e->rank, r->p.name, total * es);
+        return st;
     }
     memcpy(rows, r->rows, 8 * (size_t)e->size);
-    static const uint8_t dummy[16];
-    const void *send = counts[e->rank] ? op->send[0] : dummy;
+    /* With no rows of its own, this rank's block is empty: the block's
+     * place in the output (in place, nothing read) stands for sendbuf, on
+     * the output's side of the host/device line. */
+    const void *send = counts[e->rank] ? op->send[0] : out + displs[e->rank] * es;
     struct eng_resp *g[1] = {r};
     tl_all(e, g, 1, "HOOP_ALLGATHERV");
-    hoop_status_t st =
-        total ? hoop_allgatherv(e->comm, send, out, counts, displs, r->p.dtype) : HOOP_OK;
+    st = total ? hoop_allgatherv(e->comm, send, out, counts, displs, r->p.dtype) : HOOP_OK;
     tl_all(e, g, 1, NULL);
     if (total)
         count_collective(e, 1);
     free(counts);
     if (st) {
-        free(out);
+        out_free(op, out);
         free(rows);
         return st;
     }
@@ -359,14 +390,15 @@ static hoop_status_t run_alltoall(struct hoop_engine *e, struct eng_resp *r)
      * the blocks one after the other on both sides, so the output needs no
      * copy and nothing is padded. */
     size_t *v = malloc(4 * sizeof(size_t) * (size_t)n);
-    uint8_t *out = malloc(mine ? (size_t)mine * es : 1);
     uint64_t *counts = malloc(8 * (size_t)n);
-    if (!v || !out || !counts) {
+    void *out = NULL;
+    hoop_status_t st = v && counts ? out_alloc(e, op, r->p.name, (size_t)mine * es, &out)
+                                   : hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of "
+                                                "memory", e->rank, r->p.name);
+    if (st) {
         free(v);
-        free(out);
         free(counts);
-        return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of memory", e->rank,
-                          r->p.name);
+        return st;
     }
     size_t *sc = v, *sd = v + n, *rc = v + 2 * n, *rd = v + 3 * n, so = 0, ro = 0;
     for (int j = 0; j < n; j++) {
@@ -382,15 +414,17 @@ static hoop_status_t run_alltoall(struct hoop_engine *e, struct eng_resp *r)
     tl_all(e, g, 1, "HOOP_ALLTOALL");
     /* The negotiation agreed on every rank's splits: a call with nothing
      * to move anywhere is skipped on every rank alike. */
-    hoop_status_t st = moved ? hoop_alltoallv(e->comm, op->send[0], sc, sd, out, rc, rd,
-                                              r->p.dtype)
-                             : HOOP_OK;
+    /* Sending nothing, this rank may have no sendbuf: the output (nothing
+     * of it read) stands for it, on the output's side of the host/device
+     * line. */
+    const void *send = op->send[0] ? op->send[0] : out;
+    st = moved ? hoop_alltoallv(e->comm, send, sc, sd, out, rc, rd, r->p.dtype) : HOOP_OK;
     tl_all(e, g, 1, NULL);
     if (moved)
         count_collective(e, 1);
     free(v);
     if (st) {
-        free(out);
+        out_free(op, out);
         free(counts);
         return st;
     }

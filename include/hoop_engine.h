@@ -156,7 +156,9 @@ HOOP_API hoop_status_t hoop_engine_status(hoop_engine_handle_t *h, const char **
 
 /* Output the engine allocated (allgather, alltoall), of *count elements:
  * owned by the handle (freed at release) unless taken, then the caller
- * frees it with free(). NULL for other operations or none yet. */
+ * frees it with free(), or with cudaFree where it is device memory. It is
+ * device memory, on the sendbuf's GPU, where this rank's sendbuf was; host
+ * memory otherwise. NULL for other operations or none yet. */
 HOOP_API void *hoop_engine_output(hoop_engine_handle_t *h, size_t *count);
 HOOP_API void *hoop_engine_take_output(hoop_engine_handle_t *h, size_t *count);
 

@@ -599,6 +599,123 @@ static void engine_test(int n)
 Test(gpucoll, engine_fuses_device_allreduces_ranks_2, .timeout = 150) { engine_test(2); }
 Test(gpucoll, engine_fuses_device_allreduces_ranks_3, .timeout = 150) { engine_test(3); }
 
+/* The engine's allgather (rank r gives r + 1 rows of 3 i32, the last rank
+ * none and no sendbuf) and alltoall (rank r sends r + j + 1 elements to
+ * rank j) on device buffers: the output the engine allocates is device
+ * memory where the sendbuf was (on a GPU: its kind is checked), host
+ * memory on the rank that gave none, and right on both. */
+static int check_out(int rank, const char *what, int real, const void *out, int want_dev,
+                     const int32_t *want, size_t n)
+{
+    if (real && want_dev != (hoop_gpu_mem_kind(out).kind == HOOP_MEM_DEVICE))
+        return harness_failf(rank, "%s: the output is %s memory, wanted %s", what,
+                             hoop_gpu_mem_str(hoop_gpu_mem_kind(out).kind),
+                             want_dev ? "device" : "host");
+    int32_t *got = malloc(n * 4 + 4);
+    if (!got)
+        return harness_failf(rank, "out of memory");
+    int rc = want_dev ? dev_get(real, got, out, n * 4) : (memcpy(got, out, n * 4), 0);
+    for (size_t i = 0; !rc && i < n; i++)
+        if (got[i] != want[i])
+            rc = harness_failf(rank, "%s element %zu: %d, wanted %d", what, i, got[i], want[i]);
+    free(got);
+    return rc;
+}
+
+static int engine_outputs_rank(int rank, int size, int port, void *varg)
+{
+    const struct coll_arg *a = varg;
+#ifdef HOOP_HAVE_CUDA
+    if (a->real && cudaSetDevice(0) != cudaSuccess)
+        return harness_failf(rank, "cudaSetDevice(0) failed");
+#endif
+    hoop_config_t cfg;
+    char root[64], token[64];
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_engine_t *e;
+    hoop_status_t st = hoop_engine_create(&e, &cfg);
+    if (st)
+        return harness_fail(rank, "hoop_engine_create", st);
+    int last = rank == size - 1, rc = 0;
+    size_t rows = last ? 0 : (size_t)rank + 1, nsend = 0;
+    size_t splits[8];
+    for (int j = 0; j < size; j++)
+        nsend += splits[j] = (size_t)(rank + j + 1);
+    int32_t in[64];
+    for (size_t i = 0; i < 64; i++)
+        in[i] = rank * 1000 + (int32_t)i;
+    void *dev = dev_alloc(a->real, sizeof(in));
+    if (!dev || dev_put(a->real, dev, in, sizeof(in)))
+        return harness_failf(rank, "device buffer");
+    if (!a->real)
+        hoop_gpu_emulate_force(1);
+    hoop_engine_handle_t *hg, *ha;
+    if ((st = hoop_engine_allgather(e, "rows", last ? NULL : dev, rows, 3, HOOP_I32, NULL, NULL,
+                                    &hg)) ||
+        (st = hoop_engine_alltoall(e, "split", dev, splits, HOOP_I32, NULL, NULL, &ha)))
+        rc = harness_fail(rank, "enqueue", st);
+    const char *why = "";
+    if (!rc && ((st = hoop_engine_wait(hg, 30)) || (st = hoop_engine_status(hg, &why)) ||
+                (st = hoop_engine_wait(ha, 30)) || (st = hoop_engine_status(ha, &why))))
+        rc = harness_failf(rank, "engine allgather or alltoall: %s", why);
+    if (!a->real)
+        hoop_gpu_emulate_force(0);
+    int32_t want[256];
+    size_t n = 0, count = 0;
+    for (int r = 0; !rc && r < size - 1; r++)
+        for (size_t i = 0; i < ((size_t)r + 1) * 3; i++)
+            want[n++] = r * 1000 + (int32_t)i;
+    void *out = rc ? NULL : hoop_engine_take_output(hg, &count);
+    if (!rc && count != n)
+        rc = harness_failf(rank, "allgather: %zu elements, wanted %zu", count, n);
+    if (!rc)
+        rc = check_out(rank, "allgather", a->real, out, !last, want, n);
+    if (out) {
+        if (!last && !a->real)
+            hoop_gpu_emulate_force(1);
+        last ? free(out) : hoop_gpu_free(out);
+        if (!last && !a->real)
+            hoop_gpu_emulate_force(0);
+    }
+    n = 0;
+    for (int r = 0; !rc && r < size; r++) {
+        size_t off = 0; /* where rank r's block for this rank starts in its sendbuf */
+        for (int j = 0; j < rank; j++)
+            off += (size_t)(r + j + 1);
+        for (size_t i = 0; i < (size_t)(r + rank + 1); i++)
+            want[n++] = r * 1000 + (int32_t)(off + i);
+    }
+    if (!rc && (out = (void *)hoop_engine_output(ha, &count)) && count == n)
+        rc = check_out(rank, "alltoall", a->real, out, 1, want, n);
+    else if (!rc)
+        rc = harness_failf(rank, "alltoall: %zu elements, wanted %zu", count, n);
+    /* The handles free device outputs under the kind they were made in. */
+    if (!a->real)
+        hoop_gpu_emulate_force(1);
+    if (hg)
+        hoop_engine_release(hg);
+    if (ha)
+        hoop_engine_release(ha);
+    hoop_engine_destroy(e);
+    if (!a->real)
+        hoop_gpu_emulate_force(0);
+    dev_free(a->real, dev);
+    (void)nsend;
+    return rc;
+}
+
+static void engine_outputs_test(int n)
+{
+    struct coll_arg a = {.real = gpu_mode()};
+    char report[8192];
+    bool ok = harness_run_raw(n, engine_outputs_rank, &a, 120, report, sizeof(report));
+    cr_assert(ok, "engine allgather and alltoall at N = %d on %s device buffers:\n%s", n,
+              a.real ? "GPU" : "emulated", report);
+}
+
+Test(gpucoll, engine_outputs_on_the_device_ranks_2, .timeout = 150) { engine_outputs_test(2); }
+Test(gpucoll, engine_outputs_on_the_device_ranks_3, .timeout = 150) { engine_outputs_test(3); }
+
 /* ---- GPUDirect RDMA: the dma-buf export, and HOOP_GPU_DIRECT=1 refused ---- */
 
 Test(gpucoll, dma_buf_of_device_memory)
