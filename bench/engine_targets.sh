@@ -138,7 +138,7 @@ fmt() { awk -v x="$1" -v u="$2" -v p="$3" 'BEGIN { if (x == "-") print "-"; else
 
 echo
 echo "== hoop engine and hoop.torch targets (issues 16, 17), $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "   $(uname -n), $(nproc) CPUs, $(kv engine_n2 transport), cycle $(kv engine_n2 cycle_ms) ms," \
+echo "   $(uname -n), $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) CPUs, $(kv engine_n2 transport), cycle $(kv engine_n2 cycle_ms) ms," \
      "python $py, torch $(kv syn_hoop_n2 torch)$([ "$quick" = 1 ] && echo ', QUICK RUN: figures mean nothing')"
 printf "%-44s %2s %16s %22s %7s  %s\n" "target" "N" "hoop" "baseline" "ratio" "goal"
 for n in 2 4; do
