@@ -2,8 +2,8 @@
 # netns.sh - hoop on shaped links: one network namespace per rank, joined by
 # veth pairs to a bridge, every link shaped by TBF to one rate.
 #
-#   bench/netns.sh [-n N] [-R RATE] [-C CC] [-r REPS] [-s SYSTEMS]
-#                  [-a ANCHORS] [-o DIR] [-k] [-- ring_bench options]
+#   bench/netns.sh [-n N] [-p PER_HOST] [-i] [-R RATE] [-C CC] [-r REPS]
+#                  [-s SYSTEMS] [-a ANCHORS] [-o DIR] [-k] [-- ring_bench options]
 #   bench/netns.sh -c            only remove what this script creates
 #
 # It builds namespaces hoopnet-r0 .. hoopnet-r<N-1> (interface hn0, address
@@ -29,6 +29,14 @@
 # system and repeat; a table of medians (busbw, and its ratio to one link's
 # iperf3 goodput) is printed at the end by bench/summarize.py.
 #
+# Hosts of several ranks: -p PER_HOST puts N / PER_HOST "hosts" up, each a
+# namespace (hoopnet-r<h>, address 198.18.10.<h+1>) whose ranks share its
+# host name, so that they talk through shared memory and only the host's
+# link is shaped; rank r is on host r / PER_HOST, or with -i on host
+# r mod (N / PER_HOST), the ranks of the hosts interleaved as some
+# launchers give them. iperf3 then measures the hosts' links; gloo and
+# ompi need one rank per host.
+#
 # Options: -n ranks (default 2, at most 32); -R TBF rate in tc's syntax
 # (default 2gbit); -C TCP congestion control of every namespace (default:
 # the one new namespaces get, this host's), for every system and iperf3
@@ -41,6 +49,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD="${BUILD:-$HERE/build}"
 N=2
+PER=1
+INTERLEAVE=0
 RATE=2gbit
 CC=""
 REPS="1 2 3"
@@ -49,9 +59,11 @@ ANCHORS=""
 OUT=""
 KEEP=0
 CLEAN_ONLY=0
-while getopts "n:R:C:r:s:a:o:kch" opt; do
+while getopts "n:p:iR:C:r:s:a:o:kch" opt; do
     case $opt in
     n) N="$OPTARG" ;;
+    p) PER="$OPTARG" ;;
+    i) INTERLEAVE=1 ;;
     R) RATE="$OPTARG" ;;
     C) CC="$OPTARG" ;;
     r) REPS="$OPTARG" ;;
@@ -68,7 +80,9 @@ shift $((OPTIND - 1))
 BENCH_ARGS=("$@")
 ((${#BENCH_ARGS[@]})) || BENCH_ARGS=(-b 16M -e 256M -f 4 -n 5 -w 2)
 [[ -n "$SYSTEMS" ]] || { SYSTEMS="iperf hoop"; [[ -n "$ANCHORS" ]] && SYSTEMS+=" gloo ompi"; }
-OUT="${OUT:-$HERE/bench/results/netns/${RATE}_N$N}"
+HOSTS_TAG=""
+if ((PER > 1)); then HOSTS_TAG="_p$PER"; if ((INTERLEAVE)); then HOSTS_TAG+=i; fi; fi
+OUT="${OUT:-$HERE/bench/results/netns/${RATE}_N$N$HOSTS_TAG}"
 
 NSP=hoopnet-r
 BRNS=hoopnet-br
@@ -82,6 +96,11 @@ has() { [[ " $SYSTEMS " == *" $1 "* ]]; }
 
 [[ $EUID -eq 0 ]] || die "needs root (ip netns, tc)"
 [[ "$N" =~ ^[0-9]+$ ]] && ((N >= 2 && N <= MAXN)) || die "-n must be 2..$MAXN, not '$N'"
+[[ "$PER" =~ ^[0-9]+$ ]] && ((PER >= 1 && N % PER == 0 && N / PER >= 2)) ||
+    die "-p must divide -n into at least 2 hosts, not '$PER'"
+H=$((N / PER)) # hosts, each a namespace
+host_of() { if ((INTERLEAVE)); then echo $(($1 % H)); else echo $(($1 / PER)); fi; }
+((PER == 1)) || ! { has gloo || has ompi; } || die "gloo and ompi run one rank per host (-p 1)"
 [[ "${RATE,,}" =~ ^[0-9]+(k|m|g)?bit$ ]] || die "-R takes a tc rate such as 2gbit or 500mbit, not '$RATE'"
 if [[ -n "$CC" ]]; then
     grep -qw -- "$CC" /proc/sys/net/ipv4/tcp_available_congestion_control ||
@@ -151,7 +170,7 @@ setup() {
     ip -n "$BRNS" link add hnbr type bridge
     ip -n "$BRNS" link set hnbr up
     ip -n "$BRNS" addr add "$NET.254/24" dev hnbr
-    for ((i = 0; i < N; i++)); do
+    for ((i = 0; i < H; i++)); do
         ip netns add "$NSP$i"
         ip -n "$NSP$i" link set lo up
         if [[ -n "$CC" ]]; then
@@ -166,20 +185,20 @@ setup() {
     done
     # The bridge ports take a moment to forward: wait until rank 0 reaches
     # every other rank (a refused TCP connect proves the path as well).
-    for ((i = 1; i < N; i++)); do
+    for ((i = 1; i < H; i++)); do
         for t in $(seq 50); do
             reach "${NSP}0" "$NET.$((i + 1))" && break
             ((t < 50)) || die "rank 0 cannot reach $NET.$((i + 1))"
             sleep 0.1
         done
     done
-    log "up: $N namespaces, links shaped to $RATE each way (TBF burst $burst B), TCP congestion control $(ip netns exec "${NSP}0" cat /proc/sys/net/ipv4/tcp_congestion_control)"
+    log "up: $H namespaces ($N ranks, $PER a host$( ((INTERLEAVE)) && echo ', interleaved' || true)), links shaped to $RATE each way (TBF burst $burst B), TCP congestion control $(ip netns exec "${NSP}0" cat /proc/sys/net/ipv4/tcp_congestion_control)"
 }
 
 # Bytes the rank-side qdiscs have sent, summed over ranks.
 shaped_bytes() {
     local i b tot=0
-    for ((i = 0; i < N; i++)); do
+    for ((i = 0; i < H; i++)); do
         b=$(tc -s -n "$NSP$i" qdisc show dev "$IFACE" | awk '/Sent/ {print $2; exit}')
         tot=$((tot + ${b:-0}))
     done
@@ -220,21 +239,21 @@ run_iperf() {
     sleep 0.5
     one=$(ip netns exec "${NSP}0" timeout 20 iperf3 -c "$NET.2" -p 5201 -t 5 -J | gbps)
     wait
-    for ((i = 0; i < N; i++)); do
-        j=$(((i + 1) % N))
+    for ((i = 0; i < H; i++)); do
+        j=$(((i + 1) % H))
         ip netns exec "$NSP$j" timeout 20 iperf3 -s -1 -p $((5300 + i)) -B "$NET.$((j + 1))" \
             >/dev/null 2>&1 &
     done
     sleep 0.5
     local tmp
     tmp=$(mktemp -d)
-    for ((i = 0; i < N; i++)); do
-        j=$(((i + 1) % N))
+    for ((i = 0; i < H; i++)); do
+        j=$(((i + 1) % H))
         ip netns exec "$NSP$i" timeout 20 iperf3 -c "$NET.$((j + 1))" -p $((5300 + i)) -t 5 -J \
             >"$tmp/$i.json" &
     done
     wait
-    for ((i = 0; i < N; i++)); do ring+="$(gbps <"$tmp/$i.json") "; done
+    for ((i = 0; i < H; i++)); do ring+="$(gbps <"$tmp/$i.json") "; done
     rm -rf "$tmp"
     echo "iperf3_one_link_Gbps $one"
     echo "iperf3_ring_links_Gbps $ring"
@@ -244,12 +263,14 @@ run_hoop() {
     local i pids=() rc=0 token port=29500
     token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
     for ((i = 0; i < N; i++)); do
-        # Each rank gets a host name of its own too (a UTS namespace), as
-        # ranks on separate machines have: the library tells neighbours on
-        # its own host from others by it. Rank 0 prints the table; the
-        # others only their errors.
-        ip netns exec "$NSP$i" unshare --uts env HOOP_RANK=$i HOOP_SIZE="$N" \
-            HOOP_ROOT="$NET.1:$port" HOOP_TOKEN="$token" NODE="$NSP$i" \
+        # Each rank gets its host's name too (a UTS namespace), as ranks on
+        # separate machines have: the library tells neighbours on its own
+        # host from others by it. Rank 0 prints the table; the others only
+        # their errors.
+        local h
+        h=$(host_of "$i")
+        ip netns exec "$NSP$h" unshare --uts env HOOP_RANK=$i HOOP_SIZE="$N" \
+            HOOP_ROOT="$NET.1:$port" HOOP_TOKEN="$token" NODE="$NSP$h" \
             sh -c 'hostname "$NODE" && exec timeout 900 "$0" "$@"' \
             "$BUILD/ring_bench" "${BENCH_ARGS[@]}" \
             >"$([[ $i == 0 ]] && echo /dev/stdout || echo /dev/null)" &
