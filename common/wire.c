@@ -1,6 +1,7 @@
 /* wire.c - hello codec and bounded byte buffers. */
 #include "common/wire.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -128,51 +129,84 @@ void hoop_buf_get_bytes(struct hoop_buf *b, void *dst, size_t n)
         memset(dst, 0, n);
 }
 
+/* The frame's fields at their fixed offsets (wire.h), in and out of place
+ * without a bounded cursor: every collective stamps and checks one per
+ * message, so the two stay a handful of loads and stores. */
+static inline void le16_to(uint8_t *p, uint16_t v)
+{
+    v = htole16(v);
+    memcpy(p, &v, 2);
+}
+
+static inline void le32_to(uint8_t *p, uint32_t v)
+{
+    v = htole32(v);
+    memcpy(p, &v, 4);
+}
+
+static inline void le64_to(uint8_t *p, uint64_t v)
+{
+    v = htole64(v);
+    memcpy(p, &v, 8);
+}
+
+static inline uint16_t le16_at(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return le16toh(v);
+}
+
+static inline uint32_t le32_at(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return le32toh(v);
+}
+
+static inline uint64_t le64_at(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return le64toh(v);
+}
+
 void hoop_frame_encode(const struct hoop_frame *f, uint8_t out[HOOP_FRAME_BYTES])
 {
-    struct hoop_buf b = {.p = out, .len = HOOP_FRAME_BYTES};
-    hoop_buf_put_u32(&b, HOOP_FRAME_MAGIC);
-    hoop_buf_put_u16(&b, HOOP_FRAME_VERSION);
-    hoop_buf_put_u8(&b, f->coll);
-    hoop_buf_put_u8(&b, f->dtype);
-    hoop_buf_put_u8(&b, f->op);
-    hoop_buf_put_u8(&b, 0);
-    hoop_buf_put_u16(&b, 0);
-    hoop_buf_put_u32(&b, f->root);
-    hoop_buf_put_u32(&b, f->sender);
-    hoop_buf_put_u32(&b, f->step);
-    hoop_buf_put_u64(&b, f->seq);
-    hoop_buf_put_u64(&b, f->count);
-    hoop_buf_put_u64(&b, f->len);
-    hoop_buf_put_u32(&b, f->chunk);
-    hoop_buf_put_u32(&b, f->chunk_bytes);
-    hoop_buf_put_u64(&b, f->blocks);
+    le32_to(out + 0, HOOP_FRAME_MAGIC);
+    le16_to(out + 4, HOOP_FRAME_VERSION);
+    out[6] = f->coll;
+    out[7] = f->dtype;
+    out[8] = f->op;
+    out[9] = out[10] = out[11] = 0;
+    le32_to(out + 12, f->root);
+    le32_to(out + 16, f->sender);
+    le32_to(out + 20, f->step);
+    le64_to(out + 24, f->seq);
+    le64_to(out + 32, f->count);
+    le64_to(out + 40, f->len);
+    le32_to(out + 48, f->chunk);
+    le32_to(out + 52, f->chunk_bytes);
+    le64_to(out + 56, f->blocks);
 }
 
 int hoop_frame_decode(const uint8_t in[HOOP_FRAME_BYTES], struct hoop_frame *f)
 {
-    struct hoop_buf b = {.p = (uint8_t *)in, .len = HOOP_FRAME_BYTES};
-    struct hoop_frame x;
-    uint32_t magic = hoop_buf_get_u32(&b);
-    uint16_t version = hoop_buf_get_u16(&b);
-    x.coll = hoop_buf_get_u8(&b);
-    x.dtype = hoop_buf_get_u8(&b);
-    x.op = hoop_buf_get_u8(&b);
-    uint32_t zero = hoop_buf_get_u8(&b);
-    zero |= hoop_buf_get_u16(&b);
-    x.root = hoop_buf_get_u32(&b);
-    x.sender = hoop_buf_get_u32(&b);
-    x.step = hoop_buf_get_u32(&b);
-    x.seq = hoop_buf_get_u64(&b);
-    x.count = hoop_buf_get_u64(&b);
-    x.len = hoop_buf_get_u64(&b);
-    x.chunk = hoop_buf_get_u32(&b);
-    x.chunk_bytes = hoop_buf_get_u32(&b);
-    x.blocks = hoop_buf_get_u64(&b);
-    if (b.bad || magic != HOOP_FRAME_MAGIC || zero)
+    if (le32_at(in) != HOOP_FRAME_MAGIC || in[9] || in[10] || in[11])
         return -EPROTO;
-    if (version != HOOP_FRAME_VERSION)
+    if (le16_at(in + 4) != HOOP_FRAME_VERSION)
         return -EPROTONOSUPPORT;
-    *f = x;
+    f->coll = in[6];
+    f->dtype = in[7];
+    f->op = in[8];
+    f->root = le32_at(in + 12);
+    f->sender = le32_at(in + 16);
+    f->step = le32_at(in + 20);
+    f->seq = le64_at(in + 24);
+    f->count = le64_at(in + 32);
+    f->len = le64_at(in + 40);
+    f->chunk = le32_at(in + 48);
+    f->chunk_bytes = le32_at(in + 52);
+    f->blocks = le64_at(in + 56);
     return 0;
 }
