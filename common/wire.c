@@ -1,7 +1,6 @@
 /* wire.c - hello codec and bounded byte buffers. */
 #include "common/wire.h"
 
-#include <endian.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -132,81 +131,42 @@ void hoop_buf_get_bytes(struct hoop_buf *b, void *dst, size_t n)
 /* The frame's fields at their fixed offsets (wire.h), in and out of place
  * without a bounded cursor: every collective stamps and checks one per
  * message, so the two stay a handful of loads and stores. */
-static inline void le16_to(uint8_t *p, uint16_t v)
-{
-    v = htole16(v);
-    memcpy(p, &v, 2);
-}
-
-static inline void le32_to(uint8_t *p, uint32_t v)
-{
-    v = htole32(v);
-    memcpy(p, &v, 4);
-}
-
-static inline void le64_to(uint8_t *p, uint64_t v)
-{
-    v = htole64(v);
-    memcpy(p, &v, 8);
-}
-
-static inline uint16_t le16_at(const uint8_t *p)
-{
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return le16toh(v);
-}
-
-static inline uint32_t le32_at(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return le32toh(v);
-}
-
-static inline uint64_t le64_at(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return le64toh(v);
-}
-
 void hoop_frame_encode(const struct hoop_frame *f, uint8_t out[HOOP_FRAME_BYTES])
 {
-    le32_to(out + 0, HOOP_FRAME_MAGIC);
-    le16_to(out + 4, HOOP_FRAME_VERSION);
+    hoop_put_le(out + 0, HOOP_FRAME_MAGIC, 4);
+    hoop_put_le(out + 4, HOOP_FRAME_VERSION, 2);
     out[6] = f->coll;
     out[7] = f->dtype;
     out[8] = f->op;
     out[9] = out[10] = out[11] = 0;
-    le32_to(out + 12, f->root);
-    le32_to(out + 16, f->sender);
-    le32_to(out + 20, f->step);
-    le64_to(out + 24, f->seq);
-    le64_to(out + 32, f->count);
-    le64_to(out + 40, f->len);
-    le32_to(out + 48, f->chunk);
-    le32_to(out + 52, f->chunk_bytes);
-    le64_to(out + 56, f->blocks);
+    hoop_put_le(out + 12, f->root, 4);
+    hoop_put_le(out + 16, f->sender, 4);
+    hoop_put_le(out + 20, f->step, 4);
+    hoop_put_le(out + 24, f->seq, 8);
+    hoop_put_le(out + 32, f->count, 8);
+    hoop_put_le(out + 40, f->len, 8);
+    hoop_put_le(out + 48, f->chunk, 4);
+    hoop_put_le(out + 52, f->chunk_bytes, 4);
+    hoop_put_le(out + 56, f->blocks, 8);
 }
 
 int hoop_frame_decode(const uint8_t in[HOOP_FRAME_BYTES], struct hoop_frame *f)
 {
-    if (le32_at(in) != HOOP_FRAME_MAGIC || in[9] || in[10] || in[11])
+    if (hoop_get_le(in, 4) != HOOP_FRAME_MAGIC || in[9] || in[10] || in[11])
         return -EPROTO;
-    if (le16_at(in + 4) != HOOP_FRAME_VERSION)
+    if (hoop_get_le(in + 4, 2) != HOOP_FRAME_VERSION)
         return -EPROTONOSUPPORT;
     f->coll = in[6];
     f->dtype = in[7];
     f->op = in[8];
-    f->root = le32_at(in + 12);
-    f->sender = le32_at(in + 16);
-    f->step = le32_at(in + 20);
-    f->seq = le64_at(in + 24);
-    f->count = le64_at(in + 32);
-    f->len = le64_at(in + 40);
-    f->chunk = le32_at(in + 48);
-    f->chunk_bytes = le32_at(in + 52);
-    f->blocks = le64_at(in + 56);
+    f->root = (uint32_t)hoop_get_le(in + 12, 4);
+    f->sender = (uint32_t)hoop_get_le(in + 16, 4);
+    f->step = (uint32_t)hoop_get_le(in + 20, 4);
+    f->seq = hoop_get_le(in + 24, 8);
+    f->count = hoop_get_le(in + 32, 8);
+    f->len = hoop_get_le(in + 40, 8);
+    f->chunk = (uint32_t)hoop_get_le(in + 48, 4);
+    f->chunk_bytes = (uint32_t)hoop_get_le(in + 52, 4);
+    f->blocks = hoop_get_le(in + 56, 8);
     return 0;
 }

@@ -12,8 +12,10 @@
 #ifndef HOOP_COMMON_WIRE_H
 #define HOOP_COMMON_WIRE_H
 
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define HOOP_WIRE_MAGIC 0x504f4f48u /* bytes 'H' 'O' 'O' 'P' */
 #define HOOP_WIRE_VERSION 3 /* 3: failure notices name their collective */
@@ -122,18 +124,36 @@ int hoop_frame_decode(const uint8_t in[HOOP_FRAME_BYTES], struct hoop_frame *f);
 
 /* v as n little-endian bytes at p, and back: the byte order of every
  * message hoop puts on the wire (hellos, frames, the token handshake). */
+/* n bytes of v at p, little endian, and back. The usual widths are one
+ * move each (the byte loop is not merged into one by the compiler). */
 static inline void hoop_put_le(uint8_t *p, uint64_t v, int n)
 {
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    uint16_t v2;
+    uint32_t v4;
+    switch (n) {
+    case 2: v2 = htole16((uint16_t)v); memcpy(p, &v2, 2); return;
+    case 4: v4 = htole32((uint32_t)v); memcpy(p, &v4, 4); return;
+    case 8: v = htole64(v); memcpy(p, &v, 8); return;
+    default:
+        for (int i = 0; i < n; i++)
+            p[i] = (uint8_t)(v >> (8 * i));
+    }
 }
 
 static inline uint64_t hoop_get_le(const uint8_t *p, int n)
 {
+    uint16_t v2;
+    uint32_t v4;
     uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
+    switch (n) {
+    case 2: memcpy(&v2, p, 2); return le16toh(v2);
+    case 4: memcpy(&v4, p, 4); return le32toh(v4);
+    case 8: memcpy(&v, p, 8); return le64toh(v);
+    default:
+        for (int i = 0; i < n; i++)
+            v |= (uint64_t)p[i] << (8 * i);
+        return v;
+    }
 }
 
 #endif
