@@ -3,7 +3,6 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/clock.h"
-#include "gpu/gpu.h"
 
 #include <errno.h>
 #include <math.h>
@@ -61,10 +60,7 @@ static void op_free(eng_op_t *op)
     if (op->recv != &op->recv1)
         free(op->recv);
     free(op->p.vals);
-    if (op->out_on_gpu)
-        hoop_gpu_free(op->out);
-    else
-        free(op->out);
+    eng_out_free(op, op->out);
     free(op->counts);
     pthread_mutex_destroy(&op->mu);
     pthread_cond_destroy(&op->cv);

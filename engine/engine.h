@@ -239,6 +239,9 @@ void eng_cache_free(struct hoop_engine *e);
 /* execute.c: run this cycle's responses. HOOP_OK, or the status of a
  * failed collective (the communicator is then broken; sentence set). */
 hoop_status_t eng_execute(struct hoop_engine *e);
+/* Free out, an output of op's (out_alloc in execute.c): on the GPU or not,
+ * as op->out_on_gpu says. */
+void eng_out_free(const eng_op_t *op, void *out);
 
 /* timeline.c (rank 0, or every rank with HOOP_TIMELINE_ALL_RANKS=1). */
 struct eng_timeline *eng_timeline_open(const char *path, int rank, char *err, size_t err_len);

@@ -299,7 +299,7 @@ static hoop_status_t out_alloc(struct hoop_engine *e, eng_op_t *op, const char *
     return st;
 }
 
-static void out_free(const eng_op_t *op, void *out)
+void eng_out_free(const eng_op_t *op, void *out)
 {
     if (op->out_on_gpu)
         hoop_gpu_free(out);
@@ -359,7 +359,7 @@ static hoop_status_t run_allgather(struct hoop_engine *e, struct eng_resp *r)
         count_collective(e, 1);
     free(counts);
     if (st) {
-        out_free(op, out);
+        eng_out_free(op, out);
         free(rows);
         return st;
     }
@@ -424,7 +424,7 @@ static hoop_status_t run_alltoall(struct hoop_engine *e, struct eng_resp *r)
         count_collective(e, 1);
     free(v);
     if (st) {
-        out_free(op, out);
+        eng_out_free(op, out);
         free(counts);
         return st;
     }
