@@ -498,6 +498,23 @@ static void exact_fill(float *p, size_t n, uint64_t seed)
         p[j] = (float)((int)((seed * 2654435761u + j * 40503u) % 2001u) - 1000) * 0.25f;
 }
 
+/* An engine rank's start: GPU 0 (on a GPU), then the engine over
+ * loopback. 0, or the harness's failure. */
+static int engine_open(const struct coll_arg *a, int rank, int size, int port, hoop_engine_t **e)
+{
+#ifdef HOOP_HAVE_CUDA
+    if (a->real && cudaSetDevice(0) != cudaSuccess)
+        return harness_failf(rank, "cudaSetDevice(0) failed");
+#else
+    (void)a;
+#endif
+    hoop_config_t cfg;
+    char root[64], token[64];
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    hoop_status_t st = hoop_engine_create(e, &cfg);
+    return st ? harness_fail(rank, "hoop_engine_create", st) : 0;
+}
+
 /* Five f32 tensors of different lengths, allreduced (average, prescale 0.5,
  * postscale 3) through the engine twice: on host buffers, then on device
  * buffers (so fused into the GPU fusion buffer and scaled there); the
@@ -505,17 +522,11 @@ static void exact_fill(float *p, size_t n, uint64_t seed)
 static int engine_rank(int rank, int size, int port, void *varg)
 {
     const struct coll_arg *a = varg;
-#ifdef HOOP_HAVE_CUDA
-    if (a->real && cudaSetDevice(0) != cudaSuccess)
-        return harness_failf(rank, "cudaSetDevice(0) failed");
-#endif
-    hoop_config_t cfg;
-    char root[64], token[64];
-    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
     hoop_engine_t *e;
-    hoop_status_t st = hoop_engine_create(&e, &cfg);
-    if (st)
-        return harness_fail(rank, "hoop_engine_create", st);
+    int orc = engine_open(a, rank, size, port, &e);
+    if (orc)
+        return orc;
+    hoop_status_t st;
     static const size_t lens[ENG_TENSORS] = {1, 1000, 70000, 3, 300000};
     float *host[ENG_TENSORS], *back[ENG_TENSORS];
     void *dev[ENG_TENSORS];
@@ -625,17 +636,11 @@ static int check_out(int rank, const char *what, int real, const void *out, int 
 static int engine_outputs_rank(int rank, int size, int port, void *varg)
 {
     const struct coll_arg *a = varg;
-#ifdef HOOP_HAVE_CUDA
-    if (a->real && cudaSetDevice(0) != cudaSuccess)
-        return harness_failf(rank, "cudaSetDevice(0) failed");
-#endif
-    hoop_config_t cfg;
-    char root[64], token[64];
-    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
     hoop_engine_t *e;
-    hoop_status_t st = hoop_engine_create(&e, &cfg);
-    if (st)
-        return harness_fail(rank, "hoop_engine_create", st);
+    int orc = engine_open(a, rank, size, port, &e);
+    if (orc)
+        return orc;
+    hoop_status_t st;
     int last = rank == size - 1, rc = 0;
     size_t rows = last ? 0 : (size_t)rank + 1, nsend = 0;
     size_t splits[8];
