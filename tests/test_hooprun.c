@@ -366,6 +366,33 @@ Test(hooprun, port_option_sets_the_root, .timeout = 60)
     proc_capture_free(&r);
 }
 
+/* The root's port comes from below the ephemeral range, where no outgoing
+ * connection can take it between hooprun's probe and rank 0's listen. */
+Test(hooprun, root_port_lies_below_the_ephemeral_range, .timeout = 60)
+{
+    int lo = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (!f || fscanf(f, "%d", &lo) != 1 || lo - 20000 < 1000) {
+        if (f)
+            fclose(f);
+        cr_skip_test("the ephemeral range here starts at %d, which leaves no room below it", lo);
+    }
+    fclose(f);
+    int ports[8];
+    for (int i = 0; i < 8; i++) {
+        struct proc_capture r;
+        run_hooprun(&r, ARGS("--timeout", "30", "-np", "1", "sh", "-c", "echo $HOOP_ROOT"));
+        cr_assert_eq(r.status, 0, "exit status %d\nstderr:\n%s", r.status, r.err.p);
+        cr_assert_eq(sscanf(r.out.p, "[0] 127.0.0.1:%d", &ports[i]), 1, "stdout:\n%s", r.out.p);
+        cr_assert(ports[i] >= 20000 && ports[i] < lo, "root port %d is not in [20000, %d)", ports[i], lo);
+        proc_capture_free(&r);
+    }
+    bool differ = false;
+    for (int i = 1; i < 8; i++)
+        differ |= ports[i] != ports[0];
+    cr_assert(differ, "eight jobs all got port %d: the draw is not random", ports[0]);
+}
+
 Test(hooprun, bad_usage_exits_2, .timeout = 60)
 {
     const char *const *cases[] = {

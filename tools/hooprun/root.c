@@ -2,26 +2,6 @@
  * token every rank presents. */
 #include "tools/hooprun/hooprun.h"
 
-/* A port that is free now; the root binds it a moment later. A race with
- * another program is possible but rare, and --port exists for when it bites. */
-static int free_port(uint32_t host_addr)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(host_addr);
-    socklen_t len = sizeof addr;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
-        getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
-        port = ntohs(addr.sin_port);
-    close(fd);
-    return port;
-}
-
 static bool random_bytes(void *buf, size_t len)
 {
     size_t got = 0;
@@ -34,6 +14,59 @@ static bool random_bytes(void *buf, size_t len)
         got += (size_t)n;
     }
     return true;
+}
+
+/* Whether port is free now on host_addr; the root binds it a moment later. */
+static bool port_is_free(uint32_t host_addr, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(host_addr);
+    addr.sin_port = htons((uint16_t)port);
+    bool ok = bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+    close(fd);
+    return ok;
+}
+
+/* The lowest port the kernel hands out for outgoing connections. */
+static int ephemeral_low(void)
+{
+    int lo = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f) {
+        if (fscanf(f, "%d", &lo) != 1 || lo < 1024 || lo > 65535)
+            lo = 32768;
+        fclose(f);
+    }
+    return lo;
+}
+
+/* A port that is free now, drawn at random from below the ephemeral range:
+ * a port in that range may be taken by any outgoing connection (the job's
+ * own, or another program's) in the moment before the root binds it. A race
+ * with a program that listens is still possible but rare, and --port exists
+ * for when it bites. */
+static int free_port(uint32_t host_addr)
+{
+    int lo = REMOTE_PORT_LO, hi = ephemeral_low() - 1;
+    if (hi - lo < 1000) {
+        lo = 1024;
+        hi = 65535;
+    }
+    for (int i = 0; i < 64; i++) {
+        uint32_t v;
+        if (!random_bytes(&v, sizeof v))
+            return -1;
+        int port = lo + (int)(v % (uint32_t)(hi - lo + 1));
+        if (port_is_free(host_addr, port))
+            return port;
+    }
+    errno = EADDRINUSE;
+    return -1;
 }
 
 /* Where rank 0 listens: HOOP_ROOT. */
