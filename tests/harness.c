@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -75,23 +76,41 @@ void harness_put_le(uint8_t *p, uint64_t v, int n)
         p[k] = (uint8_t)(v >> (8 * k));
 }
 
-int harness_free_port(void)
+static bool loopback_port_is_free(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return -1;
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    socklen_t len = sizeof addr;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0 &&
-        getsockname(fd, (struct sockaddr *)&addr, &len) == 0)
-        port = ntohs(addr.sin_port);
+        return false;
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bool ok = bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
     close(fd);
-    return port;
+    return ok;
+}
+
+/* A loopback port that is free now, drawn from below the ephemeral range:
+ * in that range the outgoing connections of the jobs running beside this
+ * one could take it before the job's root listens (as hooprun draws). */
+int harness_free_port(void)
+{
+    int lo = 20000, hi = 32767;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (f) {
+        int first;
+        if (fscanf(f, "%d", &first) == 1 && first - 1 - lo >= 1000)
+            hi = first - 1;
+        fclose(f);
+    }
+    for (int i = 0; i < 64; i++) {
+        uint32_t v;
+        if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v)
+            return -1;
+        int port = lo + (int)(v % (uint32_t)(hi - lo + 1));
+        if (loopback_port_is_free(port))
+            return port;
+    }
+    errno = EADDRINUSE;
+    return -1;
 }
 
 void harness_token(int port, char *buf, size_t len)

@@ -2,12 +2,13 @@
 hooprun running the examples. Run: python3 -m pytest tests/python/test_jobs.py"""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+
+from ports import free_ports
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -42,16 +43,8 @@ def env_for(rank, size, port):
     return env
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_a_rank_killed_mid_training_is_named_on_the_others():
-    size, port = 3, free_port()
+    size, port = 3, free_ports()
     procs = [subprocess.Popen([PY, "-c", TRAIN_AND_DIE], env=env_for(r, size, port), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in range(size)]
     outs = []
@@ -104,7 +97,7 @@ def test_torchrun_runs_the_training_example():
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOOP_") or k == "HOOP_LIBRARY"}
     # hoop's root takes MASTER_PORT + 1. Debian 12's torchrun cannot parse
     # its own default for --redirects and --tee, hence 1 (stdout, shown).
-    port = free_port()
+    port = free_ports(2)
     r = subprocess.run(["/usr/bin/torchrun", "--nproc_per_node", "2", "--redirects", "1", "--tee", "1",
                         "--monitor_interval", "0.2", "--master_addr", "127.0.0.1", "--master_port", str(port),
                         "--no_python", PY,

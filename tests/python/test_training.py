@@ -2,7 +2,7 @@
 shard of each batch and must end where one process trained on the whole
 batch ends (and where torch's DistributedDataParallel over gloo ends).
 Run on every rank: hooprun -np N python3 -m pytest tests/python/test_training.py"""
-import socket
+from ports import free_ports
 
 import pytest
 import torch
@@ -112,10 +112,7 @@ def test_matches_distributed_data_parallel_over_gloo():
     import torch.distributed as dist
     port = None
     if R == 0:
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+        port = free_ports()
     port = hvd.broadcast_object(port, root_rank=0, name="gloo_port")
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=R, world_size=N)
     try:
