@@ -70,12 +70,6 @@ void harness_sleep_ms(long ms)
     }
 }
 
-void harness_put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int k = 0; k < n; k++)
-        p[k] = (uint8_t)(v >> (8 * k));
-}
-
 static bool loopback_port_is_free(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

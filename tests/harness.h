@@ -141,8 +141,6 @@ double harness_now(void);
 double harness_since(double t0);
 /* Sleep ms milliseconds, through signals. */
 void harness_sleep_ms(long ms);
-/* v as n little-endian bytes at p (the wire's byte order). */
-void harness_put_le(uint8_t *p, uint64_t v, int n);
 
 /* Pick a port and a token. Returns false if no port could be found. */
 bool harness_job_init(harness_job_t *job);

@@ -173,11 +173,11 @@ Test(auth, handshakes_are_proved_and_replays_refused, .timeout = 60)
     fd = client_connect(&s);
     uint8_t old[HOOP_HELLO_BYTES + 8] = {0};
     memcpy(old, "HOOP", 4);
-    harness_put_le(old + 4, 1, 2);
-    harness_put_le(old + 6, HOOP_HELLO_JOIN, 2);
-    harness_put_le(old + 40, 1, 4);
-    harness_put_le(old + 44, 4, 4);
-    harness_put_le(old + 60, 8, 4);
+    hoop_put_le(old + 4, 1, 2);
+    hoop_put_le(old + 6, HOOP_HELLO_JOIN, 2);
+    hoop_put_le(old + 40, 1, 4);
+    hoop_put_le(old + 44, 4, 4);
+    hoop_put_le(old + 60, 8, 4);
     cr_assert_eq(hoop_sock_write_all(fd, old, sizeof(old), dl), 0);
     cr_assert_eq(read_refusal(fd, why, sizeof(why)), 1,
                  "an old peer is refused in its own version, so that it can read why");

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "common/wire.h"
 #include "proc.h"
 #include "hoop.h"
 
@@ -277,14 +278,14 @@ static size_t make_probe(int k, int port, uint8_t *buf, size_t cap, const char *
         harness_token(port, token, sizeof token);
         memset(buf, 0, 64);
         memcpy(buf, "HOOP", 4);
-        harness_put_le(buf + 4, 1, 2);
-        harness_put_le(buf + 6, 1, 2);
+        hoop_put_le(buf + 4, 1, 2);
+        hoop_put_le(buf + 6, 1, 2);
         memcpy(buf + 8, token, strlen(token) < 32 ? strlen(token) : 32);
-        harness_put_le(buf + 40, 1, 4);
-        harness_put_le(buf + 44, 2, 4);
-        harness_put_le(buf + 48, 0, 8);
-        harness_put_le(buf + 56, 0, 4);
-        harness_put_le(buf + 60, 0xffffffffu, 4);
+        hoop_put_le(buf + 40, 1, 4);
+        hoop_put_le(buf + 44, 2, 4);
+        hoop_put_le(buf + 48, 0, 8);
+        hoop_put_le(buf + 56, 0, 4);
+        hoop_put_le(buf + 60, 0xffffffffu, 4);
         *what = "a join hello for rank 1 with the job's token and a 0xffffffff-byte body";
         return 64;
     }

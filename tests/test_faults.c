@@ -482,8 +482,8 @@ Test(faults, stranger_holds_root_port_during_rendezvous, .timeout = 120)
         noisy_sent = send_best_effort(noisy, junk, sizeof junk, 5.0);
     uint8_t hello[HOOP_HELLO_BYTES] = {0};
     memcpy(hello, "HOOP", 4);
-    harness_put_le(hello + 4, HOOP_WIRE_VERSION, 2);
-    harness_put_le(hello + 6, HOOP_HELLO_JOIN, 2);
+    hoop_put_le(hello + 4, HOOP_WIRE_VERSION, 2);
+    hoop_put_le(hello + 6, HOOP_HELLO_JOIN, 2);
     memset(hello + 8, 0x11, 32); /* a nonce */
     if (partial >= 0)
         partial_sent = send_best_effort(partial, hello, 40, 5.0);
