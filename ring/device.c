@@ -17,12 +17,13 @@
 
 /* GPUDirect RDMA's selection chain, once, when the pipe is made: the
  * facts (HOOP_GPU_DIRECT, the transport, a trial registration of a small
- * device buffer by dma-buf, then through nvidia-peermem), the choice
+ * device buffer in each way the transport knows: by dma-buf, through
+ * nvidia-peermem, through libfabric's FI_HMEM), the choice
  * (gdr.h), said at info level. */
 static hoop_status_t gdr_select(struct hoop_ring *r, int device, const char *what)
 {
     const char *v = hoop_param_str("HOOP_GPU_DIRECT");
-    struct hoop_gdr_facts f = {.setting = -1, .dmabuf_rc = 1, .peermem_rc = 1};
+    struct hoop_gdr_facts f = {.setting = -1, .dmabuf_rc = 1, .peermem_rc = 1, .hmem_rc = 1};
     if (!strcmp(v, "0") || !strcmp(v, "1"))
         f.setting = v[0] - '0';
     else if (strcmp(v, "auto") && *v)
@@ -34,44 +35,58 @@ static hoop_status_t gdr_select(struct hoop_ring *r, int device, const char *wha
     f.emulated = hoop_gpu_emulated();
     f.transport = r->ops->name;
     f.transport_can = r->ops->device_memory_trial && r->ops->use_device_memory;
-    char dwhy[256] = "", pwhy[256] = "", why[640];
-    if (f.setting != 0 && !f.emulated && f.transport_can) {
+    f.kinds = f.transport_can ? r->ops->device_memory_kinds : 0;
+    const unsigned dmabuf = HOOP_DEVMEM_BIT(HOOP_DEVMEM_DMABUF);
+    char dwhy[256] = "", pwhy[256] = "", hwhy[256] = "", why[1024];
+    if (f.setting != 0 && !f.emulated && f.kinds) {
         void *p = NULL;
         if (hoop_gpu_malloc(&p, GDR_PROBE_BYTES, dwhy, sizeof(dwhy))) {
-            f.dmabuf_rc = -1;
+            /* No trial can run: the allocation's failure is the reason. */
+            f.dmabuf_rc = f.hmem_rc = -1;
+            snprintf(hwhy, sizeof(hwhy), "%s", dwhy);
         } else {
-            int fd = -1;
-            uint64_t off = 0;
-            size_t mapped = 0;
-            f.dmabuf_rc = hoop_gpu_dmabuf_export(p, GDR_PROBE_BYTES, &fd, &off, &mapped, dwhy,
-                                                 sizeof(dwhy));
-            if (!f.dmabuf_rc) {
-                f.dmabuf_rc = r->ops->device_memory_trial(r->tp, HOOP_DEVMEM_DMABUF, p,
-                                                          GDR_PROBE_BYTES, fd, off, dwhy,
-                                                          sizeof(dwhy));
-                close(fd);
+            if (f.kinds & dmabuf) {
+                int fd = -1;
+                uint64_t off = 0;
+                size_t mapped = 0;
+                f.dmabuf_rc = hoop_gpu_dmabuf_export(p, GDR_PROBE_BYTES, &fd, &off, &mapped, dwhy,
+                                                     sizeof(dwhy));
+                if (!f.dmabuf_rc) {
+                    f.dmabuf_rc = r->ops->device_memory_trial(r->tp, HOOP_DEVMEM_DMABUF, device,
+                                                              p, GDR_PROBE_BYTES, fd, off, dwhy,
+                                                              sizeof(dwhy));
+                    close(fd);
+                }
             }
             f.peermem_loaded = access("/sys/module/nvidia_peermem", F_OK) == 0;
-            if (f.dmabuf_rc && f.peermem_loaded)
-                f.peermem_rc = r->ops->device_memory_trial(r->tp, HOOP_DEVMEM_PEERMEM, p,
+            if ((f.kinds & HOOP_DEVMEM_BIT(HOOP_DEVMEM_PEERMEM)) && f.dmabuf_rc &&
+                f.peermem_loaded)
+                f.peermem_rc = r->ops->device_memory_trial(r->tp, HOOP_DEVMEM_PEERMEM, device, p,
                                                            GDR_PROBE_BYTES, -1, 0, pwhy,
                                                            sizeof(pwhy));
+            if (f.kinds & HOOP_DEVMEM_BIT(HOOP_DEVMEM_HMEM))
+                f.hmem_rc = r->ops->device_memory_trial(r->tp, HOOP_DEVMEM_HMEM, device, p,
+                                                        GDR_PROBE_BYTES, -1, 0, hwhy,
+                                                        sizeof(hwhy));
             hoop_gpu_free(p);
         }
     }
     f.dmabuf_why = dwhy;
     f.peermem_why = pwhy;
+    f.hmem_why = hwhy;
     enum hoop_gdr g = hoop_gdr_choose(&f, why, sizeof(why));
     if (g == HOOP_GDR_REFUSED)
         return hoop_error(HOOP_ERR_UNSUPPORTED, "rank %d: %s on device buffers (GPU %d): %s",
                           r->rank, what, device, why);
     HOOP_INFO("rank %d: device buffers on GPU %d: %s", r->rank, device, why);
-    if (g == HOOP_GDR_DMABUF || g == HOOP_GDR_PEERMEM)
-        r->ops->use_device_memory(r->tp, g == HOOP_GDR_DMABUF ? HOOP_DEVMEM_DMABUF
-                                                              : HOOP_DEVMEM_PEERMEM,
-                                  hoop_gpu_dmabuf_export);
+    int kind = g == HOOP_GDR_DMABUF    ? HOOP_DEVMEM_DMABUF
+               : g == HOOP_GDR_PEERMEM ? HOOP_DEVMEM_PEERMEM
+               : g == HOOP_GDR_HMEM    ? HOOP_DEVMEM_HMEM
+                                       : 0;
+    if (kind)
+        r->ops->use_device_memory(r->tp, kind, device, hoop_gpu_dmabuf_export);
     r->gdr_send = g != HOOP_GDR_STAGING;
-    r->gdr_nic = g == HOOP_GDR_DMABUF || g == HOOP_GDR_PEERMEM;
+    r->gdr_nic = kind != 0;
     return HOOP_OK;
 }
 

@@ -22,30 +22,54 @@ enum hoop_gdr hoop_gdr_choose(const struct hoop_gdr_facts *f, char *why, size_t 
     }
     if (!f->transport_can) {
         snprintf(why, len, "%sthe %s transport moves host memory only: device data moves "
-                 "through pinned host memory (GPUDirect RDMA needs the verbs transport on an "
-                 "RDMA NIC)", f->setting == 1 ? "HOOP_GPU_DIRECT=1, but " : "", f->transport);
+                 "through pinned host memory (GPUDirect RDMA needs an RDMA NIC, under the verbs "
+                 "transport or the ofi one with a provider that has FI_HMEM)", f->setting == 1 ? "HOOP_GPU_DIRECT=1, but " : "", f->transport);
         return f->setting == 1 ? HOOP_GDR_REFUSED : HOOP_GDR_STAGING;
     }
-    if (f->dmabuf_rc == 0) {
+    const char *ro = "(receives land in pinned host memory)";
+    if ((f->kinds & HOOP_DEVMEM_BIT(HOOP_DEVMEM_DMABUF)) && f->dmabuf_rc == 0) {
         snprintf(why, len, "GPUDirect RDMA by dma-buf: the %s transport registered device "
-                 "memory, so sends leave from the GPU (receives land in pinned host memory)",
-                 f->transport);
+                 "memory, so sends leave from the GPU %s", f->transport, ro);
         return HOOP_GDR_DMABUF;
     }
-    const char *dw = f->dmabuf_rc == 1 ? "dma-buf not tried"
+    /* The reasons of the kinds the transport tried, in order. */
+    char reasons[768] = "";
+    size_t used = 0;
+#define REASON(...)                                                                                \
+    do {                                                                                           \
+        if (used < sizeof(reasons))                                                                \
+            used += (size_t)snprintf(reasons + used, sizeof(reasons) - used, __VA_ARGS__);         \
+    } while (0)
+    if (f->kinds & HOOP_DEVMEM_BIT(HOOP_DEVMEM_DMABUF))
+        REASON("%s", f->dmabuf_rc == 1 ? "dma-buf not tried"
                      : f->dmabuf_why && *f->dmabuf_why ? f->dmabuf_why
-                                                       : "dma-buf refused";
-    if (f->peermem_loaded && f->peermem_rc == 0) {
-        snprintf(why, len, "GPUDirect RDMA by nvidia-peermem (%s): the %s transport registered "
-                 "device memory, so sends leave from the GPU (receives land in pinned host "
-                 "memory)", dw, f->transport);
-        return HOOP_GDR_PEERMEM;
+                                                       : "dma-buf refused");
+    if (f->kinds & HOOP_DEVMEM_BIT(HOOP_DEVMEM_PEERMEM)) {
+        if (f->peermem_loaded && f->peermem_rc == 0) {
+            snprintf(why, len, "GPUDirect RDMA by nvidia-peermem (%s): the %s transport "
+                     "registered device memory, so sends leave from the GPU %s", reasons,
+                     f->transport, ro);
+            return HOOP_GDR_PEERMEM;
+        }
+        REASON("%s%s", used ? "; " : "",
+               !f->peermem_loaded ? "nvidia-peermem not loaded (no /sys/module/nvidia_peermem)"
+               : f->peermem_why && *f->peermem_why ? f->peermem_why
+                                                   : "nvidia-peermem refused");
     }
-    const char *pw = !f->peermem_loaded ? "nvidia-peermem not loaded (no /sys/module/nvidia_peermem)"
-                     : f->peermem_why && *f->peermem_why ? f->peermem_why
-                                                         : "nvidia-peermem refused";
-    snprintf(why, len, "%sno GPUDirect RDMA on the %s transport (%s; %s): device data moves "
+    if (f->kinds & HOOP_DEVMEM_BIT(HOOP_DEVMEM_HMEM)) {
+        if (f->hmem_rc == 0) {
+            snprintf(why, len, "GPUDirect RDMA through libfabric's FI_HMEM: the %s transport "
+                     "registered device memory, so sends leave from the GPU %s", f->transport, ro);
+            return HOOP_GDR_HMEM;
+        }
+        REASON("%s%s", used ? "; " : "",
+               f->hmem_rc == 1 ? "FI_HMEM not tried"
+               : f->hmem_why && *f->hmem_why ? f->hmem_why
+                                             : "FI_HMEM refused");
+    }
+#undef REASON
+    snprintf(why, len, "%sno GPUDirect RDMA on the %s transport (%s): device data moves "
              "through pinned host memory", f->setting == 1 ? "HOOP_GPU_DIRECT=1, but " : "",
-             f->transport, dw, pw);
+             f->transport, reasons);
     return f->setting == 1 ? HOOP_GDR_REFUSED : HOOP_GDR_STAGING;
 }

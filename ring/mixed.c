@@ -266,8 +266,8 @@ static int mixed_isend(void *vc, struct hoop_tp_req *req)
 /* GPUDirect RDMA: the configured transport's, while no connection of this
  * rank is shared memory (which takes host memory only; the ring's links
  * are made before the first call on device buffers asks). */
-static int mixed_device_memory_trial(void *vtp, int kind, void *p, size_t len, int fd,
-                                     uint64_t off, char *why, size_t n)
+static int mixed_device_memory_trial(void *vtp, int kind, int device, void *p, size_t len,
+                                     int fd, uint64_t off, char *why, size_t n)
 {
     struct mixed_tp *tp = vtp;
     if (tp->nshm) {
@@ -275,13 +275,14 @@ static int mixed_device_memory_trial(void *vtp, int kind, void *p, size_t len, i
                  "takes host memory only");
         return -EOPNOTSUPP;
     }
-    return tp->net->device_memory_trial(tp->ntp, kind, p, len, fd, off, why, n);
+    return tp->net->device_memory_trial(tp->ntp, kind, device, p, len, fd, off, why, n);
 }
 
-static void mixed_use_device_memory(void *vtp, int kind, hoop_dmabuf_export_fn export_fn)
+static void mixed_use_device_memory(void *vtp, int kind, int device,
+                                    hoop_dmabuf_export_fn export_fn)
 {
     struct mixed_tp *tp = vtp;
-    tp->net->use_device_memory(tp->ntp, kind, export_fn);
+    tp->net->use_device_memory(tp->ntp, kind, device, export_fn);
 }
 
 static int mixed_irecv(void *vc, struct hoop_tp_req *req)
@@ -500,6 +501,7 @@ hoop_status_t hoop_mixed_create(const struct hoop_transport_ops *net,
     if (net->device_memory_trial && net->use_device_memory) {
         tp->ops.device_memory_trial = mixed_device_memory_trial;
         tp->ops.use_device_memory = mixed_use_device_memory;
+        tp->ops.device_memory_kinds = net->device_memory_kinds;
     }
     tp->net = net;
     tp->rank = p->rank;

@@ -6,10 +6,15 @@
 
 #include <string.h>
 
+#define VERBS_KINDS (HOOP_DEVMEM_BIT(HOOP_DEVMEM_DMABUF) | HOOP_DEVMEM_BIT(HOOP_DEVMEM_PEERMEM))
+
+/* The verbs transport's facts unless others are given. */
 static enum hoop_gdr choose(struct hoop_gdr_facts f, char *why, size_t len)
 {
     if (!f.transport)
         f.transport = "verbs";
+    if (f.transport_can && !f.kinds)
+        f.kinds = VERBS_KINDS;
     return hoop_gdr_choose(&f, why, len);
 }
 
@@ -98,4 +103,38 @@ Test(gdr, a_short_buffer_still_ends_the_sentence)
     struct hoop_gdr_facts f = {.setting = -1, .transport = "tcp"};
     cr_expect_eq(choose(f, why, sizeof(why)), HOOP_GDR_STAGING);
     cr_expect_lt(strlen(why), sizeof(why));
+}
+
+/* The ofi transport tries FI_HMEM alone: its reason is the only one said. */
+Test(gdr, ofi_sends_from_device_memory_through_fi_hmem)
+{
+    char why[512];
+    struct hoop_gdr_facts f = {.setting = -1, .transport = "ofi", .transport_can = 1,
+                               .kinds = HOOP_DEVMEM_BIT(HOOP_DEVMEM_HMEM), .dmabuf_rc = 1,
+                               .peermem_rc = 1, .hmem_rc = 0};
+    cr_expect_eq(choose(f, why, sizeof(why)), HOOP_GDR_HMEM);
+    SAYS(why, "FI_HMEM");
+    SAYS(why, "the ofi transport registered device memory");
+    f.setting = 1;
+    cr_expect_eq(choose(f, why, sizeof(why)), HOOP_GDR_HMEM);
+}
+
+Test(gdr, ofi_without_fi_hmem_stages_or_refuses_saying_why)
+{
+    char why[512];
+    struct hoop_gdr_facts f = {.setting = -1, .transport = "ofi", .transport_can = 1,
+                               .kinds = HOOP_DEVMEM_BIT(HOOP_DEVMEM_HMEM), .dmabuf_rc = 1,
+                               .peermem_rc = 1, .hmem_rc = -95,
+                               .hmem_why = "libfabric's tcp;ofi_rxm provider is software"};
+    cr_expect_eq(choose(f, why, sizeof(why)), HOOP_GDR_STAGING);
+    SAYS(why, "no GPUDirect RDMA on the ofi transport (libfabric's tcp;ofi_rxm provider is "
+              "software)");
+    cr_expect(!strstr(why, "dma-buf") && !strstr(why, "peermem"),
+              "'%s' names ways the ofi transport does not try", why);
+    f.setting = 1;
+    cr_expect_eq(choose(f, why, sizeof(why)), HOOP_GDR_REFUSED);
+    SAYS(why, "HOOP_GPU_DIRECT=1, but no GPUDirect RDMA on the ofi transport");
+    f.hmem_why = NULL;
+    cr_expect_eq(choose(f, why, sizeof(why)), HOOP_GDR_REFUSED);
+    SAYS(why, "FI_HMEM refused");
 }

@@ -477,3 +477,56 @@ Test(ofi, ofi_leaves_the_signal_handlers_alone, .timeout = 90)
         cr_skip_test("libfabric cannot be loaded: %s", why);
     handlers_kept("ofi");
 }
+
+/* GPUDirect RDMA through FI_HMEM: the transport tries it only where the
+ * provider is RDMA hardware; on a software one (here: tcp) its trial says
+ * so, and it takes no other kind of registration. */
+static int hmem_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    const char *expect = arg;
+    struct ofi_tp *tp = (struct ofi_tp *)hoop_mixed_net(((struct hoop_comm *)comm)->ring.tp);
+    const struct hoop_transport_ops *ops = &hoop_transport_ofi;
+    if (ops->device_memory_kinds != HOOP_DEVMEM_BIT(HOOP_DEVMEM_HMEM))
+        return harness_failf(rank, "the ofi transport offers kinds 0x%x, not FI_HMEM alone",
+                             ops->device_memory_kinds);
+    if (tp->hmem)
+        return harness_failf(rank, "opened with FI_HMEM on provider %s", tp->prov);
+    static char probe[4096];
+    char why[256] = "";
+    int rc = ops->device_memory_trial(tp, HOOP_DEVMEM_HMEM, 0, probe, sizeof(probe), -1, 0, why,
+                                      sizeof(why));
+    if (rc != -EOPNOTSUPP || !strstr(why, expect))
+        return harness_failf(rank, "FI_HMEM trial: %d, '%s' (expected -EOPNOTSUPP, '%s')", rc,
+                             why, expect);
+    why[0] = '\0';
+    rc = ops->device_memory_trial(tp, HOOP_DEVMEM_DMABUF, 0, probe, sizeof(probe), -1, 0, why,
+                                  sizeof(why));
+    if (rc != -EOPNOTSUPP || !strstr(why, "FI_HMEM only"))
+        return harness_failf(rank, "dma-buf trial: %d, '%s'", rc, why);
+    return harness_allreduce_i32_checked(comm, rank, size, (int32_t *)(void *)probe, 13);
+}
+
+static void hmem_over(const char *gpu_direct, const char *expect)
+{
+    setenv("HOOP_TRANSPORT", "ofi", 1);
+    setenv("HOOP_OFI_PROVIDER", "tcp", 1);
+    setenv("HOOP_GPU_DIRECT", gpu_direct, 1);
+    setenv("HOOP_SHM", "0", 1);
+    char report[8192];
+    bool ok = harness_run(2, NULL, hmem_rank, (void *)expect, 60, report, sizeof(report));
+    unsetenv("HOOP_TRANSPORT");
+    unsetenv("HOOP_OFI_PROVIDER");
+    unsetenv("HOOP_GPU_DIRECT");
+    unsetenv("HOOP_SHM");
+    cr_assert(ok, "2 ranks over ofi/tcp, HOOP_GPU_DIRECT=%s:\n%s", gpu_direct, report);
+}
+
+Test(ofi, fi_hmem_is_not_asked_of_a_software_provider, .timeout = 90)
+{
+    hmem_over("auto", "provider is software");
+}
+
+Test(ofi, fi_hmem_is_not_asked_for_with_gpu_direct_0, .timeout = 90)
+{
+    hmem_over("0", "HOOP_GPU_DIRECT=0");
+}

@@ -74,8 +74,10 @@ struct hoop_tp_params {
     const uint8_t *token; /* HOOP_TOKEN_BYTES, presented on every connection */
 };
 
-/* GPUDirect RDMA: how a transport registers device memory. */
-enum { HOOP_DEVMEM_DMABUF = 1, HOOP_DEVMEM_PEERMEM = 2 };
+/* GPUDirect RDMA: how a transport registers device memory (verbs: by
+ * dma-buf or through nvidia-peermem; ofi: libfabric's FI_HMEM). */
+enum { HOOP_DEVMEM_DMABUF = 1, HOOP_DEVMEM_PEERMEM = 2, HOOP_DEVMEM_HMEM = 3 };
+#define HOOP_DEVMEM_BIT(kind) (1u << (kind))
 /* A dma-buf of the device memory [p, p + len) (gpu.h's
  * hoop_gpu_dmabuf_export, handed down by the ring). */
 typedef int (*hoop_dmabuf_export_fn)(const void *p, size_t len, int *fd, uint64_t *offset,
@@ -130,17 +132,20 @@ struct hoop_transport_ops {
      * what the peer had sent, then fails what still waits for it, as a
      * socket's end of stream does over TCP. */
     void (*peer_ended)(void *tp, int peer);
-    /* Optional, GPUDirect RDMA: register len bytes of device memory at p
-     * once and drop it again, as a trial of kind (HOOP_DEVMEM_DMABUF: the
-     * dma-buf fd, p at offset off in it; HOOP_DEVMEM_PEERMEM: p itself,
-     * which nvidia-peermem lets the NIC reach). 0, or -errno with why. A
-     * transport without it moves host memory only. */
-    int (*device_memory_trial)(void *tp, int kind, void *p, size_t len, int fd, uint64_t off,
-                               char *why, size_t n);
+    /* Optional, GPUDirect RDMA: register len bytes of memory at p on GPU
+     * `device` once and drop it again, as a trial of kind
+     * (HOOP_DEVMEM_DMABUF: the dma-buf fd, p at offset off in it;
+     * HOOP_DEVMEM_PEERMEM: p itself, which nvidia-peermem lets the NIC
+     * reach; HOOP_DEVMEM_HMEM: p itself, through the transport's library).
+     * 0, or -errno with why. A transport without it moves host memory only. */
+    int (*device_memory_trial)(void *tp, int kind, int device, void *p, size_t len, int fd,
+                               uint64_t off, char *why, size_t n);
     /* Optional, after a trial of kind passed: sends with on_device set come
-     * from device memory from now on, registered that way (export makes
-     * the dma-buf of a range). */
-    void (*use_device_memory)(void *tp, int kind, hoop_dmabuf_export_fn export_fn);
+     * from memory of GPU `device` from now on, registered that way (export
+     * makes the dma-buf of a range). */
+    void (*use_device_memory)(void *tp, int kind, int device, hoop_dmabuf_export_fn export_fn);
+    /* With device_memory_trial: the kinds it tries (HOOP_DEVMEM_BIT). */
+    unsigned device_memory_kinds;
     /* Waits look for completions this long without sleeping, then sleep;
      * with yield set they give up the CPU between looks (for ranks that
      * outnumber the CPUs, where the rank being waited for needs it). */

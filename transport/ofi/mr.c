@@ -14,17 +14,32 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <stdio.h>
 
 #define OFI_MR_CACHED 256
+
+/* Register [p, p + len): host memory, or memory of GPU `device` (>= 0)
+ * through FI_HMEM. 0 or a negative libfabric error. */
+static int ofi_mr_regattr(struct ofi_tp *tp, void *p, size_t len, int device,
+                          struct fid_mr **out)
+{
+    struct iovec iov = {.iov_base = p, .iov_len = len};
+    /* Keys are unique per communicator (each has its own domain); the
+     * provider picks them itself where it says so. */
+    struct fi_mr_attr attr = {.mr_iov = &iov, .iov_count = 1, .access = tp->mr_access,
+                              .requested_key = tp->mr_mode & FI_MR_PROV_KEY ? 0
+                                                                            : tp->mr_next_key++,
+                              .iface = device >= 0 ? FI_HMEM_CUDA : FI_HMEM_SYSTEM};
+    attr.device.cuda = device >= 0 ? device : 0;
+    return fi_mr_regattr(tp->domain, &attr, 0, out);
+}
 
 static int ofi_mr_reg(void *ctx, struct hoop_mr *m)
 {
     struct ofi_tp *tp = ctx;
     struct fid_mr *mr = NULL;
-    /* Keys are unique per communicator (each has its own domain); the
-     * provider picks them itself where it says so. */
-    uint64_t key = tp->mr_mode & FI_MR_PROV_KEY ? 0 : tp->mr_next_key++;
-    int rc = fi_mr_reg(tp->domain, (void *)m->base, m->len, tp->mr_access, 0, key, 0, &mr, NULL);
+    int rc = ofi_mr_regattr(tp, (void *)m->base, m->len, m->on_device ? tp->devmem_device : -1,
+                            &mr);
     if (!rc && (tp->mr_mode & FI_MR_ENDPOINT)) {
         if (!(rc = fi_mr_bind(mr, &tp->ep->fid, 0)))
             rc = fi_mr_enable(mr);
@@ -38,8 +53,9 @@ static int ofi_mr_reg(void *ctx, struct hoop_mr *m)
     m->handle = mr;
     m->desc = fi_mr_desc(mr);
     m->key = fi_mr_key(mr);
-    HOOP_DEBUG("rank %d: ofi transport: registered %zu bytes at %p (key %llu), %d kept",
-               tp->rank, m->len, (void *)m->base, (unsigned long long)m->key, tp->mr.n + 1);
+    HOOP_DEBUG("rank %d: ofi transport: registered %zu bytes of %s memory at %p (key %llu), "
+               "%d kept", tp->rank, m->len, m->on_device ? "device" : "host", (void *)m->base,
+               (unsigned long long)m->key, tp->mr.n + 1);
     return 0;
 }
 
@@ -57,4 +73,38 @@ void ofi_mr_init(struct ofi_tp *tp)
                  ofi_prov_software(tp->prov) ? HOOP_MR_KEEP_ALWAYS : HOOP_MR_KEEP_WHILE_HELD,
                  OFI_MR_CACHED);
     tp->mr_next_key = 1;
+}
+
+int ofi_device_memory_trial(void *vtp, int kind, int device, void *p, size_t len, int fd,
+                            uint64_t off, char *why, size_t n)
+{
+    struct ofi_tp *tp = vtp;
+    if (kind != HOOP_DEVMEM_HMEM) {
+        snprintf(why, n, "the ofi transport registers device memory through libfabric's FI_HMEM "
+                 "only");
+        return -EOPNOTSUPP;
+    }
+    if (!tp->hmem) {
+        snprintf(why, n, "%s", tp->hmem_why);
+        return -EOPNOTSUPP;
+    }
+    struct fid_mr *mr = NULL;
+    int rc = ofi_mr_regattr(tp, p, len, device, &mr);
+    if (!rc && (tp->mr_mode & FI_MR_ENDPOINT) && !(rc = fi_mr_bind(mr, &tp->ep->fid, 0)))
+        rc = fi_mr_enable(mr);
+    if (mr)
+        fi_close(&mr->fid);
+    if (rc) {
+        snprintf(why, n, "FI_HMEM: libfabric's %s provider cannot register memory of GPU %d: "
+                 "fi_mr_regattr: %s", tp->prov, device, tp->lib->strerror(rc < 0 ? -rc : rc));
+        return rc < 0 && rc > -4096 ? rc : -EIO;
+    }
+    return 0;
+}
+
+void ofi_use_device_memory(void *vtp, int kind, int device, hoop_dmabuf_export_fn export_fn)
+{
+    struct ofi_tp *tp = vtp;
+    tp->devmem = kind == HOOP_DEVMEM_HMEM;
+    tp->devmem_device = device;
 }

@@ -157,19 +157,20 @@ int ofi_post_waiting(struct ofi_tp *tp)
     return ended;
 }
 
-/* One iovec of op; its descriptor where the provider wants local memory
- * registered (FI_MR_LOCAL), for all of region (when it holds buf). */
-int ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
-                  void *region, size_t region_len)
+/* An iovec of op, [buf, buf + len) of req (its payload, or its header
+ * when req is NULL), and its descriptor where the provider wants the
+ * memory registered: all of it for host memory under FI_MR_LOCAL, and
+ * device memory always (FI_MR_HMEM); a payload's registration covers all
+ * of its region, when it has one. */
+static int ofi_op_iov_of(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
+                         const struct hoop_tp_req *req)
 {
     size_t i = op->niov;
     op->iov[i] = (struct iovec){.iov_base = buf, .iov_len = len};
     op->desc[i] = NULL;
-    if (tp->mr_mode & FI_MR_LOCAL) {
-        int in = region && (char *)buf >= (char *)region &&
-                 (char *)buf + len <= (char *)region + region_len;
-        int rc = in ? hoop_mr_get(&tp->mr, region, region_len, &op->mr[i])
-                    : hoop_mr_get(&tp->mr, buf, len, &op->mr[i]);
+    if ((tp->mr_mode & FI_MR_LOCAL) || (req && req->on_device)) {
+        int rc = req ? hoop_mr_get_req(&tp->mr, req, &op->mr[i])
+                     : hoop_mr_get(&tp->mr, buf, len, &op->mr[i]);
         if (rc)
             return rc;
         op->desc[i] = op->mr[i]->desc;
@@ -180,7 +181,7 @@ int ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
 
 int ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len)
 {
-    return ofi_op_iov_in(tp, op, buf, len, NULL, 0);
+    return ofi_op_iov_of(tp, op, buf, len, NULL);
 }
 
 /* The iovecs of a message: the header, then the payload, leaving out what
@@ -194,7 +195,7 @@ static int ofi_op_fill(struct ofi_tp *tp, struct ofi_op *op, struct hoop_tp_req 
     if (req->hdr_len)
         rc = ofi_op_iov(tp, op, req->hdr, req->hdr_len);
     if (!rc && req->len)
-        rc = ofi_op_iov_in(tp, op, req->buf, req->len, req->region, req->region_len);
+        rc = ofi_op_iov_of(tp, op, req->buf, req->len, req);
     return rc;
 }
 

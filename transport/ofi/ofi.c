@@ -75,19 +75,21 @@ static int ofi_handle_agrees(const struct ofi_tp *tp, const struct ofi_handle *h
 }
 
 /* What the transport asks of a provider, before any choice: tagged
- * messages, and with `rma` remote writes too. */
-static struct fi_info *ofi_hints_caps(const struct ofi_lib *lib, const char *prov, int rma)
+ * messages, with `rma` remote writes too, with `hmem` device memory
+ * (FI_HMEM, which it then registers: FI_MR_HMEM). */
+static struct fi_info *ofi_hints_caps(const struct ofi_lib *lib, const char *prov, int rma,
+                                      int hmem)
 {
     struct fi_info *h = lib->dupinfo(NULL);
     if (!h)
         return NULL;
-    h->caps = FI_TAGGED | (rma ? FI_RMA | FI_WRITE | FI_REMOTE_WRITE : 0);
+    h->caps = FI_TAGGED | (rma ? FI_RMA | FI_WRITE | FI_REMOTE_WRITE : 0) | (hmem ? FI_HMEM : 0);
     h->mode = FI_CONTEXT | FI_CONTEXT2;
     h->ep_attr->type = FI_EP_RDM;
     /* Every registration mode the transport can honour: the provider
      * answers with those it needs. */
     h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-                              FI_MR_ENDPOINT;
+                              FI_MR_ENDPOINT | (hmem ? FI_MR_HMEM : 0);
     h->domain_attr->threading = FI_THREAD_DOMAIN;
     if (prov && *prov && !(h->fabric_attr->prov_name = strdup(prov))) {
         lib->freeinfo(h);
@@ -98,7 +100,7 @@ static struct fi_info *ofi_hints_caps(const struct ofi_lib *lib, const char *pro
 
 static struct fi_info *ofi_hints(const struct ofi_lib *lib, const char *prov)
 {
-    return ofi_hints_caps(lib, prov, 0);
+    return ofi_hints_caps(lib, prov, 0, 0);
 }
 
 /* "tcp;ofi_rxm, shm, ..." : the providers libfabric offers for what the
@@ -247,9 +249,9 @@ static hoop_status_t ofi_create(const struct hoop_tp_params *p, void **out)
 /* The provider again, pinned to the one chosen and, where its addresses
  * are IP ones, to the interface the bootstrap reaches the others by. */
 static int ofi_getinfo_local(struct ofi_tp *tp, const struct sockaddr *local, socklen_t len,
-                             int rma, struct fi_info **info)
+                             int rma, int hmem, struct fi_info **info)
 {
-    struct fi_info *h = ofi_hints_caps(tp->lib, tp->prov, rma);
+    struct fi_info *h = ofi_hints_caps(tp->lib, tp->prov, rma, hmem);
     if (!h)
         return -ENOMEM;
     int rc = -FI_ENODATA;
@@ -280,6 +282,24 @@ static int ofi_getinfo_local(struct ofi_tp *tp, const struct sockaddr *local, so
     return rc;
 }
 
+/* Whether to ask the provider for device memory (FI_HMEM), saying why not
+ * in tp->hmem_why: a software provider would copy device memory through
+ * the host itself, as hoop's own pipeline does faster (docs/gpu.md), and
+ * HOOP_GPU_DIRECT=0 wants none. */
+static int ofi_want_hmem(struct ofi_tp *tp)
+{
+    if (!strcmp(hoop_param_str("HOOP_GPU_DIRECT"), "0")) {
+        snprintf(tp->hmem_why, sizeof(tp->hmem_why), "HOOP_GPU_DIRECT=0");
+        return 0;
+    }
+    if (ofi_prov_software(tp->prov)) {
+        snprintf(tp->hmem_why, sizeof(tp->hmem_why), "libfabric's %s provider is software, "
+                 "with no RDMA hardware to reach device memory", tp->prov);
+        return 0;
+    }
+    return 1;
+}
+
 static hoop_status_t ofi_fail(struct ofi_tp *tp, const char *what, int rc)
 {
     return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport (%s): %s: %s", tp->rank, tp->prov,
@@ -290,13 +310,27 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
                                 uint8_t *handle, uint16_t *handle_len)
 {
     struct ofi_tp *tp = vtp;
-    /* With remote writes where the provider has them (rma.c). */
-    int rc = ofi_getinfo_local(tp, local, len, 1, &tp->info);
-    if (rc || !tp->info)
-        rc = ofi_getinfo_local(tp, local, len, 0, &tp->info);
+    /* With device memory where the provider takes it (GPUDirect RDMA:
+     * hardware providers only, unless HOOP_GPU_DIRECT=0), and with remote
+     * writes where it has them (rma.c). */
+    int want_hmem = ofi_want_hmem(tp), rc = -FI_ENODATA;
+    for (int i = want_hmem ? 0 : 2; i < 4 && (rc || !tp->info); i++) {
+        if (tp->info) {
+            tp->lib->freeinfo(tp->info);
+            tp->info = NULL;
+        }
+        rc = ofi_getinfo_local(tp, local, len, !(i & 1), i < 2, &tp->info);
+    }
     if (rc || !tp->info)
         return ofi_fail(tp, "fi_getinfo", rc);
     struct fi_info *fi = tp->info;
+    tp->hmem = (fi->caps & FI_HMEM) != 0;
+    if (want_hmem && !tp->hmem) {
+        uint32_t v = tp->lib->version();
+        snprintf(tp->hmem_why, sizeof(tp->hmem_why), "libfabric %u.%u's %s provider here "
+                 "offers no FI_HMEM (a libfabric built with CUDA has it on RDMA hardware)",
+                 FI_MAJOR(v), FI_MINOR(v), tp->prov);
+    }
     if (fi->tx_attr->iov_limit < 2 || fi->rx_attr->iov_limit < 2)
         return hoop_error(HOOP_ERR_UNSUPPORTED,
                           "rank %d: ofi transport: provider %s takes %zu iovecs per send and %zu "
@@ -711,4 +745,7 @@ const struct hoop_transport_ops hoop_transport_ofi = {
     .peer_ended = ofi_peer_ended,
     .handle_check = ofi_handle_check,
     .set_busy_poll = ofi_set_busy_poll,
+    .device_memory_trial = ofi_device_memory_trial,
+    .use_device_memory = ofi_use_device_memory,
+    .device_memory_kinds = HOOP_DEVMEM_BIT(HOOP_DEVMEM_HMEM),
 };

@@ -185,6 +185,10 @@ struct ofi_tp {
     int spin_yield;
     struct hoop_mr_cache mr;    /* registrations (mr.c) */
     uint64_t mr_next_key;       /* requested keys, where the provider does not pick them */
+    int hmem;                   /* opened with FI_HMEM: the provider takes device memory */
+    char hmem_why[192];         /* else why not, in a sentence */
+    int devmem;                 /* sends with on_device come from device memory (FI_HMEM) */
+    int devmem_device;          /* ... of this GPU */
     char err_text[256];         /* the provider's account of the last failed operation */
 };
 
@@ -234,11 +238,9 @@ void ofi_settle(struct ofi_tp *tp, int peer);
 #define OFI_SEND_SETTLE_NS 100000000ull
 /* Stop everything: with `hangup`, tell every connected peer first. */
 void ofi_shutdown(struct ofi_tp *tp, int hangup);
-/* Add an iovec to op, with its descriptor where the provider wants one
- * (registering all of region, when given and holding buf). */
+/* Add an iovec of host memory to op, with its descriptor where the
+ * provider wants one. */
 int ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len);
-int ofi_op_iov_in(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len,
-                  void *region, size_t region_len);
 /* Hand op to the provider, or queue it until there is room; 0 or -errno. */
 int ofi_op_start(struct ofi_tp *tp, struct ofi_op *op);
 /* Retry the queued operations in order; how many of them failed (their
@@ -280,6 +282,10 @@ int ofi_prov_software(const char *prov);
 /* mr.c: tp->mr, the registrations (mr_cache.h), set up for tp's
  * provider. */
 void ofi_mr_init(struct ofi_tp *tp);
+/* GPUDirect RDMA through FI_HMEM: the transport ops of the same names. */
+int ofi_device_memory_trial(void *vtp, int kind, int device, void *p, size_t len, int fd,
+                            uint64_t off, char *why, size_t n);
+void ofi_use_device_memory(void *vtp, int kind, int device, hoop_dmabuf_export_fn export_fn);
 /* Let go of what op holds (its registrations), and of op itself. */
 void ofi_op_release(struct ofi_tp *tp, struct ofi_op *op);
 

@@ -216,7 +216,7 @@ static int xfer_write(struct ofi_tp *tp, struct ofi_op *x, const uint8_t *cts)
     op->niov = 1;
     op->iov[0] = (struct iovec){.iov_base = q->buf, .iov_len = q->len};
     int rc = 0;
-    if (tp->mr_mode & FI_MR_LOCAL) {
+    if ((tp->mr_mode & FI_MR_LOCAL) || q->on_device) {
         if (!(rc = hoop_mr_get_req(&tp->mr, q, &op->mr[0])))
             op->desc[0] = op->mr[0]->desc;
     }

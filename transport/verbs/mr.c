@@ -53,10 +53,11 @@ static int verbs_mr_reg_device(struct verbs_tp *tp, struct hoop_mr *m)
     return 0;
 }
 
-int verbs_device_memory_trial(void *vtp, int kind, void *p, size_t len, int fd, uint64_t off,
-                              char *why, size_t n)
+int verbs_device_memory_trial(void *vtp, int kind, int device, void *p, size_t len, int fd,
+                              uint64_t off, char *why, size_t n)
 {
     struct verbs_tp *tp = vtp;
+    (void)device; /* the registration finds the GPU from the memory */
     struct ibv_mr *mr = NULL;
     if (kind == HOOP_DEVMEM_DMABUF) {
         if (!verbs_ib.reg_dmabuf_mr) {
@@ -86,8 +87,9 @@ int verbs_device_memory_trial(void *vtp, int kind, void *p, size_t len, int fd, 
     return 0;
 }
 
-void verbs_use_device_memory(void *vtp, int kind, hoop_dmabuf_export_fn export_fn)
+void verbs_use_device_memory(void *vtp, int kind, int device, hoop_dmabuf_export_fn export_fn)
 {
+    (void)device;
     struct verbs_tp *tp = vtp;
     tp->devmem_kind = kind;
     tp->devmem_export = export_fn;

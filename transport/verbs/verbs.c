@@ -677,5 +677,6 @@ const struct hoop_transport_ops hoop_transport_verbs = {
     .call_end = verbs_call_end,
     .device_memory_trial = verbs_device_memory_trial,
     .use_device_memory = verbs_use_device_memory,
+    .device_memory_kinds = HOOP_DEVMEM_BIT(HOOP_DEVMEM_DMABUF) | HOOP_DEVMEM_BIT(HOOP_DEVMEM_PEERMEM),
     .settle = verbs_settle,
 };

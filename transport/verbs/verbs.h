@@ -152,9 +152,9 @@ int verbs_conn_advance(struct verbs_conn *c);
  * device (whether it pages on demand). */
 void verbs_mr_init(struct verbs_tp *tp);
 /* GPUDirect RDMA (mr.c): the transport ops of the same names. */
-int verbs_device_memory_trial(void *vtp, int kind, void *p, size_t len, int fd, uint64_t off,
-                              char *why, size_t n);
-void verbs_use_device_memory(void *vtp, int kind, hoop_dmabuf_export_fn export_fn);
+int verbs_device_memory_trial(void *vtp, int kind, int device, void *p, size_t len, int fd,
+                              uint64_t off, char *why, size_t n);
+void verbs_use_device_memory(void *vtp, int kind, int device, hoop_dmabuf_export_fn export_fn);
 
 /* lib.c: libibverbs's exported functions, looked up at run time. */
 struct verbs_lib {
