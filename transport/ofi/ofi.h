@@ -1,7 +1,7 @@
 /* ofi.h - the libfabric transport's objects, shared by its set-up
- * (ofi.c), its data path (msg.c), its completion queue and waits
- * (cq.c), its memory registrations (mr.c) and the loader of
- * libfabric itself (lib.c).
+ * (ofi.c), its choice of provider (prov.c), its data path (msg.c), its
+ * completion queue and waits (cq.c), its memory registrations (mr.c) and
+ * the loader of libfabric itself (lib.c).
  *
  * One reliable-datagram (FI_EP_RDM) endpoint per communicator. A
  * "connection" is a peer's address in the address vector plus a message
@@ -214,6 +214,18 @@ static inline void ofi_list_remove(struct ofi_op **head, struct ofi_op *op)
     op->next = op->pprev = NULL;
 }
 
+/* prov.c */
+/* What the transport asks of a provider (HOOP_OFI_PROVIDER's, or any). */
+struct fi_info *ofi_hints(const struct ofi_lib *lib, const char *prov);
+/* "tcp;ofi_rxm, shm, ...": the providers libfabric offers for that. */
+void ofi_list_providers(const struct ofi_lib *lib, char *out, size_t n);
+/* The ops table's probe (HOOP_TRANSPORT=auto). */
+int ofi_probe(char *why, size_t n);
+/* tp->info for the endpoint: tp->prov again, on the interface of local,
+ * with FI_HMEM where wanted and offered (tp->hmem, else tp->hmem_why) and
+ * remote writes where offered. 0 or a libfabric error. */
+int ofi_getinfo_open(struct ofi_tp *tp, const struct sockaddr *local, socklen_t len);
+
 /* msg.c */
 int ofi_isend(void *conn, struct hoop_tp_req *req);
 int ofi_irecv(void *conn, struct hoop_tp_req *req);
@@ -274,7 +286,7 @@ int ofi_xfers_end(struct ofi_tp *tp, int peer, int err);
 /* A written message from peer is being received. */
 int ofi_xfer_waits_for(const struct ofi_tp *tp, int peer);
 
-/* ofi.c: 1 when every layer of provider prov (such as "tcp;ofi_rxm") is
+/* prov.c: 1 when every layer of provider prov (such as "tcp;ofi_rxm") is
  * one of libfabric's software providers, which move data with the CPU and
  * reach memory by its virtual address when they do. */
 int ofi_prov_software(const char *prov);
