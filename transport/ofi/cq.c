@@ -340,7 +340,11 @@ void ofi_shutdown(struct ofi_tp *tp, int hangup)
     if (tp->dead)
         return;
     tp->dead = 1;
-    if (hangup && tp->ep) {
+    /* An endpoint that never came up has nothing to say or to take in:
+     * libfabric's shm provider crashes reading a queue whose endpoint
+     * failed to enable. */
+    int up = tp->ep && tp->enabled;
+    if (hangup && up) {
         ofi_hangup_all(tp);
         uint64_t until = hoop_now_ns() + 100000000ull;
         int sends;
@@ -358,7 +362,7 @@ void ofi_shutdown(struct ofi_tp *tp, int hangup)
         ofi_fail_op(tp, op);
     }
     tp->wait_tail = NULL;
-    if (!tp->ep)
+    if (!up)
         return;
     /* Take what has completed first: only what is still in flight is
      * cancelled (see ofi_peer_gone). */

@@ -191,6 +191,7 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
         return ofi_fail(tp, "fi_ep_bind", rc);
     if ((rc = fi_enable(tp->ep)))
         return ofi_fail(tp, "fi_enable", rc);
+    tp->enabled = 1;
     size_t nlen = sizeof(tp->name);
     if ((rc = fi_getname(&tp->ep->fid, tp->name, &nlen)))
         return ofi_fail(tp, "fi_getname", rc);

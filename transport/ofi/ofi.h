@@ -180,6 +180,7 @@ struct ofi_tp {
     unsigned inflight;          /* posted or waiting */
     uint64_t cq_entries;        /* completions read, errors included */
     int dead;                   /* cancelled: only close and destroy are left */
+    int enabled;                /* fi_enable of ep succeeded: its queues may be read */
     struct hoop_watch watch;
     uint64_t spin_ns;
     int spin_yield;
