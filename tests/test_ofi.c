@@ -530,3 +530,45 @@ Test(ofi, fi_hmem_is_not_asked_for_with_gpu_direct_0, .timeout = 90)
 {
     hmem_over("0", "HOOP_GPU_DIRECT=0");
 }
+
+/* libfabric's shm names its region in /dev/shm after the process id
+ * ("PID:UID:0") unless given a name, and a rank killed with SIGKILL leaves
+ * that file behind. Each rank here plays the process that got a dead
+ * rank's pid: such a file with its own pid exists before it starts. The
+ * transport names its region itself, so the job forms and computes. */
+static int stale_region_rank(int rank, int size, int port, void *arg)
+{
+    (void)arg;
+    char stale[64];
+    snprintf(stale, sizeof(stale), "/dev/shm/%d:%d:0", (int)getpid(), (int)getuid());
+    FILE *f = fopen(stale, "wx");
+    if (!f)
+        return harness_failf(rank, "cannot make %s: %s", stale, strerror(errno));
+    int rc = ftruncate(fileno(f), 1 << 20) ? harness_failf(rank, "ftruncate: %s", strerror(errno))
+                                           : 0;
+    fclose(f);
+    setenv("HOOP_TRANSPORT", "ofi", 1);
+    setenv("HOOP_OFI_PROVIDER", "shm", 1);
+    setenv("HOOP_SHM", "0", 1);
+    hoop_config_t cfg;
+    char root[64], token[64];
+    harness_loopback_config(&cfg, rank, size, port, 20.0, root, token, NULL);
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = rc ? HOOP_OK : hoop_comm_init(&comm, &cfg);
+    if (!rc && st)
+        rc = harness_fail(rank, "hoop_comm_init over ofi/shm beside a stale region", st);
+    int32_t buf[64];
+    if (!rc)
+        rc = harness_allreduce_i32_checked(comm, rank, size, buf, 64);
+    if (comm)
+        hoop_comm_destroy(comm);
+    unlink(stale);
+    return rc;
+}
+
+Test(ofi, a_region_left_by_a_dead_rank_with_this_pid_is_no_obstacle, .timeout = 90)
+{
+    char report[8192];
+    bool ok = harness_run_raw(3, stale_region_rank, NULL, 60.0, report, sizeof(report));
+    cr_assert(ok, "%s", report);
+}

@@ -8,6 +8,7 @@
  * itself, filters them too); unset, libfabric's first choice for tagged
  * messages on a reliable-datagram endpoint is taken. */
 #include "transport/ofi/ofi.h"
+#include "common/auth.h"
 #include "common/param.h"
 
 #include <dirent.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* What the transport asks of a provider, before any choice: tagged
  * messages, with `rma` remote writes too, with `hmem` device memory
@@ -174,6 +176,30 @@ static int ofi_getinfo_local(struct ofi_tp *tp, const struct sockaddr *local, so
         h->src_addr = NULL;
         h->src_addrlen = 0;
         h->addr_format = FI_FORMAT_UNSPEC;
+    }
+    if (rc && !strcmp(tp->prov, "shm")) {
+        /* libfabric's shm names its region in /dev/shm after the process
+         * id unless given a name. A rank killed with SIGKILL leaves its
+         * region behind, and a later process that gets the same id then
+         * cannot enable its endpoint (fi_enable: EBUSY): a name of its own,
+         * drawn at random, cannot meet one left behind. */
+        uint8_t rnd[8];
+        char name[64];
+        if (!hoop_auth_random(rnd, sizeof(rnd))) {
+            int k = snprintf(name, sizeof(name), "fi_shm://ofi-%d-", (int)getpid());
+            for (size_t i = 0; i < sizeof(rnd) && k + 2 < (int)sizeof(name); i++, k += 2)
+                snprintf(name + k, sizeof(name) - (size_t)k, "%02x", rnd[i]);
+            h->addr_format = FI_ADDR_STR;
+            h->src_addr = strdup(name);
+            if (h->src_addr) {
+                h->src_addrlen = strlen(name) + 1;
+                rc = tp->lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, h, info);
+            }
+            free(h->src_addr);
+            h->src_addr = NULL;
+            h->src_addrlen = 0;
+            h->addr_format = FI_FORMAT_UNSPEC;
+        }
     }
     if (rc)
         rc = tp->lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, h, info);
