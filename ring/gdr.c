@@ -3,6 +3,13 @@
 
 #include <stdio.h>
 
+/* Append one reason to the list in buf, after "; " where it has one. */
+static void add_reason(char *buf, size_t cap, size_t *used, const char *text)
+{
+    if (*used < cap)
+        *used += (size_t)snprintf(buf + *used, cap - *used, "%s%s", *used ? "; " : "", text);
+}
+
 enum hoop_gdr hoop_gdr_choose(const struct hoop_gdr_facts *f, char *why, size_t len)
 {
     if (f->setting == 0) {
@@ -23,7 +30,8 @@ enum hoop_gdr hoop_gdr_choose(const struct hoop_gdr_facts *f, char *why, size_t 
     if (!f->transport_can) {
         snprintf(why, len, "%sthe %s transport moves host memory only: device data moves "
                  "through pinned host memory (GPUDirect RDMA needs an RDMA NIC, under the verbs "
-                 "transport or the ofi one with a provider that has FI_HMEM)", f->setting == 1 ? "HOOP_GPU_DIRECT=1, but " : "", f->transport);
+                 "transport or the ofi one with a provider that has FI_HMEM)",
+                 f->setting == 1 ? "HOOP_GPU_DIRECT=1, but " : "", f->transport);
         return f->setting == 1 ? HOOP_GDR_REFUSED : HOOP_GDR_STAGING;
     }
     const char *ro = "(receives land in pinned host memory)";
@@ -35,15 +43,11 @@ enum hoop_gdr hoop_gdr_choose(const struct hoop_gdr_facts *f, char *why, size_t 
     /* The reasons of the kinds the transport tried, in order. */
     char reasons[768] = "";
     size_t used = 0;
-#define REASON(...)                                                                                \
-    do {                                                                                           \
-        if (used < sizeof(reasons))                                                                \
-            used += (size_t)snprintf(reasons + used, sizeof(reasons) - used, __VA_ARGS__);         \
-    } while (0)
     if (f->kinds & HOOP_DEVMEM_BIT(HOOP_DEVMEM_DMABUF))
-        REASON("%s", f->dmabuf_rc == 1 ? "dma-buf not tried"
-                     : f->dmabuf_why && *f->dmabuf_why ? f->dmabuf_why
-                                                       : "dma-buf refused");
+        add_reason(reasons, sizeof(reasons), &used,
+                   f->dmabuf_rc == 1                   ? "dma-buf not tried"
+                   : f->dmabuf_why && *f->dmabuf_why ? f->dmabuf_why
+                                                     : "dma-buf refused");
     if (f->kinds & HOOP_DEVMEM_BIT(HOOP_DEVMEM_PEERMEM)) {
         if (f->peermem_loaded && f->peermem_rc == 0) {
             snprintf(why, len, "GPUDirect RDMA by nvidia-peermem (%s): the %s transport "
@@ -51,10 +55,10 @@ enum hoop_gdr hoop_gdr_choose(const struct hoop_gdr_facts *f, char *why, size_t 
                      f->transport, ro);
             return HOOP_GDR_PEERMEM;
         }
-        REASON("%s%s", used ? "; " : "",
-               !f->peermem_loaded ? "nvidia-peermem not loaded (no /sys/module/nvidia_peermem)"
-               : f->peermem_why && *f->peermem_why ? f->peermem_why
-                                                   : "nvidia-peermem refused");
+        add_reason(reasons, sizeof(reasons), &used,
+                   !f->peermem_loaded ? "nvidia-peermem not loaded (no /sys/module/nvidia_peermem)"
+                   : f->peermem_why && *f->peermem_why ? f->peermem_why
+                                                       : "nvidia-peermem refused");
     }
     if (f->kinds & HOOP_DEVMEM_BIT(HOOP_DEVMEM_HMEM)) {
         if (f->hmem_rc == 0) {
@@ -62,12 +66,11 @@ enum hoop_gdr hoop_gdr_choose(const struct hoop_gdr_facts *f, char *why, size_t 
                      "registered device memory, so sends leave from the GPU %s", f->transport, ro);
             return HOOP_GDR_HMEM;
         }
-        REASON("%s%s", used ? "; " : "",
-               f->hmem_rc == 1 ? "FI_HMEM not tried"
-               : f->hmem_why && *f->hmem_why ? f->hmem_why
-                                             : "FI_HMEM refused");
+        add_reason(reasons, sizeof(reasons), &used,
+                   f->hmem_rc == 1                 ? "FI_HMEM not tried"
+                   : f->hmem_why && *f->hmem_why ? f->hmem_why
+                                                 : "FI_HMEM refused");
     }
-#undef REASON
     snprintf(why, len, "%sno GPUDirect RDMA on the %s transport (%s): device data moves "
              "through pinned host memory", f->setting == 1 ? "HOOP_GPU_DIRECT=1, but " : "",
              f->transport, reasons);
