@@ -18,7 +18,7 @@ const char usage_text[] =
     "  --root-addr ADDR  address of the first host that every rank can reach\n"
     "                    (default: the first host's name, or 127.0.0.1)\n"
     "  --port P          port of the root (default: a free one here; on a remote\n"
-    "                    first host, a random one in 20000..59999)\n"
+    "                    first host, a random one in 20000..32767)\n"
     "  --timeout SEC     stop every rank after SEC seconds and exit with 124\n"
     "  --no-tag          do not prefix output lines with \"[rank] \"\n"
     "  --bind-to WHAT    core: the ranks on this machine each on one of the CPUs\n"

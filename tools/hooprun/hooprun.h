@@ -48,10 +48,11 @@
 #define EXIT_TIMEOUT 124
 #define EXIT_CANNOT_RUN 127
 /* Where the root listens when it is on another host: no free port can be
- * probed there, so one is drawn from a range that ephemeral ports (32768..
- * on Linux) overlap only in part and well-known services seldom use. */
+ * probed there, so one is drawn from below Linux's default ephemeral range
+ * (32768..60999), where no outgoing connection of that host can hold it,
+ * and above the ports well-known services use. */
 #define REMOTE_PORT_LO 20000
-#define REMOTE_PORT_HI 59999
+#define REMOTE_PORT_HI 32767
 #define HOST_MAX 255
 
 struct stream {
