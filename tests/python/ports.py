@@ -19,8 +19,9 @@ def free_ports(count=1):
     """The first of `count` consecutive TCP ports on 127.0.0.1 that are
     free now and lie below the ephemeral range."""
     top = min(_ephemeral_low(), 65536) - count
+    low = 20000 if top - 20000 >= 1000 else 1024  # as hooprun draws
     for _ in range(200):
-        first = random.randrange(10000, top)
+        first = random.randrange(low, top)
         held = []
         try:
             for port in range(first, first + count):
