@@ -123,9 +123,9 @@ void hoop_frame_encode(const struct hoop_frame *f, uint8_t out[HOOP_FRAME_BYTES]
 int hoop_frame_decode(const uint8_t in[HOOP_FRAME_BYTES], struct hoop_frame *f);
 
 /* v as n little-endian bytes at p, and back: the byte order of every
- * message hoop puts on the wire (hellos, frames, the token handshake). */
-/* n bytes of v at p, little endian, and back. The usual widths are one
- * move each (the byte loop is not merged into one by the compiler). */
+ * message hoop puts on the wire (hellos, frames, the token handshake). The
+ * usual widths are one move each (the compiler does not merge the byte
+ * loop into one). */
 static inline void hoop_put_le(uint8_t *p, uint64_t v, int n)
 {
     uint16_t v2;

@@ -18,8 +18,9 @@
 
 #define OFI_MR_CACHED 256
 
-/* Register [p, p + len): host memory, or memory of GPU `device` (>= 0)
- * through FI_HMEM. 0 or a negative libfabric error. */
+/* Register [p, p + len), host memory or memory of GPU `device` (>= 0)
+ * through FI_HMEM, and bind it to the endpoint where the provider wants
+ * that. 0 or a negative libfabric error (nothing left registered). */
 static int ofi_mr_regattr(struct ofi_tp *tp, void *p, size_t len, int device,
                           struct fid_mr **out)
 {
@@ -31,7 +32,16 @@ static int ofi_mr_regattr(struct ofi_tp *tp, void *p, size_t len, int device,
                                                                             : tp->mr_next_key++,
                               .iface = device >= 0 ? FI_HMEM_CUDA : FI_HMEM_SYSTEM};
     attr.device.cuda = device >= 0 ? device : 0;
-    return fi_mr_regattr(tp->domain, &attr, 0, out);
+    struct fid_mr *mr = NULL;
+    int rc = fi_mr_regattr(tp->domain, &attr, 0, &mr);
+    if (!rc && (tp->mr_mode & FI_MR_ENDPOINT)) {
+        if (!(rc = fi_mr_bind(mr, &tp->ep->fid, 0)))
+            rc = fi_mr_enable(mr);
+        if (rc)
+            fi_close(&mr->fid);
+    }
+    *out = rc ? NULL : mr;
+    return rc;
 }
 
 static int ofi_mr_reg(void *ctx, struct hoop_mr *m)
@@ -40,12 +50,6 @@ static int ofi_mr_reg(void *ctx, struct hoop_mr *m)
     struct fid_mr *mr = NULL;
     int rc = ofi_mr_regattr(tp, (void *)m->base, m->len, m->on_device ? tp->devmem_device : -1,
                             &mr);
-    if (!rc && (tp->mr_mode & FI_MR_ENDPOINT)) {
-        if (!(rc = fi_mr_bind(mr, &tp->ep->fid, 0)))
-            rc = fi_mr_enable(mr);
-        if (rc)
-            fi_close(&mr->fid);
-    }
     if (rc) {
         ofi_note(tp, "fi_mr_reg", rc);
         return rc < 0 && rc > -4096 ? rc : -EIO;
@@ -90,21 +94,17 @@ int ofi_device_memory_trial(void *vtp, int kind, int device, void *p, size_t len
     }
     struct fid_mr *mr = NULL;
     int rc = ofi_mr_regattr(tp, p, len, device, &mr);
-    if (!rc && (tp->mr_mode & FI_MR_ENDPOINT) && !(rc = fi_mr_bind(mr, &tp->ep->fid, 0)))
-        rc = fi_mr_enable(mr);
-    if (mr)
-        fi_close(&mr->fid);
     if (rc) {
         snprintf(why, n, "FI_HMEM: libfabric's %s provider cannot register memory of GPU %d: "
                  "fi_mr_regattr: %s", tp->prov, device, tp->lib->strerror(rc < 0 ? -rc : rc));
         return rc < 0 && rc > -4096 ? rc : -EIO;
     }
+    fi_close(&mr->fid);
     return 0;
 }
 
 void ofi_use_device_memory(void *vtp, int kind, int device, hoop_dmabuf_export_fn export_fn)
 {
     struct ofi_tp *tp = vtp;
-    tp->devmem = kind == HOOP_DEVMEM_HMEM;
     tp->devmem_device = device;
 }

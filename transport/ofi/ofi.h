@@ -188,8 +188,7 @@ struct ofi_tp {
     uint64_t mr_next_key;       /* requested keys, where the provider does not pick them */
     int hmem;                   /* opened with FI_HMEM: the provider takes device memory */
     char hmem_why[192];         /* else why not, in a sentence */
-    int devmem;                 /* sends with on_device come from device memory (FI_HMEM) */
-    int devmem_device;          /* ... of this GPU */
+    int devmem_device;          /* the GPU of on_device sends (FI_HMEM), once chosen */
     char err_text[256];         /* the provider's account of the last failed operation */
 };
 

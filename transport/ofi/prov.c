@@ -149,6 +149,25 @@ int ofi_probe(char *why, size_t n)
 
 /* The provider again, pinned to the one chosen and, where its addresses
  * are IP ones, to the interface the bootstrap reaches the others by. */
+/* fi_getinfo for hints h with the source address addr (in format fmt),
+ * which h holds only for this call. */
+static int ofi_getinfo_from(struct ofi_tp *tp, struct fi_info *h, uint32_t fmt, const void *addr,
+                            size_t addrlen, struct fi_info **info)
+{
+    int rc = -FI_ENOMEM;
+    if ((h->src_addr = malloc(addrlen))) {
+        memcpy(h->src_addr, addr, addrlen);
+        h->src_addrlen = addrlen;
+        h->addr_format = fmt;
+        rc = tp->lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, h, info);
+    }
+    free(h->src_addr);
+    h->src_addr = NULL;
+    h->src_addrlen = 0;
+    h->addr_format = FI_FORMAT_UNSPEC;
+    return rc;
+}
+
 static int ofi_getinfo_local(struct ofi_tp *tp, const struct sockaddr *local, socklen_t len,
                              int rma, int hmem, struct fi_info **info)
 {
@@ -164,42 +183,22 @@ static int ofi_getinfo_local(struct ofi_tp *tp, const struct sockaddr *local, so
             ((struct sockaddr_in *)&ss)->sin_port = 0;
         else
             ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
-        h->addr_format = ss.ss_family == AF_INET ? FI_SOCKADDR_IN : FI_SOCKADDR_IN6;
-        h->src_addr = malloc(len);
-        if (h->src_addr) {
-            memcpy(h->src_addr, &ss, len);
-            h->src_addrlen = len;
-            rc = tp->lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, h, info);
-        }
         /* A provider with addresses of its own (shm) does not take an IP one. */
-        free(h->src_addr);
-        h->src_addr = NULL;
-        h->src_addrlen = 0;
-        h->addr_format = FI_FORMAT_UNSPEC;
+        rc = ofi_getinfo_from(tp, h, ss.ss_family == AF_INET ? FI_SOCKADDR_IN : FI_SOCKADDR_IN6,
+                              &ss, len, info);
     }
-    if (rc && !strcmp(tp->prov, "shm")) {
+    uint8_t rnd[8];
+    if (rc && !strcmp(tp->prov, "shm") && !hoop_auth_random(rnd, sizeof(rnd))) {
         /* libfabric's shm names its region in /dev/shm after the process
          * id unless given a name. A rank killed with SIGKILL leaves its
          * region behind, and a later process that gets the same id then
          * cannot enable its endpoint (fi_enable: EBUSY): a name of its own,
          * drawn at random, cannot meet one left behind. */
-        uint8_t rnd[8];
         char name[64];
-        if (!hoop_auth_random(rnd, sizeof(rnd))) {
-            int k = snprintf(name, sizeof(name), "fi_shm://ofi-%d-", (int)getpid());
-            for (size_t i = 0; i < sizeof(rnd) && k + 2 < (int)sizeof(name); i++, k += 2)
-                snprintf(name + k, sizeof(name) - (size_t)k, "%02x", rnd[i]);
-            h->addr_format = FI_ADDR_STR;
-            h->src_addr = strdup(name);
-            if (h->src_addr) {
-                h->src_addrlen = strlen(name) + 1;
-                rc = tp->lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, h, info);
-            }
-            free(h->src_addr);
-            h->src_addr = NULL;
-            h->src_addrlen = 0;
-            h->addr_format = FI_FORMAT_UNSPEC;
-        }
+        int k = snprintf(name, sizeof(name), "fi_shm://ofi-%d-", (int)getpid());
+        for (size_t i = 0; i < sizeof(rnd); i++, k += 2)
+            snprintf(name + k, sizeof(name) - (size_t)k, "%02x", rnd[i]);
+        rc = ofi_getinfo_from(tp, h, FI_ADDR_STR, name, strlen(name) + 1, info);
     }
     if (rc)
         rc = tp->lib->getinfo(OFI_API_VERSION, NULL, NULL, 0, h, info);
