@@ -44,6 +44,11 @@ hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvb
     if (bytes <= comm->small_bytes)
         return hoop_coll_end(comm, hoop_ring_allreduce_small(&comm->ring, sendbuf, recvbuf, count,
                                                              dtype, op, comm->timeout_s));
+    /* Every segment of the hierarchical path holds an element on every
+     * rank; the ranks decide alike, since all know every count. */
+    if (comm->hier && count >= (size_t)comm->size)
+        return hoop_coll_end(comm, hoop_ring_allreduce_hier(&comm->ring, sendbuf, recvbuf, count,
+                                                            dtype, op, comm->timeout_s));
     return hoop_coll_end(comm, hoop_ring_allreduce(&comm->ring, sendbuf, recvbuf, count, dtype, op,
                                                    comm->timeout_s));
 }

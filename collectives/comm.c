@@ -58,6 +58,14 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
     if ((st = hoop_param_u64("HOOP_SMALL_BYTES", 0, HOOP_CHUNK_MAX, &v)) ||
         (st = hoop_log_check_level()) || (st = hoop_reduce_isa_check()))
         return st;
+    const char *h = hoop_param_str("HOOP_HIERARCHICAL");
+    c->hier_mode = strcmp(h, "0") == 0      ? 0
+                   : strcmp(h, "1") == 0    ? 1
+                   : strcmp(h, "auto") == 0 ? 2
+                                            : -1;
+    if (c->hier_mode < 0)
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: HOOP_HIERARCHICAL='%s' is none of auto, 0 "
+                          "and 1", c->rank, h);
     /* The small path keeps a whole message in one receive slot. */
     c->small_bytes = (size_t)v < *chunk ? (size_t)v : *chunk;
     return HOOP_OK;
@@ -72,6 +80,28 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
  * unchanged (bench/RESULTS.md). */
 #define COMM_BUSY_POLL_AUTO_US 20
 #define COMM_BUSY_POLL_SHARED_US 200
+/* Whether ring allreduces run hierarchical (ring/hier.c): where the hosts'
+ * shape allows, unless HOOP_HIERARCHICAL=0. Said in the log and in the
+ * transport's description. */
+static void comm_hier(hoop_comm_t *c)
+{
+    char why[128];
+    int can = hoop_ring_hier_can(&c->ring, why, sizeof(why));
+    c->hier = can && c->hier_mode != 0;
+    if (c->hier_mode == 1 && !can)
+        HOOP_WARN("rank %d: HOOP_HIERARCHICAL=1, but %s: allreduces take the flat ring",
+                  c->rank, why);
+    else
+        HOOP_INFO("rank %d: allreduces take the %s (HOOP_HIERARCHICAL=%s; %s)", c->rank,
+                  c->hier ? "hierarchical path" : "flat ring",
+                  c->hier_mode == 2 ? "auto" : c->hier_mode ? "1" : "0", why);
+    if (c->hier) {
+        size_t l = strlen(c->transport);
+        snprintf(c->transport + l, sizeof(c->transport) - l, "; hierarchical allreduce (%s)",
+                 why);
+    }
+}
+
 static hoop_status_t comm_busy_poll(hoop_comm_t *c)
 {
     unsigned long long us;
@@ -139,6 +169,8 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
         goto err_boot;
     /* Again, now that the links are known: which are shared memory. */
     snprintf(c->transport, sizeof(c->transport), "%s", hoop_ring_describe(&c->ring));
+    if (c->size > 1)
+        comm_hier(c);
     if (c->size > 1 && (st = comm_busy_poll(c)))
         goto err_boot;
     if ((st = hoop_comm_control_init(c)))

@@ -15,6 +15,8 @@ struct hoop_comm {
     int local_size;
     double timeout_s;
     size_t small_bytes; /* allreduce at or below this uses recursive doubling */
+    int hier_mode;      /* HOOP_HIERARCHICAL: 0, 1, or 2 (auto) */
+    int hier;           /* ring allreduces run hierarchical (ring/hier.c) */
     struct hoop_bootstrap bs;
     struct hoop_ring ring;
     /* After a failed collective the ranks' streams are out of step: every

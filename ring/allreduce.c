@@ -16,23 +16,17 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-static hoop_status_t ring_allreduce(struct hoop_ring *r, int coll, const char *what,
-                                    const void *sendbuf, void *recvbuf, size_t count,
-                                    hoop_dtype_t dtype, hoop_op_t op, double timeout_s, int keep,
-                                    int device)
+void hoop_ring_allreduce_steps(struct hoop_step *st, int n, int me, size_t count, int avg_n)
 {
-    const int n = r->size, me = r->pos; /* segments are numbered by ring place */
-    size_t base = count / (size_t)n, extra = count % (size_t)n;
-#define SEG_OFF(k) ((size_t)(k) * base + ((size_t)(k) < extra ? (size_t)(k) : extra))
-#define SEG_LEN(k) (base + ((size_t)(k) < extra ? 1 : 0))
-    struct hoop_step *st = r->steps;
+#define SEG_OFF(k) hoop_ring_seg_off(count, n, k)
+#define SEG_LEN(k) hoop_ring_seg_len(count, n, k)
     for (int t = 0; t < n - 1; t++) {
         int s = hoop_ring_mod(me - t, n), v = hoop_ring_mod(me - t - 1, n);
         st[t] = (struct hoop_step){
             .send_buf = t == 0 ? HOOP_BUF_INPUT : HOOP_BUF_OUTPUT, .send_off = SEG_OFF(s),
             .send_len = SEG_LEN(s), .send_dep = t > 0, .recv_mode = HOOP_RECV_REDUCE,
             .recv_buf = HOOP_BUF_OUTPUT, .recv_off = SEG_OFF(v), .recv_len = SEG_LEN(v),
-            .local_off = SEG_OFF(v), .avg_n = (op == HOOP_AVG && t == n - 2) ? n : 0,
+            .local_off = SEG_OFF(v), .avg_n = t == n - 2 ? avg_n : 0,
             .phase = "reduce-scatter", .phase_step = t + 1, .phase_steps = n - 1};
     }
     for (int k = 0; k < n - 1; k++) {
@@ -45,6 +39,16 @@ static hoop_status_t ring_allreduce(struct hoop_ring *r, int coll, const char *w
     }
 #undef SEG_OFF
 #undef SEG_LEN
+}
+
+static hoop_status_t ring_allreduce(struct hoop_ring *r, int coll, const char *what,
+                                    const void *sendbuf, void *recvbuf, size_t count,
+                                    hoop_dtype_t dtype, hoop_op_t op, double timeout_s, int keep,
+                                    int device)
+{
+    const int n = r->size; /* segments are numbered by ring place */
+    struct hoop_step *st = r->steps;
+    hoop_ring_allreduce_steps(st, n, r->pos, count, op == HOOP_AVG ? n : 0);
     struct hoop_pipe p = {.coll = coll, .root = -1, .keep_frame = keep, .what = what, .input = sendbuf, .output = recvbuf,
                           .count = count, .dtype = dtype, .op = op, .nsteps = 2 * (n - 1),
                           .steps = st, .device = device};

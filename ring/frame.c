@@ -219,6 +219,15 @@ static int frame_check(struct hoop_tp_req *req)
                  ww, want->sender, p->host, got.chunk_bytes, want->chunk_bytes);
         return -EBADMSG;
     }
+    if ((got.blocks == HOOP_FRAME_HIER) != (want->blocks == HOOP_FRAME_HIER)) {
+        hoop_frame_what(want, ww, sizeof(ww));
+        snprintf(r->frame_why, sizeof(r->frame_why),
+                 "in %s, rank %u (%s) runs the %s allreduce and this rank the %s one: "
+                 "HOOP_HIERARCHICAL must be the same on every rank", ww, want->sender, p->host,
+                 got.blocks == HOOP_FRAME_HIER ? "hierarchical" : "flat",
+                 got.blocks == HOOP_FRAME_HIER ? "flat" : "hierarchical");
+        return -EBADMSG;
+    }
     if (got.blocks != want->blocks) {
         hoop_frame_what(want, ww, sizeof(ww));
         snprintf(r->frame_why, sizeof(r->frame_why),

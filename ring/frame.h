@@ -40,6 +40,11 @@ enum hoop_coll_kind {
  * frame of it reads as a step of the ring. */
 #define HOOP_FRAME_SMALL 0x80000000u
 
+/* The blocks of a hierarchical allreduce's frames (ring.h), so that a rank
+ * on the flat ring and one on the hierarchical path are told apart at
+ * their first frame, whatever their lengths. */
+#define HOOP_FRAME_HIER 0x6869657261726368ull
+
 /* A transport request with room for its frame. */
 struct hoop_ring_req {
     struct hoop_tp_req tp;

@@ -62,7 +62,8 @@ hoop_status_t hoop_ring_peers(struct hoop_ring *r, unsigned set, const int *peer
                 return st;
         }
     }
-    /* Every pair covers the small path's pairs too. */
-    r->p2p_made |= set == HOOP_PEERS_ALL ? HOOP_PEERS_ALL | HOOP_PEERS_SMALL : set;
+    /* Every pair covers the other sets' pairs too. */
+    r->p2p_made |=
+        set == HOOP_PEERS_ALL ? HOOP_PEERS_ALL | HOOP_PEERS_SMALL | HOOP_PEERS_HIER : set;
     return HOOP_OK;
 }

@@ -76,6 +76,24 @@ static inline int hoop_ring_mod(int a, int n)
     return ((a % n) + n) % n;
 }
 
+/* The ring allreduce's segments: count elements cut into n, segment k at
+ * element offset hoop_ring_seg_off (sizes differ by at most one). */
+static inline size_t hoop_ring_seg_off(size_t count, int n, int k)
+{
+    size_t base = count / (size_t)n, extra = count % (size_t)n;
+    return (size_t)k * base + ((size_t)k < extra ? (size_t)k : extra);
+}
+
+static inline size_t hoop_ring_seg_len(size_t count, int n, int k)
+{
+    return count / (size_t)n + ((size_t)k < count % (size_t)n ? 1 : 0);
+}
+
+/* The ring allreduce's 2(n-1) steps (allreduce.c) for the rank at place me
+ * of a ring of n: the reduce-scatter's n-1, then the allgather's n-1. The
+ * last reduction divides by avg_n (0: none). */
+void hoop_ring_allreduce_steps(struct hoop_step *st, int n, int me, size_t count, int avg_n);
+
 /* Run the steps. On failure the transport is cancelled (no buffer is
  * touched afterwards) and the sentence names the step and the peer. */
 hoop_status_t hoop_ring_run(struct hoop_ring *r, const struct hoop_pipe *p, double timeout_s);

@@ -176,6 +176,7 @@ hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *pee
     ring_follow_hosts(r, peers);
     const struct hoop_peer *n = &peers[r->next], *p = &peers[r->prev];
     r->peers = peers;
+    hoop_ring_hier_shape(r);
     r->comm_id = comm_id;
     hoop_status_t st = ring_check_transports(r);
     if (st)

@@ -33,6 +33,13 @@ struct hoop_ring {
     int *where;
     int next;
     int prev;
+    /* The hosts' shape on the ring (hier.c): hier_hosts hosts of
+     * hier_local ranks each, this rank the hier_li-th of host hier_host in
+     * ring order; hier_local 0 where the hosts' rank counts differ. */
+    int hier_hosts;
+    int hier_local;
+    int hier_host;
+    int hier_li;
     char next_desc[HOOP_HOSTNAME_MAX + 32]; /* "rank 3 (host)" for sentences */
     char prev_desc[HOOP_HOSTNAME_MAX + 32];
     size_t chunk_bytes;
@@ -109,7 +116,7 @@ void hoop_ring_close(struct hoop_ring *r);
 void hoop_ring_cancel(struct hoop_ring *r);
 
 /* The sets of direct connections a collective needs (hoop_ring_peers). */
-enum { HOOP_PEERS_SMALL = 1, HOOP_PEERS_ALL = 2 };
+enum { HOOP_PEERS_SMALL = 1, HOOP_PEERS_ALL = 2, HOOP_PEERS_HIER = 4 };
 
 /* Make sure the direct connections (both directions) with each of
  * peers[0..npeers), this rank's part of `set`, exist. Collective: every
@@ -207,6 +214,22 @@ hoop_status_t hoop_ring_alltoallv(struct hoop_ring *r, const void *sendbuf,
                                   const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
                                   const size_t *recvcounts, const size_t *rdispls,
                                   hoop_dtype_t dtype, double timeout_s, int *agreed);
+/* The hierarchical allreduce (hier.c): a reduce-scatter among the ranks of
+ * each host, an allreduce of each such segment across the hosts among the
+ * ranks with its local index (one ring per local index, all at once), an
+ * allgather in each host. Every link inside a host is then shared memory
+ * where the host allows, and each host's network carries 2(H-1)/H of the
+ * buffer instead of the flat ring's 2(N-1)/N. Needs hoop_ring_hier_can;
+ * count >= size. */
+hoop_status_t hoop_ring_allreduce_hier(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
+                                       size_t count, hoop_dtype_t dtype, hoop_op_t op,
+                                       double timeout_s);
+/* Work out the hosts' shape from the ring's order (hoop_ring_connect). */
+void hoop_ring_hier_shape(struct hoop_ring *r);
+/* 1 when the shape allows the hierarchical allreduce (at least two hosts,
+ * each with the same number of ranks, at least two); else 0 and why says
+ * why not. */
+int hoop_ring_hier_can(const struct hoop_ring *r, char *why, size_t n);
 /* Recursive doubling for small messages; count * dtype size must fit in
  * one ring chunk (the scratch it uses). */
 hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
