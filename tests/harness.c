@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -163,6 +164,19 @@ int harness_failf(int rank, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "rank %d: %s\n", rank, buf);
     return 1;
+}
+
+int harness_be_host(int rank, int k)
+{
+    if (k == 0)
+        return 0;
+    char name[64];
+    snprintf(name, sizeof(name), "hoop-test-host-%d", k);
+    if (unshare(CLONE_NEWUTS) != 0)
+        return 77;
+    if (sethostname(name, strlen(name)) != 0)
+        return harness_failf(rank, "sethostname: %s", strerror(errno));
+    return 0;
 }
 
 /* The child side of a spawn: detach from everything the Criterion worker set

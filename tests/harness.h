@@ -182,6 +182,14 @@ int harness_fail(int rank, const char *what, hoop_status_t st);
 /* For children: printf-style message prefixed with the rank; returns 1. */
 int harness_failf(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* For raw children: make this process a rank of emulated host k (k > 0):
+ * a UTS namespace of its own named for k, so that the ranks given one k
+ * share a host name, and so a host (their network namespace stays this
+ * one's). k = 0 leaves it on this host. Returns 0, 77 where no UTS
+ * namespace can be made here (it needs CAP_SYS_ADMIN: skip), or 1 after
+ * saying why on stderr. */
+int harness_be_host(int rank, int k);
+
 /* The token harness_spawn_rank uses for a job on port, so that raw children
  * can join a job or deliberately present a different token. */
 void harness_token(int port, char *buf, size_t len);

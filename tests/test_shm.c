@@ -471,16 +471,9 @@ struct mix_job {
 static int mix_rank(int rank, int size, int port, void *arg)
 {
     struct mix_job *j = arg;
-    if (j->host[rank]) {
-        /* A UTS namespace of its own named for host k: the ranks given
-         * one k share a host name, and so a host. */
-        char name[64];
-        snprintf(name, sizeof(name), "hoop-test-shm-host-%d", j->host[rank]);
-        if (unshare(CLONE_NEWUTS) != 0)
-            return 77;
-        if (sethostname(name, strlen(name)) != 0)
-            return harness_failf(rank, "sethostname: %s", strerror(errno));
-    }
+    int hrc = harness_be_host(rank, j->host[rank]);
+    if (hrc)
+        return hrc;
     if (j->own_ipc == rank && unshare(CLONE_NEWIPC) != 0)
         return 77;
     setenv("HOOP_SHM", j->shm[rank], 1);
