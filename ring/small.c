@@ -4,12 +4,17 @@
  * latency is all there is. Recursive doubling needs log2(P) exchanges (P the
  * largest power of two <= N): in round k, a rank swaps its partial result
  * with the rank whose virtual rank differs from its own in bit k-1, and both
- * combine them. The N-P extra ranks first hand their input to rank r-P and
- * get the result back at the end.
+ * combine them. The N-P extra ranks (by ring place) first hand their input
+ * to the rank P places before and get the result back at the end.
  *
- * A rank's virtual rank is the Gray code of its rank: ring neighbours (r and
- * r+1, and P-1 and 0) differ in one bit, so a rank's ring predecessor is one
- * of its partners, and that message goes over the ring's own connection,
+ * A rank's virtual rank is the Gray code of its place on the ring (ring.h:
+ * the ring goes host by host). Ring neighbours (places p and p+1, and P-1
+ * and 0) differ in one bit, so a rank's ring predecessor is one of its
+ * partners; and the first rounds pair places close on the ring, so that
+ * with hosts of 2^j ranks the first j rounds stay inside each host (shared
+ * memory) and only the last ones cross the network, whatever order the
+ * launcher gave the ranks. The predecessor's message goes over the ring's
+ * own connection,
  * where every collective compares its frames with the predecessor's
  * (frame.h). Only where the schedule has no such message (N not a power of
  * two) does a rank send an announcement instead: at N = 2, 4 and 8 a call is
@@ -31,7 +36,7 @@
 #define SMALL_ROUNDS_MAX 33
 
 /* One rank's schedule: in round k it sends to to[k] and receives from
- * from[k] (-1: nothing). */
+ * from[k] (ranks; -1: nothing). */
 struct small_plan {
     int p2, rounds;
     int to[SMALL_ROUNDS_MAX];
@@ -50,6 +55,8 @@ static unsigned small_rank_of(unsigned v)
     return v;
 }
 
+/* The plan of the rank at place me, in places; small_to_ranks then makes
+ * its places ranks. */
 static void small_plan(int n, int me, struct small_plan *pl)
 {
     int p2 = 1, rounds = 0;
@@ -70,6 +77,16 @@ static void small_plan(int n, int me, struct small_plan *pl)
     for (int k = 1; k <= rounds; k++)
         pl->to[k] = pl->from[k] =
             (int)small_rank_of(small_vrank((unsigned)me) ^ (1u << (k - 1)));
+}
+
+static void small_to_ranks(const struct hoop_ring *r, struct small_plan *pl)
+{
+    for (int k = 0; k <= pl->rounds + 1; k++) {
+        if (pl->to[k] >= 0)
+            pl->to[k] = r->at[pl->to[k]];
+        if (pl->from[k] >= 0)
+            pl->from[k] = r->at[pl->from[k]];
+    }
 }
 
 /* Round `round`: send `sb` to `to` and receive from `from` (either may be
@@ -145,7 +162,8 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     uint64_t deadline = hoop_deadline_after(timeout_s);
     hoop_status_t st;
     struct small_plan pl;
-    small_plan(n, me, &pl);
+    small_plan(n, r->pos, &pl);
+    small_to_ranks(r, &pl);
     const int last = pl.rounds + 1;
     int list[2 * SMALL_ROUNDS_MAX], np = 0, prev_round = -1, next_round = -1;
     for (int k = 0; k <= last; k++) {
@@ -191,8 +209,8 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
 
     void *tmp = r->scratch; /* bytes <= the scratch size, checked by the caller */
     const void *got = tmp;
-    const unsigned vme = small_vrank((unsigned)me);
-    if (me >= pl.p2) {
+    const unsigned vme = small_vrank((unsigned)r->pos);
+    if (r->pos >= pl.p2) {
         phase = "handing input to its partner";
         err = small_exchange(r, 0, pl.to[0], sendbuf, -1, NULL, bytes, deadline, &bad, &got);
         if (!err) {
@@ -220,7 +238,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
             if (err)
                 break;
             int avg_n = (op == HOOP_AVG && k == pl.rounds) ? n : 0;
-            if (vme < small_vrank((unsigned)partner))
+            if (vme < small_vrank((unsigned)r->where[partner]))
                 hoop_reduce_kernel(recvbuf, recvbuf, got, count, dtype, op, avg_n);
             else
                 hoop_reduce_kernel(recvbuf, got, recvbuf, count, dtype, op, avg_n);

@@ -28,6 +28,7 @@ struct hier_job {
     int host[HJ_MAX];            /* per rank: its emulated host (0: this one) */
     const char *mode[HJ_MAX];    /* HOOP_HIERARCHICAL per rank */
     int gpu_emulate;             /* every buffer taken for device memory */
+    int small;                   /* keep the small-message path (else the ring for all) */
     const char *want;            /* in hoop_comm_transport() */
     int want_flat;               /* "hierarchical" must not be there */
     int kill_rank;               /* > 0: this rank kills itself mid-allreduce */
@@ -185,8 +186,12 @@ static hoop_status_t hier_init(hoop_comm_t **comm, struct hier_job *j, int rank,
                                int port)
 {
     setenv("HOOP_HIERARCHICAL", j->mode[rank] ? j->mode[rank] : "auto", 1);
-    /* The ring for every count, so that the smallest ones take this path. */
-    setenv("HOOP_SMALL_BYTES", "0", 1);
+    /* The ring for every count, so that the smallest ones take this path;
+     * or the small-message path up to its default. */
+    if (j->small)
+        unsetenv("HOOP_SMALL_BYTES");
+    else
+        setenv("HOOP_SMALL_BYTES", "0", 1);
     if (j->gpu_emulate)
         setenv("HOOP_GPU_EMULATE", "1", 1);
     char root[64], token[64];
@@ -259,6 +264,23 @@ Test(hier, two_hosts_of_two_interleaved_exact, .timeout = 300)
     struct hier_job j = {.host = {0, 1, 0, 1},
                          .want = "hierarchical allreduce (2 hosts of 2 ranks)"};
     run_exact(&j, 4);
+}
+
+/* The same with the small-message path below 64 KiB: recursive doubling by
+ * ring place, the first round inside each host. */
+Test(hier, small_messages_on_interleaved_hosts_exact, .timeout = 300)
+{
+    struct hier_job j = {.host = {0, 1, 0, 1}, .small = 1,
+                         .want = "hierarchical allreduce (2 hosts of 2 ranks)"};
+    run_exact(&j, 4);
+}
+
+/* Three hosts of two: the small path's extra ranks by place. */
+Test(hier, small_messages_on_three_hosts_exact, .timeout = 300)
+{
+    struct hier_job j = {.host = {0, 1, 2, 0, 1, 2}, .small = 1,
+                         .want = "hierarchical allreduce (3 hosts of 2 ranks)"};
+    run_exact(&j, 6);
 }
 
 /* The same job on the flat ring: the same exact results. */
