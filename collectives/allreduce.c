@@ -14,7 +14,8 @@ static hoop_status_t small_on_gpu(hoop_comm_t *comm, const void *sendbuf, void *
     hoop_status_t st;
     if ((st = hoop_ring_stage_in(r, HOOP_GPU_HOST_IN, sendbuf, bytes, &in, name)) ||
         (st = hoop_ring_stage_in(r, HOOP_GPU_HOST_OUT, NULL, bytes, &out, name)) ||
-        (st = hoop_ring_allreduce_small(r, in, out, count, dtype, op, comm->timeout_s)))
+        (st = hoop_ring_allreduce_small(r, in, out, count, dtype, op, comm->hier,
+                                         comm->timeout_s)))
         return st;
     return hoop_ring_device_copy(r, recvbuf, out, bytes, name);
 }
@@ -43,7 +44,8 @@ hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvb
         return hoop_coll_end(comm, small_on_gpu(comm, sendbuf, recvbuf, count, dtype, op, bytes));
     if (bytes <= comm->small_bytes)
         return hoop_coll_end(comm, hoop_ring_allreduce_small(&comm->ring, sendbuf, recvbuf, count,
-                                                             dtype, op, comm->timeout_s));
+                                                             dtype, op, comm->hier,
+                                                             comm->timeout_s));
     /* Every segment of the hierarchical path holds an element on every
      * rank; the ranks decide alike, since all know every count. */
     if (comm->hier && count >= (size_t)comm->size)

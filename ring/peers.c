@@ -64,6 +64,8 @@ hoop_status_t hoop_ring_peers(struct hoop_ring *r, unsigned set, const int *peer
     }
     /* Every pair covers the other sets' pairs too. */
     r->p2p_made |=
-        set == HOOP_PEERS_ALL ? HOOP_PEERS_ALL | HOOP_PEERS_SMALL | HOOP_PEERS_HIER : set;
+        set == HOOP_PEERS_ALL
+            ? HOOP_PEERS_ALL | HOOP_PEERS_SMALL | HOOP_PEERS_HIER | HOOP_PEERS_HSMALL
+            : set;
     return HOOP_OK;
 }

@@ -116,7 +116,7 @@ void hoop_ring_close(struct hoop_ring *r);
 void hoop_ring_cancel(struct hoop_ring *r);
 
 /* The sets of direct connections a collective needs (hoop_ring_peers). */
-enum { HOOP_PEERS_SMALL = 1, HOOP_PEERS_ALL = 2, HOOP_PEERS_HIER = 4 };
+enum { HOOP_PEERS_SMALL = 1, HOOP_PEERS_ALL = 2, HOOP_PEERS_HIER = 4, HOOP_PEERS_HSMALL = 8 };
 
 /* Make sure the direct connections (both directions) with each of
  * peers[0..npeers), this rank's part of `set`, exist. Collective: every
@@ -231,9 +231,12 @@ void hoop_ring_hier_shape(struct hoop_ring *r);
  * why not. */
 int hoop_ring_hier_can(const struct hoop_ring *r, char *why, size_t n);
 /* Recursive doubling for small messages; count * dtype size must fit in
- * one ring chunk (the scratch it uses). */
+ * one ring chunk (the scratch it uses). hier (where hoop_ring_hier_can):
+ * each host's ranks hand their input to its first rank, the first ranks
+ * run recursive doubling, and each hands the result back, so that one
+ * message per host crosses the network in each round. */
 hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
-                                        size_t count, hoop_dtype_t dtype, hoop_op_t op,
+                                        size_t count, hoop_dtype_t dtype, hoop_op_t op, int hier,
                                         double timeout_s);
 
 #endif

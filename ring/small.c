@@ -14,11 +14,18 @@
  * with hosts of 2^j ranks the first j rounds stay inside each host (shared
  * memory) and only the last ones cross the network, whatever order the
  * launcher gave the ranks. The predecessor's message goes over the ring's
- * own connection,
- * where every collective compares its frames with the predecessor's
- * (frame.h). Only where the schedule has no such message (N not a power of
- * two) does a rank send an announcement instead: at N = 2, 4 and 8 a call is
- * its exchanges and nothing more.
+ * own connection, where every collective compares its frames with the
+ * predecessor's (frame.h). Only where the schedule has no such message (N
+ * not a power of two) does a rank send an announcement instead: at N = 2, 4
+ * and 8 a call is its exchanges and nothing more.
+ *
+ * On the hierarchical path (where the job spans hosts of equal size, ring.h)
+ * a host's ranks hand their input to its first rank instead, which combines
+ * them in place order; the first ranks of the hosts run the same recursive
+ * doubling among themselves, and hand the result back. Each round then
+ * sends one message per host through the network, not one per rank, at the
+ * cost of two more hops inside the host. Ranks that are not ring neighbours
+ * there announce themselves as above.
  *
  * Every combine puts the lower virtual rank's data first, so every rank adds
  * up in the same tree and ends with the same bits (min/max of signed zeros
@@ -32,15 +39,29 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The hand-over, up to 31 rounds of doubling, the hand-back. */
-#define SMALL_ROUNDS_MAX 33
+/* The hand-over, up to 31 rounds of doubling, the hand-back; and on the
+ * hierarchical path a host's gather and broadcast besides (hosts of at
+ * most SMALL_LOCAL_MAX ranks). */
+#define SMALL_DOUBLING_MAX 33
+#define SMALL_LOCAL_MAX 64
+#define SMALL_ROUNDS_MAX (SMALL_DOUBLING_MAX + 2 * SMALL_LOCAL_MAX)
 
-/* One rank's schedule: in round k it sends to to[k] and receives from
- * from[k] (ranks; -1: nothing). */
-struct small_plan {
-    int p2, rounds;
-    int to[SMALL_ROUNDS_MAX];
-    int from[SMALL_ROUNDS_MAX];
+/* A round of one rank's schedule: send its partial result to `to` and
+ * receive from `from` (ranks; -1: nothing), the message's frame naming
+ * `step` at both ends; what is received is combined with the partial
+ * result (this rank's data first when mine_first; the average's division
+ * after it when avg > 0) or, where copy, is the result. */
+struct small_round {
+    int to, from;
+    int step;
+    int copy;
+    int mine_first;
+    int avg;
+};
+
+struct small_sched {
+    int n;
+    struct small_round rd[SMALL_ROUNDS_MAX];
 };
 
 static unsigned small_vrank(unsigned rank)
@@ -55,53 +76,85 @@ static unsigned small_rank_of(unsigned v)
     return v;
 }
 
-/* The plan of the rank at place me, in places; small_to_ranks then makes
- * its places ranks. */
-static void small_plan(int n, int me, struct small_plan *pl)
+static struct small_round *small_add(struct small_sched *s, int to, int from, int step)
+{
+    struct small_round *x = &s->rd[s->n++];
+    *x = (struct small_round){.to = to, .from = from, .step = step};
+    return x;
+}
+
+/* Recursive doubling among n members, this rank member me; member k is
+ * the rank at ring place k * stride, and the frames' steps are step0 and
+ * up (at most SMALL_DOUBLING_MAX of them). The last combine divides by
+ * avg_n (0: none). */
+static void small_doubling(struct small_sched *s, const struct hoop_ring *r, int n, int me,
+                           int stride, int step0, int avg_n)
 {
     int p2 = 1, rounds = 0;
     while (p2 <= n / 2) {
         p2 *= 2;
         rounds++;
     }
-    pl->p2 = p2;
-    pl->rounds = rounds;
-    for (int k = 0; k <= rounds + 1; k++)
-        pl->to[k] = pl->from[k] = -1;
+#define MEMBER(k) (r->at[(k) * stride])
     if (me >= p2) {
-        pl->to[0] = pl->from[rounds + 1] = me - p2;
+        small_add(s, MEMBER(me - p2), -1, step0);
+        small_add(s, -1, MEMBER(me - p2), step0 + rounds + 1)->copy = 1;
         return;
     }
-    if (me < n - p2)
-        pl->from[0] = pl->to[rounds + 1] = me + p2;
-    for (int k = 1; k <= rounds; k++)
-        pl->to[k] = pl->from[k] =
-            (int)small_rank_of(small_vrank((unsigned)me) ^ (1u << (k - 1)));
-}
-
-static void small_to_ranks(const struct hoop_ring *r, struct small_plan *pl)
-{
-    for (int k = 0; k <= pl->rounds + 1; k++) {
-        if (pl->to[k] >= 0)
-            pl->to[k] = r->at[pl->to[k]];
-        if (pl->from[k] >= 0)
-            pl->from[k] = r->at[pl->from[k]];
+    if (me < n - p2) {
+        struct small_round *x = small_add(s, -1, MEMBER(me + p2), step0);
+        x->mine_first = 1;
+        x->avg = rounds == 0 ? avg_n : 0;
     }
+    const unsigned vme = small_vrank((unsigned)me);
+    for (int k = 1; k <= rounds; k++) {
+        unsigned vp = vme ^ (1u << (k - 1));
+        int partner = MEMBER((int)small_rank_of(vp));
+        struct small_round *x = small_add(s, partner, partner, step0 + k);
+        x->mine_first = vme < vp;
+        x->avg = k == rounds ? avg_n : 0;
+    }
+    if (me < n - p2)
+        small_add(s, MEMBER(me + p2), -1, step0 + rounds + 1);
+#undef MEMBER
 }
 
-/* Round `round`: send `sb` to `to` and receive from `from` (either may be
- * -1), over the ring's connection where the peer is the ring neighbour
- * that way, else the direct one. The message from prev was posted at the
- * start (into its own buffer); *got is where the received bytes are. */
+/* The hierarchical path (ring.h: hier_*): the host's ranks hand their
+ * input to its first rank, which combines them in place order; the first
+ * ranks of the hosts run recursive doubling; each hands the result back
+ * to its host's ranks. Only one message per host crosses the network in
+ * each round. */
+static void small_hier(struct small_sched *s, const struct hoop_ring *r, int avg_n)
+{
+    const int L = r->hier_local, H = r->hier_hosts, h = r->hier_host, i = r->hier_li;
+    const int leader = r->at[h * L];
+    const int cross0 = L - 1, bcast0 = cross0 + SMALL_DOUBLING_MAX;
+    if (i > 0) {
+        small_add(s, leader, -1, i - 1);
+        small_add(s, -1, leader, bcast0 + i - 1)->copy = 1;
+        return;
+    }
+    for (int j = 1; j < L; j++)
+        small_add(s, -1, r->at[h * L + j], j - 1)->mine_first = 1;
+    small_doubling(s, r, H, h, L, cross0, avg_n);
+    for (int j = 1; j < L; j++)
+        small_add(s, r->at[h * L + j], -1, bcast0 + j - 1);
+}
+
+/* Send `sb` to `to` and receive from `from` (either may be -1) with frames
+ * of step `round`, over the ring's connection where the peer is the ring
+ * neighbour that way, else the direct one. The message from prev was
+ * posted at the start (into its own buffer) where `posted`; *got is where
+ * the received bytes are. */
 static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb, int from,
-                          void *rb, size_t bytes, uint64_t deadline, int *bad_peer,
+                          int posted, void *rb, size_t bytes, uint64_t deadline, int *bad_peer,
                           const void **got)
 {
     const uint32_t step = HOOP_FRAME_SMALL + (uint32_t)round;
     struct hoop_tp_req *sq = &r->sreq[0].tp, *rq = NULL;
     sq->state = 0;
     int rc;
-    if (from >= 0 && from == r->prev) {
+    if (from >= 0 && posted) {
         rq = &r->ann_r.tp;
     } else if (from >= 0) {
         rq = &r->rreq[0].tp;
@@ -153,28 +206,37 @@ static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb
 }
 
 hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
-                                        size_t count, hoop_dtype_t dtype, hoop_op_t op,
+                                        size_t count, hoop_dtype_t dtype, hoop_op_t op, int hier,
                                         double timeout_s)
 {
     const int n = r->size, me = r->rank;
     const size_t bytes = count * hoop_dtype_size(dtype);
     uint64_t seq = hoop_frame_begin(r, HOOP_COLL_ALLREDUCE, count, dtype, op, -1);
+    /* The hierarchical schedule's rounds are bounded (SMALL_ROUNDS_MAX);
+     * every rank knows the hosts' shape alike. */
+    if (hier && r->hier_local > SMALL_LOCAL_MAX)
+        hier = 0;
+    if (hier)
+        r->cur.blocks = HOOP_FRAME_HIER;
     uint64_t deadline = hoop_deadline_after(timeout_s);
     hoop_status_t st;
-    struct small_plan pl;
-    small_plan(n, r->pos, &pl);
-    small_to_ranks(r, &pl);
-    const int last = pl.rounds + 1;
+    const int avg_n = op == HOOP_AVG ? n : 0;
+    struct small_sched sc = {0};
+    if (hier)
+        small_hier(&sc, r, avg_n);
+    else
+        small_doubling(&sc, r, n, r->pos, 1, 0, avg_n);
     int list[2 * SMALL_ROUNDS_MAX], np = 0, prev_round = -1, next_round = -1;
-    for (int k = 0; k <= last; k++) {
-        if (pl.from[k] >= 0 && pl.from[k] == r->prev)
+    for (int k = 0; k < sc.n; k++) {
+        const struct small_round *x = &sc.rd[k];
+        if (x->from >= 0 && x->from == r->prev && prev_round < 0)
             prev_round = k;
-        if (pl.to[k] >= 0 && pl.to[k] == r->next)
+        if (x->to >= 0 && x->to == r->next)
             next_round = k;
-        if (pl.to[k] >= 0)
-            list[np++] = pl.to[k];
-        else if (pl.from[k] >= 0)
-            list[np++] = pl.from[k];
+        if (x->to >= 0)
+            list[np++] = x->to;
+        if (x->from >= 0 && x->from != x->to)
+            list[np++] = x->from;
     }
     /* The message from prev lands in a buffer of its own, the work buffer
      * (kept across calls): it may arrive while earlier rounds use the
@@ -183,7 +245,9 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
         return st;
     /* Beyond N = 2 the partners are not all ring neighbours both ways: the
      * direct connections (made on the first call). */
-    st = n > 2 ? hoop_ring_peers(r, HOOP_PEERS_SMALL, list, np, deadline) : HOOP_OK;
+    st = n > 2 ? hoop_ring_peers(r, hier ? HOOP_PEERS_HSMALL : HOOP_PEERS_SMALL, list, np,
+                                 deadline)
+               : HOOP_OK;
     if (st) {
         hoop_ring_cancel(r);
         if (r->fail_err)
@@ -196,9 +260,10 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
 
     const char *phase = "posting its receive from its predecessor";
     int err = 0, bad = r->prev;
-    err = prev_round >= 0 ? hoop_frame_expect_prev(r, r->work, bytes,
-                                                   HOOP_FRAME_SMALL + (uint32_t)prev_round)
-                          : hoop_frame_announce(r, 0, 1);
+    err = prev_round >= 0
+              ? hoop_frame_expect_prev(r, r->work, bytes,
+                                       HOOP_FRAME_SMALL + (uint32_t)sc.rd[prev_round].step)
+              : hoop_frame_announce(r, 0, 1);
     if (!err && next_round < 0) {
         phase = "announcing itself";
         bad = r->next;
@@ -207,48 +272,33 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     if (err)
         goto fail;
 
+    /* The partial result: the input until the first combine writes
+     * recvbuf (a send before that sends the input itself). */
+    const void *acc = sendbuf;
     void *tmp = r->scratch; /* bytes <= the scratch size, checked by the caller */
-    const void *got = tmp;
-    const unsigned vme = small_vrank((unsigned)r->pos);
-    if (r->pos >= pl.p2) {
-        phase = "handing input to its partner";
-        err = small_exchange(r, 0, pl.to[0], sendbuf, -1, NULL, bytes, deadline, &bad, &got);
-        if (!err) {
-            phase = "receiving the result";
-            err = small_exchange(r, last, -1, NULL, pl.from[last], recvbuf, bytes, deadline, &bad,
-                                 &got);
-            if (!err && got != recvbuf)
+    for (int k = 0; k < sc.n && !err; k++) {
+        const struct small_round *x = &sc.rd[k];
+        const void *got = tmp;
+        void *rb = x->copy ? recvbuf : tmp;
+        phase = x->copy                         ? "receiving the result"
+                : x->to >= 0 && x->from >= 0    ? "exchanging partial results"
+                : x->to >= 0                    ? "handing on its partial result"
+                                                : "taking a partner's partial result";
+        err = small_exchange(r, x->step, x->to, acc, x->from, k == prev_round, rb, bytes,
+                             deadline, &bad, &got);
+        if (err || x->from < 0)
+            continue;
+        if (x->copy) {
+            if (got != recvbuf)
                 memcpy(recvbuf, got, bytes);
-        }
-    } else {
-        if (pl.from[0] >= 0) {
-            phase = "taking its partner's input";
-            err = small_exchange(r, 0, -1, NULL, pl.from[0], tmp, bytes, deadline, &bad, &got);
-            if (!err)
-                hoop_reduce_kernel(recvbuf, sendbuf, got, count, dtype, op,
-                                   (op == HOOP_AVG && pl.rounds == 0) ? n : 0);
-        } else if (recvbuf != sendbuf) {
-            memcpy(recvbuf, sendbuf, bytes);
-        }
-        for (int k = 1; k <= pl.rounds && !err; k++) {
-            int partner = pl.to[k];
-            phase = "exchanging partial results";
-            err = small_exchange(r, k, partner, recvbuf, partner, tmp, bytes, deadline, &bad,
-                                 &got);
-            if (err)
-                break;
-            int avg_n = (op == HOOP_AVG && k == pl.rounds) ? n : 0;
-            if (vme < small_vrank((unsigned)r->where[partner]))
-                hoop_reduce_kernel(recvbuf, recvbuf, got, count, dtype, op, avg_n);
-            else
-                hoop_reduce_kernel(recvbuf, got, recvbuf, count, dtype, op, avg_n);
-        }
-        if (!err && pl.to[last] >= 0) {
-            phase = "returning the result";
-            err = small_exchange(r, last, pl.to[last], recvbuf, -1, NULL, bytes, deadline, &bad,
-                                 &got);
-        }
+        } else if (x->mine_first)
+            hoop_reduce_kernel(recvbuf, acc, got, count, dtype, op, x->avg);
+        else
+            hoop_reduce_kernel(recvbuf, got, acc, count, dtype, op, x->avg);
+        acc = recvbuf;
     }
+    if (!err && acc != recvbuf)
+        memcpy(recvbuf, acc, bytes);
     if (!err) {
         phase = "waiting for its predecessor's announcement";
         bad = r->prev;

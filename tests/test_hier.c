@@ -32,6 +32,7 @@ struct hier_job {
     const char *want;            /* in hoop_comm_transport() */
     int want_flat;               /* "hierarchical" must not be there */
     int kill_rank;               /* > 0: this rank kills itself mid-allreduce */
+    size_t count;                /* of the failing calls (0: 1 Mi f32) */
     /* filled by the ranks */
     uint64_t hash[HJ_MAX];       /* of the rounding f32 sum's result */
     int status[HJ_MAX];
@@ -266,8 +267,8 @@ Test(hier, two_hosts_of_two_interleaved_exact, .timeout = 300)
     run_exact(&j, 4);
 }
 
-/* The same with the small-message path below 64 KiB: recursive doubling by
- * ring place, the first round inside each host. */
+/* The same with the small-message path below 64 KiB: each host's first
+ * rank gathers, the first ranks double, each hands the result back. */
 Test(hier, small_messages_on_interleaved_hosts_exact, .timeout = 300)
 {
     struct hier_job j = {.host = {0, 1, 0, 1}, .small = 1,
@@ -275,12 +276,31 @@ Test(hier, small_messages_on_interleaved_hosts_exact, .timeout = 300)
     run_exact(&j, 4);
 }
 
-/* Three hosts of two: the small path's extra ranks by place. */
+/* Three hosts of two: the third host's first rank hands its host's sum
+ * over and gets the result back, as recursive doubling's extra rank. */
 Test(hier, small_messages_on_three_hosts_exact, .timeout = 300)
 {
     struct hier_job j = {.host = {0, 1, 2, 0, 1, 2}, .small = 1,
                          .want = "hierarchical allreduce (3 hosts of 2 ranks)"};
     run_exact(&j, 6);
+}
+
+/* Two hosts of three: a host's third rank hears nothing from its ring
+ * predecessor, and announces itself. */
+Test(hier, small_messages_on_two_hosts_of_three_exact, .timeout = 300)
+{
+    struct hier_job j = {.host = {0, 0, 1, 1, 0, 1}, .small = 1,
+                         .want = "hierarchical allreduce (2 hosts of 3 ranks)"};
+    run_exact(&j, 6);
+}
+
+/* The flat small path on interleaved hosts: recursive doubling by ring
+ * place, its first round inside each host. */
+Test(hier, small_messages_flat_exact, .timeout = 300)
+{
+    struct hier_job j = {.host = {0, 1, 0, 1}, .mode = {"0", "0", "0", "0"}, .small = 1,
+                         .want_flat = 1};
+    run_exact(&j, 4);
 }
 
 /* The same job on the flat ring: the same exact results. */
@@ -335,7 +355,7 @@ static int failing_rank(int rank, int size, int port, void *arg)
     hoop_status_t st = hier_init(&comm, j, rank, size, port);
     if (st)
         return harness_fail(rank, "hoop_comm_init", st);
-    const size_t n = (size_t)1 << 20;
+    const size_t n = j->count ? j->count : (size_t)1 << 20;
     float *a = calloc(n, sizeof(*a));
     if (!a)
         return harness_failf(rank, "out of memory");
@@ -372,9 +392,10 @@ static void run_failing(const struct hier_job *tmpl, int n, struct hier_job **ou
 /* Rank 2 keeps the flat ring while the others take the hierarchical path:
  * every rank fails its first allreduce, and the ranks that see it say
  * why. */
-Test(hier, ranks_that_disagree_are_told, .timeout = 150)
+static void disagree(size_t count, int small)
 {
-    struct hier_job *j, t = {.host = {0, 1, 0, 1}, .mode = {"auto", "auto", "0", "auto"}};
+    struct hier_job *j, t = {.host = {0, 1, 0, 1}, .mode = {"auto", "auto", "0", "auto"},
+                             .count = count, .small = small};
     run_failing(&t, 4, &j);
     int told = 0;
     for (int r = 0; r < 4; r++) {
@@ -386,6 +407,17 @@ Test(hier, ranks_that_disagree_are_told, .timeout = 150)
     }
     cr_expect(told >= 1, "no rank said that HOOP_HIERARCHICAL differs");
     munmap(j, sizeof(*j));
+}
+
+Test(hier, ranks_that_disagree_are_told, .timeout = 150)
+{
+    disagree(0, 0);
+}
+
+/* The same on the small-message path. */
+Test(hier, ranks_that_disagree_on_small_messages_are_told, .timeout = 150)
+{
+    disagree(16, 1);
 }
 
 /* Rank 3 is killed in its fourth allreduce: every other rank fails it (or
