@@ -6,7 +6,8 @@
 /* Recursive doubling on device buffers: the buffer is small (at most a
  * chunk), so it is staged whole through pinned host memory. */
 static hoop_status_t small_on_gpu(hoop_comm_t *comm, const void *sendbuf, void *recvbuf,
-                                  size_t count, hoop_dtype_t dtype, hoop_op_t op, size_t bytes)
+                                  size_t count, hoop_dtype_t dtype, hoop_op_t op, size_t bytes,
+                                  int hier)
 {
     static const char name[] = "allreduce";
     struct hoop_ring *r = &comm->ring;
@@ -14,8 +15,7 @@ static hoop_status_t small_on_gpu(hoop_comm_t *comm, const void *sendbuf, void *
     hoop_status_t st;
     if ((st = hoop_ring_stage_in(r, HOOP_GPU_HOST_IN, sendbuf, bytes, &in, name)) ||
         (st = hoop_ring_stage_in(r, HOOP_GPU_HOST_OUT, NULL, bytes, &out, name)) ||
-        (st = hoop_ring_allreduce_small(r, in, out, count, dtype, op, comm->hier,
-                                         comm->timeout_s)))
+        (st = hoop_ring_allreduce_small(r, in, out, count, dtype, op, hier, comm->timeout_s)))
         return st;
     return hoop_ring_device_copy(r, recvbuf, out, bytes, name);
 }
@@ -40,11 +40,13 @@ hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvb
     /* Below the threshold the ring's 2(N-1) hops in a row cost more than
      * recursive doubling's log2(N) exchanges; both give the same bits on
      * every rank. */
+    int hier_small = comm->hier && bytes >= comm->hier_small;
     if (bytes <= comm->small_bytes && comm->ring.on_gpu)
-        return hoop_coll_end(comm, small_on_gpu(comm, sendbuf, recvbuf, count, dtype, op, bytes));
+        return hoop_coll_end(comm, small_on_gpu(comm, sendbuf, recvbuf, count, dtype, op, bytes,
+                                                hier_small));
     if (bytes <= comm->small_bytes)
         return hoop_coll_end(comm, hoop_ring_allreduce_small(&comm->ring, sendbuf, recvbuf, count,
-                                                             dtype, op, comm->hier,
+                                                             dtype, op, hier_small,
                                                              comm->timeout_s));
     /* Every segment of the hierarchical path holds an element on every
      * rank; the ranks decide alike, since all know every count. */

@@ -80,14 +80,22 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
  * unchanged (bench/RESULTS.md). */
 #define COMM_BUSY_POLL_AUTO_US 20
 #define COMM_BUSY_POLL_SHARED_US 200
+/* HOOP_HIERARCHICAL=auto: small allreduces gather on one rank per host
+ * from this size. Two emulated hosts of two ranks on 1 Gbit/s links: 1.6x
+ * faster than recursive doubling among all ranks at 16 KiB and 2.0-2.1x at
+ * 32-64 KiB, where the link's bytes decide; 5-10 % slower up to 8 KiB,
+ * where its two more hops inside the host do (bench/RESULTS.md). */
+#define COMM_HIER_SMALL_AUTO (16 * 1024)
+
 /* Whether ring allreduces run hierarchical (ring/hier.c): where the hosts'
- * shape allows, unless HOOP_HIERARCHICAL=0. Said in the log and in the
- * transport's description. */
+ * shape allows, unless HOOP_HIERARCHICAL=0; and from which size small ones
+ * do. Said in the log and in the transport's description. */
 static void comm_hier(hoop_comm_t *c)
 {
     char why[128];
     int can = hoop_ring_hier_can(&c->ring, why, sizeof(why));
     c->hier = can && c->hier_mode != 0;
+    c->hier_small = c->hier_mode == 1 ? 0 : COMM_HIER_SMALL_AUTO;
     if (c->hier_mode == 1 && !can)
         HOOP_WARN("rank %d: HOOP_HIERARCHICAL=1, but %s: allreduces take the flat ring",
                   c->rank, why);

@@ -17,6 +17,7 @@ struct hoop_comm {
     size_t small_bytes; /* allreduce at or below this uses recursive doubling */
     int hier_mode;      /* HOOP_HIERARCHICAL: 0, 1, or 2 (auto) */
     int hier;           /* ring allreduces run hierarchical (ring/hier.c) */
+    size_t hier_small;  /* hier: small ones of at least this many bytes do too */
     struct hoop_bootstrap bs;
     struct hoop_ring ring;
     /* After a failed collective the ranks' streams are out of step: every

@@ -267,8 +267,9 @@ Test(hier, two_hosts_of_two_interleaved_exact, .timeout = 300)
     run_exact(&j, 4);
 }
 
-/* The same with the small-message path below 64 KiB: each host's first
- * rank gathers, the first ranks double, each hands the result back. */
+/* The same with the small-message path up to 64 KiB: from 16 KiB each
+ * host's first rank gathers, the first ranks double, each hands the result
+ * back; below, recursive doubling among all ranks by ring place. */
 Test(hier, small_messages_on_interleaved_hosts_exact, .timeout = 300)
 {
     struct hier_job j = {.host = {0, 1, 0, 1}, .small = 1,
@@ -285,11 +286,13 @@ Test(hier, small_messages_on_three_hosts_exact, .timeout = 300)
     run_exact(&j, 6);
 }
 
-/* Two hosts of three: a host's third rank hears nothing from its ring
+/* Two hosts of three, HOOP_HIERARCHICAL=1: every small allreduce gathers
+ * on one rank per host; a host's third rank hears nothing from its ring
  * predecessor, and announces itself. */
 Test(hier, small_messages_on_two_hosts_of_three_exact, .timeout = 300)
 {
-    struct hier_job j = {.host = {0, 0, 1, 1, 0, 1}, .small = 1,
+    struct hier_job j = {.host = {0, 0, 1, 1, 0, 1}, .mode = {"1", "1", "1", "1", "1", "1"},
+                         .small = 1,
                          .want = "hierarchical allreduce (2 hosts of 3 ranks)"};
     run_exact(&j, 6);
 }
@@ -414,10 +417,10 @@ Test(hier, ranks_that_disagree_are_told, .timeout = 150)
     disagree(0, 0);
 }
 
-/* The same on the small-message path. */
+/* The same on the small-message path (32 KiB: gathered per host). */
 Test(hier, ranks_that_disagree_on_small_messages_are_told, .timeout = 150)
 {
-    disagree(16, 1);
+    disagree(8192, 1);
 }
 
 /* Rank 3 is killed in its fourth allreduce: every other rank fails it (or
