@@ -104,8 +104,10 @@ kv() {
     v=$(sed -n "s/^$2=//p" "$out/$1" 2>/dev/null | head -n 1)
     echo "${v:--}"
 }
+# A port below the ephemeral range (tests/python/ports.py says why).
 free_port() {
-    "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    "$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); import ports; print(ports.free_ports(1))' \
+        "$src/tests/python"
 }
 
 t0=$(date +%s)

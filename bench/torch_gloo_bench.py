@@ -21,7 +21,6 @@ torch.cuda.synchronize(), so that a time counts the result on the device.
 import argparse
 import datetime
 import os
-import socket
 import sys
 import time
 
@@ -32,9 +31,12 @@ def parse_size(s):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port below the ephemeral range (tests/python/ports.py says why)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                    "python"))
+    import ports
+
+    return ports.free_ports(1)
 
 
 def rank_main(rank, args, port):
