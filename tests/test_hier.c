@@ -348,6 +348,15 @@ Test(hier, device_buffers_exact, .timeout = 300)
 
 /* ---- ranks that disagree, a rank killed ---------------------------------- */
 
+static void *kill_soon(void *arg)
+{
+    (void)arg;
+    struct timespec ts = {0, 1000 * 1000};
+    nanosleep(&ts, NULL);
+    kill(getpid(), SIGKILL);
+    return NULL;
+}
+
 static int failing_rank(int rank, int size, int port, void *arg)
 {
     struct hier_job *j = arg;
@@ -363,12 +372,11 @@ static int failing_rank(int rank, int size, int port, void *arg)
     if (!a)
         return harness_failf(rank, "out of memory");
     for (int call = 0; call < 200 && st == HOOP_OK; call++) {
-        if (rank == j->kill_rank && call == 3) {
-            /* Into the call, once every connection is up. */
-            struct timespec ts = {0, 1000 * 1000};
-            nanosleep(&ts, NULL);
-            kill(getpid(), SIGKILL);
-        }
+        pthread_t killer;
+        /* A millisecond into the fourth call, once every connection is up. */
+        if (rank == j->kill_rank && call == 3 &&
+            pthread_create(&killer, NULL, kill_soon, NULL) != 0)
+            return harness_failf(rank, "pthread_create failed");
         st = hoop_allreduce(comm, a, a, n, HOOP_F32, HOOP_SUM);
     }
     j->status[rank] = (int)st;
