@@ -213,16 +213,24 @@ static int check_desc(hoop_comm_t *comm, int rank, const struct hier_job *j)
     return 0;
 }
 
-static int exact_rank(int rank, int size, int port, void *arg)
+/* This rank on its host, in the job's communicator: 0, or the rank's exit
+ * code (77: no UTS namespace here). */
+static int hier_join(hoop_comm_t **comm, struct hier_job *j, int rank, int size, int port)
 {
-    struct hier_job *j = arg;
     int rc = harness_be_host(rank, j->host[rank]);
     if (rc)
         return rc;
+    hoop_status_t st = hier_init(comm, j, rank, size, port);
+    return st ? harness_fail(rank, "hoop_comm_init", st) : 0;
+}
+
+static int exact_rank(int rank, int size, int port, void *arg)
+{
+    struct hier_job *j = arg;
     hoop_comm_t *comm;
-    hoop_status_t st = hier_init(&comm, j, rank, size, port);
-    if (st)
-        return harness_fail(rank, "hoop_comm_init", st);
+    int rc = hier_join(&comm, j, rank, size, port);
+    if (rc)
+        return rc;
     if (!(rc = check_desc(comm, rank, j)) && !(rc = exact_cases(comm, rank, size)))
         rc = rounding_sum(comm, rank, j);
     hoop_comm_destroy(comm);
@@ -360,13 +368,11 @@ static void *kill_soon(void *arg)
 static int failing_rank(int rank, int size, int port, void *arg)
 {
     struct hier_job *j = arg;
-    int rc = harness_be_host(rank, j->host[rank]);
+    hoop_comm_t *comm;
+    int rc = hier_join(&comm, j, rank, size, port);
     if (rc)
         return rc;
-    hoop_comm_t *comm;
-    hoop_status_t st = hier_init(&comm, j, rank, size, port);
-    if (st)
-        return harness_fail(rank, "hoop_comm_init", st);
+    hoop_status_t st = HOOP_OK;
     const size_t n = j->count ? j->count : (size_t)1 << 20;
     float *a = calloc(n, sizeof(*a));
     if (!a)
