@@ -58,14 +58,8 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
     if ((st = hoop_param_u64("HOOP_SMALL_BYTES", 0, HOOP_CHUNK_MAX, &v)) ||
         (st = hoop_log_check_level()) || (st = hoop_reduce_isa_check()))
         return st;
-    const char *h = hoop_param_str("HOOP_HIERARCHICAL");
-    c->hier_mode = strcmp(h, "0") == 0      ? 0
-                   : strcmp(h, "1") == 0    ? 1
-                   : strcmp(h, "auto") == 0 ? 2
-                                            : -1;
-    if (c->hier_mode < 0)
-        return hoop_error(HOOP_ERR_INVALID, "rank %d: HOOP_HIERARCHICAL='%s' is none of auto, 0 "
-                          "and 1", c->rank, h);
+    if ((st = hoop_param_auto01("HOOP_HIERARCHICAL", &c->hier_mode)))
+        return st;
     /* The small path keeps a whole message in one receive slot. */
     c->small_bytes = (size_t)v < *chunk ? (size_t)v : *chunk;
     return HOOP_OK;
@@ -102,7 +96,7 @@ static void comm_hier(hoop_comm_t *c)
     else
         HOOP_INFO("rank %d: allreduces take the %s (HOOP_HIERARCHICAL=%s; %s)", c->rank,
                   c->hier ? "hierarchical path" : "flat ring",
-                  c->hier_mode == 2 ? "auto" : c->hier_mode ? "1" : "0", why);
+                  hoop_param_str("HOOP_HIERARCHICAL"), why);
     if (c->hier) {
         size_t l = strlen(c->transport);
         snprintf(c->transport + l, sizeof(c->transport) - l, "; hierarchical allreduce (%s)",

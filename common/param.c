@@ -108,6 +108,18 @@ const char *hoop_param_str(const char *name)
     return p ? p->def : "";
 }
 
+hoop_status_t hoop_param_auto01(const char *name, int *out)
+{
+    const char *v = hoop_param_str(name);
+    if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0)
+        *out = v[0] - '0';
+    else if (strcmp(v, "auto") == 0)
+        *out = HOOP_PARAM_AUTO;
+    else
+        return hoop_error(HOOP_ERR_INVALID, "%s=%s is not auto, 0 or 1", name, v);
+    return HOOP_OK;
+}
+
 hoop_status_t hoop_param_parse_u64(const char *name, const char *text, unsigned long long min,
                                    unsigned long long max, unsigned long long *out)
 {

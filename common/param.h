@@ -25,6 +25,11 @@ hoop_status_t hoop_param_u64(const char *name, unsigned long long min, unsigned 
                              unsigned long long *out);
 hoop_status_t hoop_param_double(const char *name, double min, double max, double *out);
 
+/* A variable that is auto, 0 or 1: *out 0, 1 or HOOP_PARAM_AUTO; else
+ * HOOP_ERR_INVALID, "NAME=V is not auto, 0 or 1". */
+#define HOOP_PARAM_AUTO 2
+hoop_status_t hoop_param_auto01(const char *name, int *out);
+
 /* Log a warning for each HOOP_* variable in the environment that the table
  * does not know (a typo would otherwise be ignored in silence). */
 void hoop_param_warn_unknown(void);

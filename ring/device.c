@@ -22,13 +22,11 @@
  * (gdr.h), said at info level. */
 static hoop_status_t gdr_select(struct hoop_ring *r, int device, const char *what)
 {
-    const char *v = hoop_param_str("HOOP_GPU_DIRECT");
-    struct hoop_gdr_facts f = {.setting = -1, .dmabuf_rc = 1, .peermem_rc = 1, .hmem_rc = 1};
-    if (!strcmp(v, "0") || !strcmp(v, "1"))
-        f.setting = v[0] - '0';
-    else if (strcmp(v, "auto") && *v)
-        return hoop_error(HOOP_ERR_INVALID, "rank %d: HOOP_GPU_DIRECT=%s is not auto, 0 or 1",
-                          r->rank, v);
+    struct hoop_gdr_facts f = {.dmabuf_rc = 1, .peermem_rc = 1, .hmem_rc = 1};
+    int setting;
+    if (hoop_param_auto01("HOOP_GPU_DIRECT", &setting))
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s", r->rank, hoop_last_error());
+    f.setting = setting == HOOP_PARAM_AUTO ? -1 : setting;
     r->gdr_send = r->gdr_nic = 0;
     if (!r->ops || !r->tp)
         return HOOP_OK; /* one rank: nothing leaves */

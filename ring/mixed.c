@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #define MIXED_VERSION 1
-enum { SHM_OFF = 0, SHM_ON = 1, SHM_AUTO = 2 };
+enum { SHM_OFF = 0, SHM_ON = 1, SHM_AUTO = HOOP_PARAM_AUTO };
 
 struct mixed_block {
     int mode;
@@ -484,12 +484,10 @@ hoop_status_t hoop_mixed_create(const struct hoop_transport_ops *net,
                                 const struct hoop_tp_params *p, void **out,
                                 const struct hoop_transport_ops **ops)
 {
-    const char *v = hoop_param_str("HOOP_SHM");
-    int mode = strcmp(v, "0") == 0 ? SHM_OFF : strcmp(v, "1") == 0 ? SHM_ON
-             : strcmp(v, "auto") == 0 ? SHM_AUTO : -1;
-    if (mode < 0)
-        return hoop_error(HOOP_ERR_INVALID, "rank %d: HOOP_SHM=%s: use auto, 0 or 1", p->rank,
-                          v);
+    int mode;
+    hoop_status_t st = hoop_param_auto01("HOOP_SHM", &mode);
+    if (st)
+        return hoop_error(st, "rank %d: %s", p->rank, hoop_last_error());
     struct mixed_tp *tp = calloc(1, sizeof(*tp));
     if (!tp)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory", p->rank);
@@ -512,7 +510,7 @@ hoop_status_t hoop_mixed_create(const struct hoop_transport_ops *net,
     tp->netns = self_netns();
     tp->spin_ns = 20000;
     tp->gate = -1;
-    hoop_status_t st = net->create(p, &tp->ntp);
+    st = net->create(p, &tp->ntp);
     if (st) {
         free(tp);
         return st;
