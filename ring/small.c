@@ -221,7 +221,8 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     uint64_t deadline = hoop_deadline_after(timeout_s);
     hoop_status_t st;
     const int avg_n = op == HOOP_AVG ? n : 0;
-    struct small_sched sc = {0};
+    struct small_sched sc; /* about 4 KiB: only its count is set, not the rounds */
+    sc.n = 0;
     if (hier)
         small_hier(&sc, r, avg_n);
     else
