@@ -183,9 +183,23 @@ static int rounding_sum(hoop_comm_t *comm, int rank, struct hier_job *j)
     return 0;
 }
 
-static hoop_status_t hier_init(hoop_comm_t **comm, struct hier_job *j, int rank, int size,
-                               int port)
+static int check_desc(hoop_comm_t *comm, int rank, const struct hier_job *j)
 {
+    const char *d = hoop_comm_transport(comm);
+    if (j->want && !strstr(d, j->want))
+        return harness_failf(rank, "hoop_comm_transport() is \"%s\", without \"%s\"", d, j->want);
+    if (j->want_flat && strstr(d, "hierarchical"))
+        return harness_failf(rank, "hoop_comm_transport() is \"%s\": the flat ring was due", d);
+    return 0;
+}
+
+/* This rank on its host, in the job's communicator with the job's
+ * settings: 0, or the rank's exit code (77: no UTS namespace here). */
+static int hier_join(hoop_comm_t **comm, struct hier_job *j, int rank, int size, int port)
+{
+    int rc = harness_be_host(rank, j->host[rank]);
+    if (rc)
+        return rc;
     setenv("HOOP_HIERARCHICAL", j->mode[rank] ? j->mode[rank] : "auto", 1);
     /* The ring for every count, so that the smallest ones take this path;
      * or the small-message path up to its default. */
@@ -200,27 +214,7 @@ static hoop_status_t hier_init(hoop_comm_t **comm, struct hier_job *j, int rank,
     harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
     cfg.chunk_bytes = 64 * 1024;
     cfg.timeout_s = 30.0;
-    return hoop_comm_init(comm, &cfg);
-}
-
-static int check_desc(hoop_comm_t *comm, int rank, const struct hier_job *j)
-{
-    const char *d = hoop_comm_transport(comm);
-    if (j->want && !strstr(d, j->want))
-        return harness_failf(rank, "hoop_comm_transport() is \"%s\", without \"%s\"", d, j->want);
-    if (j->want_flat && strstr(d, "hierarchical"))
-        return harness_failf(rank, "hoop_comm_transport() is \"%s\": the flat ring was due", d);
-    return 0;
-}
-
-/* This rank on its host, in the job's communicator: 0, or the rank's exit
- * code (77: no UTS namespace here). */
-static int hier_join(hoop_comm_t **comm, struct hier_job *j, int rank, int size, int port)
-{
-    int rc = harness_be_host(rank, j->host[rank]);
-    if (rc)
-        return rc;
-    hoop_status_t st = hier_init(comm, j, rank, size, port);
+    hoop_status_t st = hoop_comm_init(comm, &cfg);
     return st ? harness_fail(rank, "hoop_comm_init", st) : 0;
 }
 
