@@ -69,7 +69,8 @@ hoop_status_t hoop_coll_check_count(const hoop_comm_t *comm, const char *name, s
 hoop_status_t hoop_coll_check_kinds(const hoop_comm_t *comm, const char *name, const void *send,
                                     const void *recv, int *device)
 {
-    struct hoop_mem s = hoop_gpu_mem_kind(send), r = hoop_gpu_mem_kind(recv);
+    struct hoop_mem s, r;
+    hoop_gpu_mem_kinds(send, recv, &s, &r);
     int s_dev = send && s.kind == HOOP_MEM_DEVICE, r_dev = recv && r.kind == HOOP_MEM_DEVICE;
     *device = -1;
     if (!s_dev && !r_dev)

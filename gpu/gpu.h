@@ -50,6 +50,10 @@ int hoop_gpu_available(const char **why);
  * Where the driver does not give that function, the runtime's
  * cudaPointerGetAttributes answers (and may make the context). */
 struct hoop_mem hoop_gpu_mem_kind(const void *p);
+/* The kinds of a call's two buffers under one reading of the emulation's
+ * switch, which a test may turn on another thread (hoop_gpu_emulate_force):
+ * never one buffer emulated and the other not. */
+void hoop_gpu_mem_kinds(const void *a, const void *b, struct hoop_mem *ka, struct hoop_mem *kb);
 
 /* A memory kind in words ("host", "pinned host", "managed", "device"). */
 const char *hoop_gpu_mem_str(enum hoop_mem_kind kind);

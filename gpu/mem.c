@@ -93,10 +93,10 @@ int hoop_gpu_available(const char **why)
     return gpu_here;
 }
 
-struct hoop_mem hoop_gpu_mem_kind(const void *p)
+static struct hoop_mem mem_kind(const void *p, int emulated)
 {
     struct hoop_mem m = {HOOP_MEM_HOST, -1};
-    if (p && hoop_gpu_emulated()) {
+    if (p && emulated) {
         /* HOOP_GPU_EMULATE=1 (pipe.c): every buffer is GPU 0's. */
         m.kind = HOOP_MEM_DEVICE;
         m.device = 0;
@@ -158,6 +158,18 @@ struct hoop_mem hoop_gpu_mem_kind(const void *p)
     }
 #endif
     return m;
+}
+
+struct hoop_mem hoop_gpu_mem_kind(const void *p)
+{
+    return mem_kind(p, hoop_gpu_emulated());
+}
+
+void hoop_gpu_mem_kinds(const void *a, const void *b, struct hoop_mem *ka, struct hoop_mem *kb)
+{
+    int emulated = hoop_gpu_emulated();
+    *ka = mem_kind(a, emulated);
+    *kb = mem_kind(b, emulated);
 }
 
 const char *hoop_gpu_mem_str(enum hoop_mem_kind kind)
