@@ -14,7 +14,8 @@
 # PERF=1 (each run of either system under perf stat -e PERF_EVENTS, all
 # its ranks counted, to <system>_perf_r<rep>.txt: ring_bench makes twice
 # the calls, out of place and in place, and both count their start-up),
-# HOOP_* variables pass to hoop's ranks as they are. Every repeat runs
+# BUILD (default <repo>/build: where hooprun and ring_bench are), HOOP_*
+# variables pass to hoop's ranks as they are. Every repeat runs
 # every N with hoop then torch's gloo, so both see the same machine. Both
 # run f32 sums in place (ring_bench also times out of place) on 127.0.0.1.
 # Raw outputs go to OUT_DIR/N<n>/, bound ones to OUT_DIR/N<n>_bind/
@@ -36,7 +37,7 @@ WARMUP="${WARMUP:-3}"
 BIND="${BIND:-0}"
 PERF="${PERF:-0}"
 PERF_EVENTS="${PERF_EVENTS:-task-clock,context-switches,cpu-migrations,instructions,cycles}"
-BUILD="$HERE/build"
+BUILD="${BUILD:-$HERE/build}"
 if [ -z "${PYTHON:-}" ]; then
   for p in python3 /usr/bin/python3; do
     if "$p" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then
