@@ -5,7 +5,8 @@
 #
 # Everything it learns goes to OUT (default build/gpu-results), one log per
 # step, and OUT/summary.txt at the end: each step ok or FAILED with its
-# reason, the test results, and the benchmark table. Each step has a time
+# reason, the test results, and the benchmark table; then the whole of OUT
+# in one archive beside it, OUT.tar.xz. Each step has a time
 # limit, and the whole run a budget (GPUCHECK_BUDGET_S, 450 s): a step that
 # would start past it is skipped, saying so, so the run ends within 8
 # minutes whatever hangs. Exit status: 0 when every step passed, 1
@@ -130,8 +131,11 @@ finish() {
             cat "$out/compare.log"
         fi
         [ $failed = 0 ] && echo "== all passed" || echo "== FAILED"
-        echo "== results in $out"
+        echo "== results in $out and, all in one file, $out.tar.xz"
     } | tee "$out/summary.txt"
+    # One file to copy back from the GPU machine, logs and all.
+    tar -C "$(dirname "$out")" -cJf "$out.tar.xz" "$(basename "$out")" ||
+        echo "run.sh: could not write $out.tar.xz" >&2
     exit $failed
 }
 
