@@ -356,12 +356,14 @@ void ofi_shutdown(struct ofi_tp *tp, int hangup)
         } while (sends && hoop_now_ns() < until);
     }
     ofi_xfers_end(tp, -1, -ECANCELED);
-    while (tp->wait_head) {
-        struct ofi_op *op = tp->wait_head;
-        tp->wait_head = op->next;
-        ofi_fail_op(tp, op);
+    for (int d = 0; d < 2; d++) {
+        while (tp->wait_head[d]) {
+            struct ofi_op *op = tp->wait_head[d];
+            tp->wait_head[d] = op->next;
+            ofi_fail_op(tp, op);
+        }
+        tp->wait_tail[d] = NULL;
     }
-    tp->wait_tail = NULL;
     if (!up)
         return;
     /* Take what has completed first: only what is still in flight is

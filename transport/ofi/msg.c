@@ -107,15 +107,17 @@ int ofi_op_start(struct ofi_tp *tp, struct ofi_op *op)
 {
     if (!op->ctrl)
         tp->inflight++;
-    /* Behind others that wait, so that a connection's order holds. */
-    int rc = tp->wait_head ? -EAGAIN : ofi_op_post(tp, op);
+    /* Behind others of its direction that wait, so that a connection's
+     * order holds. */
+    int d = op->is_send != 0;
+    int rc = tp->wait_head[d] ? -EAGAIN : ofi_op_post(tp, op);
     if (rc == -EAGAIN) {
         op->next = NULL;
-        if (tp->wait_tail)
-            tp->wait_tail->next = op;
+        if (tp->wait_tail[d])
+            tp->wait_tail[d]->next = op;
         else
-            tp->wait_head = op;
-        tp->wait_tail = op;
+            tp->wait_head[d] = op;
+        tp->wait_tail[d] = op;
         return 0;
     }
     if (rc && !op->ctrl)
@@ -126,34 +128,35 @@ int ofi_op_start(struct ofi_tp *tp, struct ofi_op *op)
 int ofi_post_waiting(struct ofi_tp *tp)
 {
     int ended = 0;
-    while (tp->wait_head) {
-        struct ofi_op *op = tp->wait_head;
-        struct ofi_op *after = op->next;
-        int rc = ofi_op_post(tp, op);
-        if (rc == -EAGAIN)
-            break;
-        tp->wait_head = after;
-        if (!after)
-            tp->wait_tail = NULL;
-        if (rc && op->kind == OFI_OP_PART) {
-            ended += ofi_part_ended(tp, op, rc, 0);
-        } else if (rc) {
-            /* This request fails (an ending the caller must see); the
-             * others may still go. */
-            if (!op->ctrl)
-                tp->inflight--;
-            ended++;
-            if (op->req) {
-                op->req->state = rc;
-                ofi_op_release(tp, op);
-            } else if (op->ctrl) {
-                ofi_op_release(tp, op);
-            } else {
-                op->done = 1;
-                op->err = rc;
+    for (int d = 0; d < 2; d++)
+        while (tp->wait_head[d]) {
+            struct ofi_op *op = tp->wait_head[d];
+            struct ofi_op *after = op->next;
+            int rc = ofi_op_post(tp, op);
+            if (rc == -EAGAIN)
+                break;
+            tp->wait_head[d] = after;
+            if (!after)
+                tp->wait_tail[d] = NULL;
+            if (rc && op->kind == OFI_OP_PART) {
+                ended += ofi_part_ended(tp, op, rc, 0);
+            } else if (rc) {
+                /* This request fails (an ending the caller must see); the
+                 * others may still go. */
+                if (!op->ctrl)
+                    tp->inflight--;
+                ended++;
+                if (op->req) {
+                    op->req->state = rc;
+                    ofi_op_release(tp, op);
+                } else if (op->ctrl) {
+                    ofi_op_release(tp, op);
+                } else {
+                    op->done = 1;
+                    op->err = rc;
+                }
             }
         }
-    }
     return ended;
 }
 
@@ -306,20 +309,22 @@ int ofi_peer_gone(struct ofi_tp *tp, int peer)
         }
     ended += ofi_xfers_end(tp, peer, -ECONNRESET);
     /* Those still waiting for room end here. */
-    struct ofi_op **pp = &tp->wait_head, *last = NULL;
-    while (*pp) {
-        struct ofi_op *op = *pp;
-        if (op->req && op->conn && op->conn->peer == peer) {
-            *pp = op->next;
-            tp->inflight--;
-            op->req->state = -ECONNRESET;
-            ofi_op_release(tp, op);
-            ended++;
-        } else {
-            last = op;
-            pp = &op->next;
+    for (int d = 0; d < 2; d++) {
+        struct ofi_op **pp = &tp->wait_head[d], *last = NULL;
+        while (*pp) {
+            struct ofi_op *op = *pp;
+            if (op->req && op->conn && op->conn->peer == peer) {
+                *pp = op->next;
+                tp->inflight--;
+                op->req->state = -ECONNRESET;
+                ofi_op_release(tp, op);
+                ended++;
+            } else {
+                last = op;
+                pp = &op->next;
+            }
         }
+        tp->wait_tail[d] = last;
     }
-    tp->wait_tail = last;
     return ended;
 }

@@ -172,7 +172,11 @@ struct ofi_tp {
     struct ofi_op **wslot;      /* per write slot: the XFER receiving, or NULL */
     uint16_t *wgen;             /* per write slot: its generation, in the cookie */
     int wnext;
-    struct ofi_op *wait_head, *wait_tail; /* refused for room (-FI_EAGAIN): posted later */
+    /* Refused for room (-FI_EAGAIN), posted later in their order: [0]
+     * receives, [1] sends and writes. Apart, so that a send the provider
+     * holds back until the peer receives (shm) never keeps this rank's
+     * receives from the peer's sends: both ranks would wait. */
+    struct ofi_op *wait_head[2], *wait_tail[2];
     struct ofi_op *free_ops, *free_tail; /* oldest first: a late second completion
                                             (rxm) finds its operation still free */
     struct ofi_op **op_blocks;  /* what the free list is carved from, freed at destroy */
