@@ -63,6 +63,7 @@ static const struct hoop_param hoop_params[] = {
     {"HOOP_LIBRARY", "", "Python package hoop (docs/python.md): path of the libhoop.so to load; unset: the build/ directory of the source tree the package lies in, else an installed one."},
     {"HOOP_PYTHON", "/usr/bin/python3", "make test's python pass: the interpreter (with torch, numpy and pytest) that runs the hoop.torch tests."},
     {"HOOP_GPU_DIRECT", "auto", "Device buffers and the NIC: auto (GPUDirect RDMA where the transport can register device memory: verbs, by dma-buf, else through nvidia-peermem; sends then leave from the GPU; else pinned host memory), 0 (always pinned host memory), 1 (GPUDirect RDMA or the first device call fails with HOOP_ERR_UNSUPPORTED saying why). HOOP_LOG_LEVEL=info says what was chosen and why."},
+    {"HOOP_GPU_STAGING_CHUNKS", "0", "Device buffers: the pinned host chunks (of HOOP_CHUNK_BYTES each) a communicator moves them through, whatever the size of the call; 0 is 4 x HOOP_PIPELINE_DEPTH (16 MiB with the defaults), the least is 3 x the depth. Fewer chunks mean more copies from the GPU again under load."},
     {"HOOP_GPU_EMULATE", "0", "Tests on machines without a GPU: 1 makes every buffer a collective is given count as GPU 0's device memory and runs the device pipeline (gpu.h) over host memory, its copies and reductions done late, so that the CPU-only test passes check the pipeline's order; never for jobs."},
     {"HOOP_LOG_LEVEL", "warn", "Log on stderr: error, warn, info or debug."},
 };

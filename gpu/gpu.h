@@ -93,7 +93,10 @@ int hoop_gpu_reduce2(void *dst, void *dst2, const void *a, const void *b, size_t
  * of data before its event has passed gives wrong results. */
 #define HOOP_GPU_EVENTS 256
 
-enum hoop_gpu_host { HOOP_GPU_HOST_IN = 0, HOOP_GPU_HOST_OUT, HOOP_GPU_HOST_WORK, HOOP_GPU_HOST_N };
+/* The pinned host buffers: IN and OUT for the paths that stage a whole
+ * (small or pairwise) call; STAGE for the pipeline's host slots, a fixed
+ * number of chunks whatever the size of the call. */
+enum hoop_gpu_host { HOOP_GPU_HOST_IN = 0, HOOP_GPU_HOST_OUT, HOOP_GPU_HOST_STAGE, HOOP_GPU_HOST_N };
 
 struct hoop_gpu_pipe;
 
@@ -121,6 +124,14 @@ void hoop_gpu_pipe_leave(struct hoop_gpu_pipe *g);
 /* Pinned host buffer `which`, at least bytes long (it only grows). */
 int hoop_gpu_pipe_host(struct hoop_gpu_pipe *g, enum hoop_gpu_host which, size_t bytes,
                        void **p, char *why, size_t why_len);
+/* Device memory for partial sums (the pipeline's work buffer), at least
+ * bytes long, on the pipe's GPU (it only grows; waits for the stream
+ * before it does). */
+int hoop_gpu_pipe_dwork(struct hoop_gpu_pipe *g, size_t bytes, void **p, char *why,
+                        size_t why_len);
+/* The bytes of pinned host memory the pipe holds: its receive slots and
+ * host buffers. */
+size_t hoop_gpu_pipe_pinned(const struct hoop_gpu_pipe *g);
 /* Queue a copy of bytes (any direction, either side device or pinned). */
 int hoop_gpu_pipe_copy(struct hoop_gpu_pipe *g, void *dst, const void *src, size_t bytes,
                        char *why, size_t why_len);

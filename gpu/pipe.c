@@ -23,6 +23,8 @@ struct hoop_gpu_pipe {
     size_t slots_bytes;
     void *host[HOOP_GPU_HOST_N];
     size_t host_bytes[HOOP_GPU_HOST_N];
+    void *dwork; /* device memory for partial sums */
+    size_t dwork_bytes;
     int prev_device; /* the caller's, kept by enter; -1 none */
 #ifdef HOOP_HAVE_CUDA
     cudaStream_t stream;
@@ -158,6 +160,7 @@ void hoop_gpu_pipe_close(struct hoop_gpu_pipe *g)
         hoop_gpu_emu_close(g->emu);
         for (int i = 0; i < HOOP_GPU_HOST_N; i++)
             free(g->host[i]);
+        free(g->dwork);
         free(g);
         return;
     }
@@ -176,6 +179,8 @@ void hoop_gpu_pipe_close(struct hoop_gpu_pipe *g)
     for (int i = 0; i < HOOP_GPU_HOST_N; i++)
         if (g->host[i])
             cudaFreeHost(g->host[i]);
+    if (g->dwork)
+        cudaFree(g->dwork);
     if (prev >= 0 && prev != g->device)
         cudaSetDevice(prev);
     cudaGetLastError();
@@ -220,6 +225,16 @@ void hoop_gpu_pipe_leave(struct hoop_gpu_pipe *g)
     g->prev_device = -1;
 }
 
+/* A round size to grow to, so that a loop of slowly growing calls does
+ * not allocate each time. */
+static size_t grown(size_t bytes)
+{
+    size_t want = 1u << 20;
+    while (want < bytes && want < ((size_t)1 << 62))
+        want <<= 1;
+    return want;
+}
+
 int hoop_gpu_pipe_host(struct hoop_gpu_pipe *g, enum hoop_gpu_host which, size_t bytes, void **p,
                        char *why, size_t why_len)
 {
@@ -229,11 +244,7 @@ int hoop_gpu_pipe_host(struct hoop_gpu_pipe *g, enum hoop_gpu_host which, size_t
         *p = g->host[which];
         return 0;
     }
-    /* Grow to a round size so that a loop of slowly growing calls does
-     * not allocate each time. */
-    size_t want = 1u << 20;
-    while (want < bytes && want < ((size_t)1 << 62))
-        want <<= 1;
+    size_t want = grown(bytes);
     void *n = NULL;
     if (g->emulated) {
         n = aligned_alloc(64, want);
@@ -263,6 +274,54 @@ int hoop_gpu_pipe_host(struct hoop_gpu_pipe *g, enum hoop_gpu_host which, size_t
     g->host_bytes[which] = want;
     *p = n;
     return 0;
+}
+
+int hoop_gpu_pipe_dwork(struct hoop_gpu_pipe *g, size_t bytes, void **p, char *why,
+                        size_t why_len)
+{
+    if (g->dwork && g->dwork_bytes >= bytes) {
+        *p = g->dwork;
+        return 0;
+    }
+    size_t want = grown(bytes);
+    void *n = NULL;
+    if (g->emulated) {
+        n = aligned_alloc(64, want);
+        if (!n) {
+            snprintf(why, why_len, "out of memory for %zu bytes of (emulated) device memory",
+                     want);
+            return -1;
+        }
+        hoop_gpu_emu_drain(g->emu); /* nothing queued may still reach the old one */
+        free(g->dwork);
+    } else {
+#ifdef HOOP_HAVE_CUDA
+        CUDA_TRY(g, cudaStreamSynchronize(g->stream), "waiting for the pipeline's stream");
+        cudaError_t e = cudaMalloc(&n, want);
+        if (e != cudaSuccess) {
+            char what[112];
+            snprintf(what, sizeof(what), "allocating %zu bytes of device memory for partial sums",
+                     want);
+            return cuda_failed(e, what, g->device, why, why_len);
+        }
+        if (g->dwork)
+            cudaFree(g->dwork);
+#else
+        return no_cuda(why, why_len);
+#endif
+    }
+    g->dwork = n;
+    g->dwork_bytes = want;
+    *p = n;
+    return 0;
+}
+
+size_t hoop_gpu_pipe_pinned(const struct hoop_gpu_pipe *g)
+{
+    size_t b = g->slots_bytes;
+    for (int i = 0; i < HOOP_GPU_HOST_N; i++)
+        b += g->host[i] ? g->host_bytes[i] : 0;
+    return b;
 }
 
 int hoop_gpu_pipe_copy(struct hoop_gpu_pipe *g, void *dst, const void *src, size_t bytes,

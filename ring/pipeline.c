@@ -29,7 +29,20 @@ struct rmeta {
 struct gwork {
     struct cursor k;
     size_t len;
-    int slot; /* the receive slot it frees, or -1 */
+    int slot;  /* the receive slot it frees, or -1 */
+    int hslot; /* the host chunk it reads or writes, or -1 */
+};
+
+/* Device buffers: a pinned host chunk of the pipe (its STAGE buffer) and
+ * what holds it. A chunk is free when nothing does. HS_FWD alone (the data
+ * is final and also on the device, its send not yet staged) may be given
+ * up for another use: the send then copies its chunk from the device. */
+enum { HS_RECV = 1, /* a receive lands in it, or GPU work reads or writes it */
+       HS_FWD = 2,  /* it holds what send number send_no will send */
+       HS_SEND = 4  /* a staged or posted send leaves from it */ };
+struct hslot {
+    unsigned char use;
+    unsigned long long send_no;
 };
 #define GPU_FIFO (2 * HOOP_RING_DEPTH_MAX)
 _Static_assert(GPU_FIFO + HOOP_RING_DEPTH_MAX <= HOOP_GPU_EVENTS, "the pipe has too few events");
@@ -55,14 +68,17 @@ struct run {
     int failed_dir; /* 0 send, 1 receive, -1 neither */
     /* The confirmation (pipeline.h): 0 not due, 1 to post, 2 posted. */
     int cfm_r, cfm_s;
-    /* Device buffers (hoop_pipe.device): bufs[] are then the pipe's
-     * pinned host buffers and dbufs[] the caller's (WORK has none). */
+    /* Device buffers (hoop_pipe.device): dbufs[] are the caller's and the
+     * pipe's device memory for partial sums (WORK); the transport moves
+     * the data through the pipe's npool host chunks. */
     struct hoop_gpu_pipe *g;
     char *dbufs[4];
-    int host_copy[4];         /* something is sent from it: reductions write the host copy */
-    int gsend;                /* GPUDirect RDMA: sends of INPUT and OUTPUT leave from dbufs */
+    int gsend;                /* GPUDirect RDMA: sends leave from dbufs */
+    char *pool;
+    unsigned npool;
     unsigned long long fhead, ftail; /* received chunks with GPU work queued */
     struct cursor sstage;     /* the next send to stage */
+    struct cursor rtake;      /* the next receive whose GPU work is not queued yet */
     unsigned long long gstage; /* sends staged so far (those needing no copy too) */
     int gpu_failed;
     const char *gpu_what; /* what failed on the GPU (or NULL), and the pipe's sentence */
@@ -72,6 +88,9 @@ struct run {
     unsigned char slot_of[HOOP_RING_DEPTH_MAX];
     struct gwork fifo[GPU_FIFO];
     unsigned char staged_copy[HOOP_RING_DEPTH_MAX]; /* per send number % depth */
+    short stage_slot[2 * HOOP_RING_DEPTH_MAX]; /* per send number % 2 depth: its host chunk */
+    short land_slot[HOOP_RING_DEPTH_MAX];      /* per receive request: its host chunk */
+    struct hslot hs[HOOP_RING_STAGE_MAX];      /* device buffers: cleared by device_init */
 };
 
 static size_t span_chunks(const struct run *x, size_t len)
@@ -154,9 +173,18 @@ static void run_init(struct run *x, struct hoop_ring *r, const struct hoop_pipe 
         x->extent[HOOP_BUF_INPUT] = x->extent[HOOP_BUF_OUTPUT] = m;
     }
     x->slot_free = x->depth >= 64 ? ~0ull : ((1ull << x->depth) - 1);
+    unsigned long long sc = 0, rc = 0;
     for (int t = 0, ns = 0, nr = 0; t < x->nsteps; t++) {
+        const struct hoop_step *s = &x->st[t], *nx = t + 1 < x->nsteps ? &x->st[t + 1] : NULL;
         p->steps[t].send_ord = ns;
         p->steps[t].recv_ord = nr;
+        p->steps[t].send_first = sc;
+        p->steps[t].recv_first = rc;
+        sc += send_chunks(x, t);
+        rc += recv_chunks(x, t);
+        p->steps[t].recv_fwd = nx && s->recv_mode != HOOP_RECV_NONE && nx->send_dep &&
+                               nx->send_buf == s->recv_buf && nx->send_off == s->recv_off &&
+                               nx->send_len == s->recv_len;
         if (x->st[t].recv_mode != HOOP_RECV_NONE) {
             x->rbytes_left += x->st[t].recv_len * x->es;
             nr++;
@@ -168,7 +196,7 @@ static void run_init(struct run *x, struct hoop_ring *r, const struct hoop_pipe 
     }
     normalize(x, &x->spost, 1);
     normalize(x, &x->rpost, 0);
-    x->rdone = x->rpost;
+    x->rdone = x->rtake = x->rpost;
     x->failed_dir = -1;
     x->cfm_r = p->confirm_from_prev;
     x->cfm_s = p->confirm_to_next;
@@ -182,9 +210,9 @@ static int gpu_fail(struct run *x, const char *what)
     return -EIO;
 }
 
-/* Device buffers: the pinned host buffers the transport moves the data
- * through (one for input and output in place), and which of them carry a
- * host copy of reductions. 0, or -EIO with the sentence kept. */
+/* Device buffers: the pipe's host chunks the transport moves the data
+ * through, and its device memory for partial sums. 0, or -EIO with the
+ * sentence kept. */
 static int device_init(struct run *x)
 {
     struct hoop_ring *r = x->r;
@@ -194,36 +222,57 @@ static int device_init(struct run *x)
     x->dbufs[HOOP_BUF_OUTPUT] = p->output;
     x->dbufs[HOOP_BUF_WORK] = NULL;
     void *h;
-    size_t in_b = x->extent[HOOP_BUF_INPUT] * x->es, out_b = x->extent[HOOP_BUF_OUTPUT] * x->es;
-    if (p->input == p->output) {
-        if (hoop_gpu_pipe_host(x->g, HOOP_GPU_HOST_OUT, out_b > in_b ? out_b : in_b, &h,
-                               x->gpu_why, sizeof(x->gpu_why)))
-            return gpu_fail(x, NULL);
-        x->bufs[HOOP_BUF_INPUT] = x->bufs[HOOP_BUF_OUTPUT] = h;
-    } else {
-        if (hoop_gpu_pipe_host(x->g, HOOP_GPU_HOST_IN, in_b, &h, x->gpu_why, sizeof(x->gpu_why)))
-            return gpu_fail(x, NULL);
-        x->bufs[HOOP_BUF_INPUT] = h;
-        if (hoop_gpu_pipe_host(x->g, HOOP_GPU_HOST_OUT, out_b, &h, x->gpu_why,
-                               sizeof(x->gpu_why)))
-            return gpu_fail(x, NULL);
-        x->bufs[HOOP_BUF_OUTPUT] = h;
-    }
     if (x->extent[HOOP_BUF_WORK]) {
-        if (hoop_gpu_pipe_host(x->g, HOOP_GPU_HOST_WORK, x->extent[HOOP_BUF_WORK] * x->es, &h,
-                               x->gpu_why, sizeof(x->gpu_why)))
+        if (hoop_gpu_pipe_dwork(x->g, x->extent[HOOP_BUF_WORK] * x->es, &h, x->gpu_why,
+                                sizeof(x->gpu_why)))
             return gpu_fail(x, NULL);
-        x->bufs[HOOP_BUF_WORK] = h;
+        x->dbufs[HOOP_BUF_WORK] = h;
     }
+    x->npool = (unsigned)(r->stage_chunks >= 3 * r->depth ? r->stage_chunks : 4 * r->depth);
+    if (x->npool > HOOP_RING_STAGE_MAX)
+        x->npool = HOOP_RING_STAGE_MAX;
+    if (hoop_gpu_pipe_host(x->g, HOOP_GPU_HOST_STAGE, (size_t)x->npool * r->chunk_bytes, &h,
+                           x->gpu_why, sizeof(x->gpu_why)))
+        return gpu_fail(x, NULL);
+    x->pool = h;
+    memset(x->hs, 0, x->npool * sizeof(x->hs[0]));
     x->slots = hoop_gpu_pipe_slots(x->g);
-    /* With GPUDirect RDMA the NIC reads the device buffers themselves:
-     * only partial sums (WORK, pinned host memory) need a host copy. */
+    /* With GPUDirect RDMA the NIC reads the device buffers themselves. */
     x->gsend = r->gdr_send;
-    for (int t = 0; t < x->nsteps; t++)
-        if (x->st[t].send_buf && (!x->gsend || !x->dbufs[x->st[t].send_buf]))
-            x->host_copy[x->st[t].send_buf] = 1;
     normalize(x, &x->sstage, 1);
     return 0;
+}
+
+static char *pool_at(const struct run *x, int slot)
+{
+    return x->pool + (size_t)slot * x->r->chunk_bytes;
+}
+
+/* A free host chunk, or -1. reclaim: else one held only for a send not
+ * yet staged (the latest such send: the last to need it), whose send
+ * will copy its chunk from the device instead. */
+static int pool_take(struct run *x, int reclaim)
+{
+    int victim = -1;
+    for (unsigned i = 0; i < x->npool; i++) {
+        if (!x->hs[i].use)
+            return (int)i;
+        if (reclaim && x->hs[i].use == HS_FWD &&
+            (victim < 0 || x->hs[i].send_no > x->hs[victim].send_no))
+            victim = (int)i;
+    }
+    if (victim >= 0)
+        x->hs[victim].use = 0;
+    return victim;
+}
+
+/* The host chunk that holds what send number m sends, or -1. */
+static int pool_find(const struct run *x, unsigned long long m)
+{
+    for (unsigned i = 0; i < x->npool; i++)
+        if ((x->hs[i].use & HS_FWD) && x->hs[i].send_no == m)
+            return (int)i;
+    return -1;
 }
 
 /* Device buffers: a received chunk is in its slot or host buffer. Queue
@@ -236,16 +285,24 @@ static int gpu_take(struct run *x, unsigned i, const struct hoop_step *s, void *
     struct gwork *w = &x->fifo[x->ftail % GPU_FIFO];
     w->k = x->meta[i].k;
     w->len = n;
-    w->slot = -1;
+    w->slot = w->hslot = -1;
     if (s->recv_mode == HOOP_RECV_REDUCE) {
-        char *dd = x->dbufs[s->recv_buf] ? x->dbufs[s->recv_buf] + off : NULL;
-        char *hd = x->host_copy[s->recv_buf] || !dd ? x->bufs[s->recv_buf] + off : NULL;
-        if (hoop_gpu_pipe_reduce(x->g, dd, hd, x->dbufs[HOOP_BUF_INPUT] + (s->local_off + at) * x->es,
-                                 landed, n, x->p->dtype, (hoop_op_t)x->p->op, s->avg_n, x->gpu_why,
+        /* The sum goes to the device and, where the next step sends it on
+         * and a host chunk is free, to that chunk in the same pass. */
+        char *hd = NULL;
+        if (s->recv_fwd && !x->gsend && (w->hslot = pool_take(x, 0)) >= 0) {
+            x->hs[w->hslot].use = HS_RECV | HS_FWD;
+            x->hs[w->hslot].send_no = x->st[w->k.t + 1].send_first + w->k.c;
+            hd = pool_at(x, w->hslot);
+        }
+        if (hoop_gpu_pipe_reduce(x->g, x->dbufs[s->recv_buf] + off, hd,
+                                 x->dbufs[HOOP_BUF_INPUT] + (s->local_off + at) * x->es, landed, n,
+                                 x->p->dtype, (hoop_op_t)x->p->op, s->avg_n, x->gpu_why,
                                  sizeof(x->gpu_why)))
             return gpu_fail(x, "queueing a reduction");
         w->slot = x->slot_of[i];
-    } else if (x->dbufs[s->recv_buf]) {
+    } else {
+        w->hslot = x->land_slot[i];
         if (hoop_gpu_pipe_copy(x->g, x->dbufs[s->recv_buf] + off, landed, n * x->es, x->gpu_why,
                                sizeof(x->gpu_why)))
             return gpu_fail(x, "queueing a copy to the device");
@@ -271,6 +328,8 @@ static int gpu_done(struct run *x)
         struct gwork *w = &x->fifo[f];
         if (w->slot >= 0)
             x->slot_free |= 1ull << w->slot;
+        if (w->hslot >= 0)
+            x->hs[w->hslot].use &= (unsigned char)~HS_RECV;
         x->rbytes_left -= w->len * x->es;
         x->rdone = w->k;
         x->rdone.c++;
@@ -281,27 +340,53 @@ static int gpu_done(struct run *x)
     return moved;
 }
 
-/* Device buffers: copy the chunks of the caller's data that are sent
- * (steps without send_dep) to the host, up to depth sends ahead, each with
- * an event the send waits for. 1 when one was staged, 0 when none, -EIO. */
+/* Whether cursor k has gone past chunk c of step t. */
+static int past(struct cursor k, int t, size_t c)
+{
+    return k.t > t || (k.t == t && k.c > c);
+}
+
+/* Device buffers: give each send, up to depth sends ahead, the host chunk
+ * it leaves from: the one a received chunk to be sent on went to, else a
+ * free one and an asynchronous copy of the chunk from the device (the
+ * caller's data; or a received chunk whose host copy was given up or
+ * never made), with an event the send waits for. With GPUDirect RDMA
+ * sends leave from the device, and nothing is staged. 1 when one was
+ * staged, 0 when none, -EIO. */
 static int gpu_stage(struct run *x)
 {
     const unsigned D = x->depth;
     int moved = 0;
     while (x->gstage - x->stail < D && x->sstage.t < x->nsteps) {
         const struct hoop_step *s = &x->st[x->sstage.t];
+        /* What a step sends on: once the GPU work of its chunk is queued
+         * (a copy from the device then comes after it on the stream). */
+        if (s->send_dep && !past(x->rtake, x->sstage.t - 1, x->sstage.c))
+            break;
         unsigned j = (unsigned)(x->gstage % D);
+        int slot = -1;
         x->staged_copy[j] = 0;
-        if (!s->send_dep && x->dbufs[s->send_buf] && !x->gsend) {
-            size_t off = (s->send_off + x->sstage.c * x->ce) * x->es;
-            size_t len = chunk_len(x, s->send_len, x->sstage.c) * x->es;
-            if (hoop_gpu_pipe_copy(x->g, x->bufs[s->send_buf] + off, x->dbufs[s->send_buf] + off,
-                                   len, x->gpu_why, sizeof(x->gpu_why)))
-                return gpu_fail(x, "queueing a copy to the host");
-            if (hoop_gpu_pipe_mark(x->g, GPU_FIFO + j, x->gpu_why, sizeof(x->gpu_why)))
-                return gpu_fail(x, NULL);
-            x->staged_copy[j] = 1;
+        if (!x->gsend) {
+            slot = s->send_dep ? pool_find(x, x->gstage) : -1;
+            if (slot >= 0) {
+                x->hs[slot].use = (unsigned char)((x->hs[slot].use & ~HS_FWD) | HS_SEND);
+            } else {
+                if ((slot = pool_take(x, 1)) < 0)
+                    break;
+                size_t off = (s->send_off + x->sstage.c * x->ce) * x->es;
+                size_t len = chunk_len(x, s->send_len, x->sstage.c) * x->es;
+                if (hoop_gpu_pipe_copy(x->g, pool_at(x, slot), x->dbufs[s->send_buf] + off, len,
+                                       x->gpu_why, sizeof(x->gpu_why)))
+                    return gpu_fail(x, "queueing a copy to the host");
+                if (hoop_gpu_pipe_mark(x->g, GPU_FIFO + j, x->gpu_why, sizeof(x->gpu_why)))
+                    return gpu_fail(x, NULL);
+                x->hs[slot].use = HS_SEND;
+                x->staged_copy[j] = 1;
+                if (s->send_dep)
+                    x->r->gpu_restaged++;
+            }
         }
+        x->stage_slot[x->gstage % (2 * D)] = (short)slot;
         x->gstage++;
         x->sstage.c++;
         normalize(x, &x->sstage, 1);
@@ -344,6 +429,9 @@ static int take_recvs(struct run *x)
             int rc = gpu_take(x, i, s, q->buf);
             if (rc < 0)
                 return rc;
+            x->rtake = x->meta[i].k;
+            x->rtake.c++;
+            normalize(x, &x->rtake, 0);
             x->rhead++;
             moved = 1;
             continue;
@@ -378,6 +466,11 @@ static int take_sends(struct run *x)
             return q->state;
         }
         x->sbytes_left -= q->len;
+        if (x->p->device) {
+            int slot = x->stage_slot[x->shead % (2 * x->depth)];
+            if (slot >= 0)
+                x->hs[slot].use &= (unsigned char)~HS_SEND;
+        }
         x->shead++;
         moved = 1;
     }
@@ -405,6 +498,16 @@ static int post_recvs(struct run *x)
             x->slot_free &= ~(1ull << slot);
             x->slot_of[i] = (unsigned char)slot;
             q->buf = x->slots + (size_t)slot * r->chunk_bytes;
+        } else if (x->p->device) {
+            /* Into a host chunk; a copy places it on the device. */
+            int slot = pool_take(x, 1);
+            if (slot < 0)
+                break;
+            int fwd = s->recv_fwd && !x->gsend; /* sent on from here */
+            x->hs[slot].use = (unsigned char)(HS_RECV | (fwd ? HS_FWD : 0));
+            x->hs[slot].send_no = fwd ? x->st[x->rpost.t + 1].send_first + x->rpost.c : 0;
+            x->land_slot[i] = (short)slot;
+            q->buf = pool_at(x, slot);
         } else {
             q->buf = x->bufs[s->recv_buf] + (s->recv_off + at) * x->es;
         }
@@ -413,6 +516,9 @@ static int post_recvs(struct run *x)
         if (s->recv_mode == HOOP_RECV_REDUCE) {
             q->region = x->slots;
             q->region_len = (size_t)D * r->chunk_bytes;
+        } else if (x->p->device) {
+            q->region = x->pool;
+            q->region_len = (size_t)x->npool * r->chunk_bytes;
         } else {
             q->region = x->bufs[s->recv_buf];
             q->region_len = x->extent[s->recv_buf] * x->es;
@@ -454,14 +560,20 @@ static int post_sends(struct run *x)
         }
         const struct hoop_step *s = &x->st[x->spost.t];
         struct hoop_tp_req *q = &r->sreq[x->stail % D].tp;
-        int from_dev = x->gsend && x->dbufs[s->send_buf];
-        char *sb = from_dev ? x->dbufs[s->send_buf] : x->bufs[s->send_buf];
-        q->buf = sb + (s->send_off + x->spost.c * x->ce) * x->es;
+        int slot = x->p->device ? x->stage_slot[x->stail % (2 * D)] : -1;
+        /* Host buffers; or device ones the NIC reads (GPUDirect RDMA); or
+         * a host chunk of the pipe's. */
+        char *sb = slot >= 0 ? x->pool
+                   : x->p->device ? x->dbufs[s->send_buf] : x->bufs[s->send_buf];
+        q->buf = slot >= 0 ? pool_at(x, slot)
+                           : sb + (s->send_off + x->spost.c * x->ce) * x->es;
         q->len = chunk_len(x, s->send_len, x->spost.c) * x->es;
+        /* The frame first: it clears the region, named after it. */
         hoop_frame_send(r, &r->sreq[x->stail % D], (uint32_t)s->send_ord, (uint32_t)x->spost.c);
-        q->on_device = from_dev && r->gdr_nic;
+        q->on_device = slot < 0 && x->p->device && r->gdr_nic;
         q->region = sb;
-        q->region_len = x->extent[s->send_buf] * x->es;
+        q->region_len = slot >= 0 ? (size_t)x->npool * r->chunk_bytes
+                                  : x->extent[s->send_buf] * x->es;
         int rc = r->ops->isend(r->tx, q);
         if (rc) {
             x->failed_dir = 0;

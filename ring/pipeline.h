@@ -32,6 +32,10 @@ struct hoop_step {
     int avg_n;         /* REDUCE: divide by this after the last sum of an average */
     int send_ord;      /* filled by hoop_ring_run: which send (and receive) of the */
     int recv_ord;      /* collective this is, the step number both ends agree on */
+    unsigned long long send_first; /* filled by hoop_ring_run: the number of the */
+    unsigned long long recv_first; /* step's first send (receive) chunk in the call */
+    int recv_fwd;      /* filled by hoop_ring_run: the next step sends what this one
+                        * receives, chunk for chunk */
     const char *phase; /* for sentences: "reduce-scatter", "allgather", ... */
     int phase_step;    /* 1-based */
     int phase_steps;
@@ -49,14 +53,18 @@ struct hoop_pipe {
     int op;           /* hoop_op_t, or -1 for none */
     uint64_t blocks;  /* allgatherv: hoop_frame_blocks() of the block counts; 0 */
     /* input and output are device memory on the ring's GPU pipe (device.c):
-     * the transport moves the data through the pipe's pinned host buffers.
-     * A send of the caller's data (a step without send_dep) leaves once an
-     * asynchronous copy of its chunk to the host is done; a received chunk
-     * is reduced by a kernel that reads the pinned slot and writes the
-     * device result and, where a later step sends it, its host copy in the
-     * same pass; a chunk received as it is goes on from the host buffer
-     * while a copy places it on the device. Events after each, polled by
-     * the loop, say when a chunk is done. */
+     * the transport moves the data through a fixed number of pinned host
+     * chunks (the ring's stage_chunks), whatever the size of the call,
+     * and partial sums live in device memory. A send of the caller's data
+     * (a step without send_dep) leaves once an asynchronous copy of its
+     * chunk to a host chunk is done; a received chunk is reduced by a
+     * kernel that reads the pinned slot and writes the device result and,
+     * where the next step sends it on, a host chunk for that send in the
+     * same pass; a chunk received as it is lands in a host chunk, goes on
+     * from there, and a copy places it on the device. Where no host chunk
+     * is free for a copy to be sent on, the send copies its chunk from the
+     * device again when its turn comes. Events after each, polled by the
+     * loop, say when a chunk is done. */
     int device;
     /* A chain (chain.c): only its end hears, through the chunks, from
      * every rank, so only it knows that every rank made the same call.

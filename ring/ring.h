@@ -13,6 +13,9 @@
 #include <stdint.h>
 
 #define HOOP_RING_DEPTH_MAX 64
+/* The most pinned host chunks the pipeline stages device buffers through
+ * (HOOP_GPU_STAGING_CHUNKS). */
+#define HOOP_RING_STAGE_MAX (4 * HOOP_RING_DEPTH_MAX)
 
 struct hoop_step;
 struct hoop_gpu_pipe;
@@ -76,6 +79,9 @@ struct hoop_ring {
      * them, and whether the running call's buffers are on it. */
     struct hoop_gpu_pipe *gpu;
     int on_gpu;
+    int stage_chunks; /* pinned host chunks device buffers go through (pipeline.c) */
+    uint64_t gpu_restaged; /* chunks the pipeline copied from the GPU again: their host
+                            * copy was given up, or never made, for want of a slot */
     int gdr_send; /* GPUDirect RDMA chosen (gdr.h): sends leave from device memory */
     int gdr_nic;  /* ... which the transport registers (not under the emulation) */
     int fail_err;            /* the last failure's -errno, and the rank it implicates */

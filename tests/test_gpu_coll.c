@@ -11,6 +11,7 @@
  * that into a failure. */
 #include <criterion/criterion.h>
 
+#include "collectives/comm.h"
 #include "gpu/gpu.h"
 #include "harness.h"
 #include "hoop.h"
@@ -288,6 +289,8 @@ static hoop_status_t run_coll(hoop_comm_t *comm, int coll, const struct layout *
 struct coll_arg {
     int coll;
     int real; /* a real GPU, else the emulation */
+    int late_rank; /* with late_ms: this rank starts each device call late */
+    int late_ms;
 };
 
 static const size_t counts_tried[] = {1, 777, 40000};
@@ -325,6 +328,8 @@ static int one_case(hoop_comm_t *comm, int rank, int size, const struct coll_arg
         rc = harness_failf(rank, "%s: copying the inputs to the device failed", what);
         goto out;
     }
+    if (a->late_ms && rank == a->late_rank)
+        harness_sleep_ms(a->late_ms);
     if (!a->real)
         hoop_gpu_emulate_force(1);
     if (hoop_gpu_mem_kind(dev).kind != HOOP_MEM_DEVICE) {
@@ -408,6 +413,98 @@ COLL_TESTS(reduce, C_REDUCE)
 COLL_TESTS(alltoall, C_ALLTOALL)
 COLL_TESTS(reduce_scatterv, C_REDUCE_SCATTERV)
 COLL_TESTS(alltoallv, C_ALLTOALLV)
+
+/* ---- the pinned memory device buffers go through ---- */
+
+#define STAGE_CHUNK (64u << 10)
+#define STAGE_DEPTH 2
+#define STAGE_CHUNKS 6          /* HOOP_GPU_STAGING_CHUNKS: its least, 3 x the depth */
+#define STAGE_ELEMS (1u << 20) /* f32 per rank's block: 4 MiB, 64 chunks */
+
+/* The pipelined collectives on device buffers far larger than the host
+ * chunks they go through, with a late rank so that the chunks to be sent
+ * on pile up: the results must be the host path's bits, the pinned memory
+ * the communicator holds afterwards a fixed amount, not the size of the
+ * calls, and some chunk must have been copied from the GPU again (its
+ * host copy given up or never made), or the test did not test that. */
+static int stage_rank(hoop_comm_t *comm, int rank, int size, void *varg)
+{
+    const struct coll_arg *base = varg;
+#ifdef HOOP_HAVE_CUDA
+    if (base->real && cudaSetDevice(0) != cudaSuccess)
+        return harness_failf(rank, "cudaSetDevice(0) failed");
+#endif
+    static const int colls[] = {C_ALLREDUCE, C_REDUCE_SCATTER, C_ALLGATHER, C_BROADCAST, C_REDUCE};
+    for (size_t i = 0; i < sizeof(colls) / sizeof(colls[0]); i++) {
+        struct coll_arg a = *base;
+        a.coll = colls[i];
+        for (int in_place = 0; in_place < 2; in_place++) {
+            int rc = one_case(comm, rank, size, &a, HOOP_F32, HOOP_SUM, in_place, STAGE_ELEMS);
+            if (rc)
+                return rc;
+        }
+    }
+    struct hoop_ring *r = &comm->ring;
+    if (!r->gpu)
+        return harness_failf(rank, "no device call made the GPU pipeline");
+    /* The receive slots, the host chunks (grown to a power of two of at
+     * least 1 MiB) and the small path's two buffers of at most a chunk
+     * (1 MiB each, the least they grow to): 4.1 MiB, where the calls'
+     * buffers were 16 MiB and more. */
+    size_t pinned = hoop_gpu_pipe_pinned(r->gpu);
+    size_t bound = (size_t)STAGE_DEPTH * STAGE_CHUNK + 3 * (1u << 20);
+    if (pinned > bound)
+        return harness_failf(rank, "the communicator holds %zu bytes of pinned memory after "
+                             "calls of up to %zu bytes, more than its %zu", pinned,
+                             (size_t)size * STAGE_ELEMS * 4, bound);
+    uint64_t mine = r->gpu_restaged, all = 0;
+    hoop_status_t st = hoop_allreduce(comm, &mine, &all, 1, HOOP_U64, HOOP_SUM);
+    if (st)
+        return harness_fail(rank, "adding up the chunks copied again", st);
+    if (!all)
+        return harness_failf(rank, "no rank copied a chunk from the GPU again: the host chunks "
+                             "were never short, so the test did not test that path");
+    fprintf(stderr, "rank %d: %zu bytes pinned, %llu chunks copied from the GPU again (all "
+            "ranks: %llu)\n", rank, pinned, (unsigned long long)mine, (unsigned long long)all);
+    return 0;
+}
+
+static void stage_test(int n)
+{
+    struct coll_arg a = {.real = gpu_mode(), .late_rank = n - 1, .late_ms = 200};
+    hoop_config_t base = {.timeout_s = 60, .chunk_bytes = STAGE_CHUNK,
+                          .pipeline_depth = STAGE_DEPTH};
+    char report[8192];
+    setenv("HOOP_GPU_STAGING_CHUNKS", "6", 1);
+    bool ok = harness_run(n, &base, stage_rank, &a, 240, report, sizeof(report));
+    unsetenv("HOOP_GPU_STAGING_CHUNKS");
+    cr_assert(ok, "the pipelined collectives at N = %d on %s device buffers through %d host "
+              "chunks:\n%s", n, a.real ? "GPU" : "emulated", STAGE_CHUNKS, report);
+}
+
+Test(gpucoll, bounded_pinned_memory_ranks_3, .timeout = 300) { stage_test(3); }
+Test(gpucoll, bounded_pinned_memory_ranks_4, .timeout = 300) { stage_test(4); }
+
+/* A setting below the least the pipeline can run on is refused. */
+Test(gpucoll, staging_chunks_below_three_depths_is_refused)
+{
+    setenv("HOOP_GPU_STAGING_CHUNKS", "5", 1);
+    hoop_config_t cfg;
+    hoop_config_init(&cfg);
+    cfg.rank = 0;
+    cfg.size = 1;
+    cfg.pipeline_depth = 2;
+    hoop_comm_t *comm = NULL;
+    hoop_status_t st = hoop_comm_init(&comm, &cfg);
+    unsetenv("HOOP_GPU_STAGING_CHUNKS");
+    if (comm)
+        hoop_comm_destroy(comm);
+    cr_assert_eq(st, HOOP_ERR_INVALID, "HOOP_GPU_STAGING_CHUNKS=5 at depth 2: %s: %s",
+                 hoop_status_str(st), hoop_last_error());
+    cr_assert(strstr(hoop_last_error(), "HOOP_GPU_STAGING_CHUNKS=5") &&
+                  strstr(hoop_last_error(), "at least 6"),
+              "the sentence: %s", hoop_last_error());
+}
 
 /* ---- mixed kinds, and a rank that dies mid-call ---- */
 
