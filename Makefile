@@ -199,7 +199,10 @@ OFI_SUITES := @(allreduce|collectives|faults|gpucoll|mismatch|paths|soak)/*
 # The verbs pass runs in an emulated guest where no RDMA device is here, a
 # 64 MiB allreduce taking seconds there: the verbs suite, the collective
 # suites at N = 1..4, every fault and every mismatch (about 5 minutes).
-VERBS_SUITES := @(verbs/*|hier/two_hosts_of_two_interleaved_exact|allreduce/ranks_[1-4]|collectives/*ranks_[1-4]|faults/*|mismatch/*|paths/*_n[34]|paths/same_bits_on_every_rank_ring)
+VERBS_SUITES := @(verbs/*|hier/two_hosts_of_two_interleaved_exact|allreduce/ranks_[1-4]|collectives/*ranks_[1-4]|faults/*|mismatch/*|paths/*_n[34]|paths/same_bits_on_every_rank_ring|gpucoll/allreduce_ranks_2|gpucoll/reduce_scatter_ranks_3|gpucoll/bounded_pinned_memory_ranks_3)
+# And device buffers (emulated) whose sends leave from "device" memory, as
+# under GPUDirect RDMA.
+VERBS_GDR_SUITES := @(gpucoll/allreduce_ranks_2|gpucoll/broadcast_ranks_3)
 HOOP_TEST_VM_TIMEOUT ?= 1800
 TEST_ENV = HOOP_BUILD_DIR=$(abspath $(BUILD)) HOOP_SOURCE_DIR=$(CURDIR)
 # The passes named after a transport test that transport, not shared memory.
@@ -241,7 +244,10 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	        $(TEST_RUN) --filter='mismatch/*' $(TEST_ARGS) ;; \
 	    verbs) $(NET_ENV) HOOP_TEST_VM_TIMEOUT=$(HOOP_TEST_VM_TIMEOUT) $(CURDIR)/tests/vm/suite.sh \
 	        $(abspath $(BUILD)) \
-	        --jobs 2 --filter='$(VERBS_SUITES)' $(TEST_ARGS) ;; \
+	        --jobs 2 --filter='$(VERBS_SUITES)' $(TEST_ARGS); \
+	        $(NET_ENV) HOOP_GPU_DIRECT=1 HOOP_TEST_VM_TIMEOUT=$(HOOP_TEST_VM_TIMEOUT) \
+	        $(CURDIR)/tests/vm/suite.sh $(abspath $(BUILD)) \
+	        --jobs 2 --filter='$(VERBS_GDR_SUITES)' $(TEST_ARGS) ;; \
 	    python) $(TEST_ENV) $(CURDIR)/tests/python/run.sh $(abspath $(BUILD)) ;; \
 	    gpuemu) $(TEST_ENV) HOOP_GPU_EMULATE=1 $(TEST_RUN) \
 	        --filter='@(allreduce|collectives|faults|mismatch|paths|async)/*' $(TEST_ARGS); \

@@ -475,9 +475,18 @@ static void stage_test(int n)
     hoop_config_t base = {.timeout_s = 60, .chunk_bytes = STAGE_CHUNK,
                           .pipeline_depth = STAGE_DEPTH};
     char report[8192];
+    /* Host chunks only: under GPUDirect RDMA sends leave from the GPU. */
+    const char *gdr = getenv("HOOP_GPU_DIRECT");
+    char keep[16];
+    snprintf(keep, sizeof(keep), "%s", gdr ? gdr : "");
     setenv("HOOP_GPU_STAGING_CHUNKS", "6", 1);
+    setenv("HOOP_GPU_DIRECT", "0", 1);
     bool ok = harness_run(n, &base, stage_rank, &a, 240, report, sizeof(report));
     unsetenv("HOOP_GPU_STAGING_CHUNKS");
+    if (gdr)
+        setenv("HOOP_GPU_DIRECT", keep, 1);
+    else
+        unsetenv("HOOP_GPU_DIRECT");
     cr_assert(ok, "the pipelined collectives at N = %d on %s device buffers through %d host "
               "chunks:\n%s", n, a.real ? "GPU" : "emulated", STAGE_CHUNKS, report);
 }
