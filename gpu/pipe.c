@@ -235,13 +235,13 @@ static size_t grown(size_t bytes)
     return want;
 }
 
-int hoop_gpu_pipe_host(struct hoop_gpu_pipe *g, enum hoop_gpu_host which, size_t bytes, void **p,
-                       char *why, size_t why_len)
+/* *buf (of *have bytes) grown to hold bytes: pinned host memory, or
+ * device memory on the pipe's GPU. *p is the buffer. */
+static int grow(struct hoop_gpu_pipe *g, void **buf, size_t *have, size_t bytes, int on_device,
+                void **p, char *why, size_t why_len)
 {
-    if (bytes == 0)
-        bytes = 1;
-    if (g->host[which] && g->host_bytes[which] >= bytes) {
-        *p = g->host[which];
+    if (*buf && *have >= bytes) {
+        *p = *buf;
         return 0;
     }
     size_t want = grown(bytes);
@@ -249,71 +249,47 @@ int hoop_gpu_pipe_host(struct hoop_gpu_pipe *g, enum hoop_gpu_host which, size_t
     if (g->emulated) {
         n = aligned_alloc(64, want);
         if (!n) {
-            snprintf(why, why_len, "out of memory for %zu bytes of (emulated) pinned memory", want);
+            snprintf(why, why_len, "out of memory for %zu bytes of (emulated) %s memory", want,
+                     on_device ? "device" : "pinned");
             return -1;
         }
         hoop_gpu_emu_drain(g->emu); /* nothing queued may still reach the old one */
-        free(g->host[which]);
+        free(*buf);
     } else {
 #ifdef HOOP_HAVE_CUDA
         CUDA_TRY(g, cudaStreamSynchronize(g->stream), "waiting for the pipeline's stream");
-        cudaError_t e = cudaHostAlloc(&n, want, cudaHostAllocPortable | cudaHostAllocMapped);
+        cudaError_t e = on_device ? cudaMalloc(&n, want)
+                                  : cudaHostAlloc(&n, want, cudaHostAllocPortable | cudaHostAllocMapped);
         if (e != cudaSuccess) {
-            char what[96];
-            snprintf(what, sizeof(what), "allocating %zu bytes of pinned host memory", want);
+            char what[112];
+            snprintf(what, sizeof(what), "allocating %zu bytes of %s", want,
+                     on_device ? "device memory for partial sums" : "pinned host memory");
             return cuda_failed(e, what, g->device, why, why_len);
         }
-        if (g->host[which])
-            cudaFreeHost(g->host[which]);
+        if (*buf && on_device)
+            cudaFree(*buf);
+        else if (*buf)
+            cudaFreeHost(*buf);
 #else
-        snprintf(why, why_len, "libhoop was built without CUDA");
-        return -1;
+        return no_cuda(why, why_len);
 #endif
     }
-    g->host[which] = n;
-    g->host_bytes[which] = want;
+    *buf = n;
+    *have = want;
     *p = n;
     return 0;
+}
+
+int hoop_gpu_pipe_host(struct hoop_gpu_pipe *g, enum hoop_gpu_host which, size_t bytes, void **p,
+                       char *why, size_t why_len)
+{
+    return grow(g, &g->host[which], &g->host_bytes[which], bytes ? bytes : 1, 0, p, why, why_len);
 }
 
 int hoop_gpu_pipe_dwork(struct hoop_gpu_pipe *g, size_t bytes, void **p, char *why,
                         size_t why_len)
 {
-    if (g->dwork && g->dwork_bytes >= bytes) {
-        *p = g->dwork;
-        return 0;
-    }
-    size_t want = grown(bytes);
-    void *n = NULL;
-    if (g->emulated) {
-        n = aligned_alloc(64, want);
-        if (!n) {
-            snprintf(why, why_len, "out of memory for %zu bytes of (emulated) device memory",
-                     want);
-            return -1;
-        }
-        hoop_gpu_emu_drain(g->emu); /* nothing queued may still reach the old one */
-        free(g->dwork);
-    } else {
-#ifdef HOOP_HAVE_CUDA
-        CUDA_TRY(g, cudaStreamSynchronize(g->stream), "waiting for the pipeline's stream");
-        cudaError_t e = cudaMalloc(&n, want);
-        if (e != cudaSuccess) {
-            char what[112];
-            snprintf(what, sizeof(what), "allocating %zu bytes of device memory for partial sums",
-                     want);
-            return cuda_failed(e, what, g->device, why, why_len);
-        }
-        if (g->dwork)
-            cudaFree(g->dwork);
-#else
-        return no_cuda(why, why_len);
-#endif
-    }
-    g->dwork = n;
-    g->dwork_bytes = want;
-    *p = n;
-    return 0;
+    return grow(g, &g->dwork, &g->dwork_bytes, bytes ? bytes : 1, 1, p, why, why_len);
 }
 
 size_t hoop_gpu_pipe_pinned(const struct hoop_gpu_pipe *g)
