@@ -14,6 +14,7 @@
 #include "proc.h"
 #include "remap.h"
 #include "collectives/comm.h"
+#include "gpu/gpu.h"
 #include "ring/mixed.h"
 #include "transport/verbs/verbs.h"
 
@@ -218,4 +219,59 @@ Test(verbs, ring_bench_over_verbs_has_nothing_wrong, .timeout = 300)
     cr_assert(strstr(r.out.p, "16777216"), "the 16 MiB line is missing:\n%s", r.out.p);
     fprintf(stderr, "verbs/ring_bench_over_verbs_has_nothing_wrong:\n%s", r.out.p);
     proc_capture_free(&r);
+}
+
+/* Device buffers (emulated here) go through the pipeline's host chunks:
+ * each send names the chunks' whole region, so a call registers them once
+ * (or, where pages are pinned per call, once a call), not once a chunk. */
+#define DEV_ELEMS (1u << 20) /* 4 MiB of f32: 64 chunks of 64 KiB */
+
+static int verbs_device_regs_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    float *buf = malloc((size_t)DEV_ELEMS * 4);
+    if (!buf)
+        return harness_failf(rank, "out of memory");
+    for (size_t i = 0; i < DEV_ELEMS; i++)
+        buf[i] = (float)(i % 1024);
+    hoop_gpu_emulate_force(1);
+    unsigned long before = 0;
+    hoop_status_t st = HOOP_OK;
+    for (int call = 0; call < 11 && !st; call++) {
+        if (call == 1)
+            before = verbs_regs(comm);
+        st = hoop_allreduce(comm, buf, buf, DEV_ELEMS, HOOP_F32, HOOP_MAX);
+    }
+    hoop_gpu_emulate_force(-1);
+    unsigned long made = verbs_regs(comm) - before;
+    int bad = 0;
+    for (size_t i = 0; i < DEV_ELEMS && !bad; i++)
+        bad = buf[i] != (float)(i % 1024);
+    free(buf);
+    if (st)
+        return harness_fail(rank, "an allreduce of emulated device buffers", st);
+    if (bad)
+        return harness_failf(rank, "the allreduce of emulated device buffers gave wrong values");
+    fprintf(stderr, "rank %d: 10 calls of %u chunks each made %lu registrations\n", rank,
+            DEV_ELEMS * 4 / (64u << 10) * 2 * (size - 1) / size, made);
+    if (made > 20)
+        return harness_failf(rank, "10 allreduces of emulated device buffers made %lu "
+                             "registrations: the sends do not name the host chunks' region",
+                             made);
+    return 0;
+}
+
+Test(verbs, device_buffers_register_their_host_chunks_once_a_call, .timeout = 300)
+{
+    need_device();
+    setenv("HOOP_TRANSPORT", "verbs", 1);
+    setenv("HOOP_GPU_DIRECT", "0", 1);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.chunk_bytes = 64 << 10;
+    char report[8192];
+    bool ok = harness_run(3, &base, verbs_device_regs_rank, NULL, 240, report, sizeof(report));
+    unsetenv("HOOP_TRANSPORT");
+    unsetenv("HOOP_GPU_DIRECT");
+    cr_assert(ok, "3 ranks over verbs:\n%s", report);
 }
