@@ -2118,3 +2118,39 @@ Test(faults, out_of_descriptors_while_joining, .timeout = 120)
     emfile_report(b, &job, ok, "out_of_descriptors_while_joining", "hoop_comm_init");
     board_free(b);
 }
+
+/* ---- the harness's own report of a crash ------------------------------------ */
+
+/* A rank that crashes (a fault of the library, or of a provider under it)
+ * shows its stack in the report, so that a crash a loaded machine shows once
+ * in many runs can be found from that run's report. */
+static __attribute__((noinline)) int crash_here(void)
+{
+    volatile uintptr_t addr = 8; /* not a constant the compiler can see through */
+    return *(volatile int *)addr;
+}
+
+static int crashing_rank(int rank, int size, int port, void *arg)
+{
+    (void)size;
+    (void)port;
+    (void)arg;
+    if (rank == 1)
+        return crash_here();
+    return 0;
+}
+
+Test(faults, a_crashing_rank_reports_its_stack, .timeout = 60)
+{
+    if (HARNESS_ASAN || HARNESS_TSAN)
+        cr_skip_test("the sanitizer reports the crash itself, with its own stack");
+    char report[8192];
+    bool ok = harness_run_raw(2, crashing_rank, NULL, 30, report, sizeof(report));
+    cr_assert(!ok, "a rank that reads address 8 passed:\n%s", report);
+    cr_assert(strstr(report, "died of signal 11"), "no word of the segfault:\n%s", report);
+    const char *stack = strstr(report, "crashed with a signal; its stack:");
+    int frames = 0;
+    for (const char *f = stack; f && (f = strstr(f, "(+0x")) != NULL; f++)
+        frames++;
+    cr_assert(stack && frames >= 3, "no stack in the report (%d frames):\n%s", frames, report);
+}
