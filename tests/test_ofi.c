@@ -506,6 +506,72 @@ Test(ofi, receives_are_posted_past_sends_held_back_over_tcp, .timeout = 120)
     ahead_over("tcp");
 }
 
+/* ---- a peer stopped mid-message ------------------------------------------- */
+
+/* Rank 1 starts a 256 MiB message to rank 0, moves it for a few
+ * milliseconds and then stops moving it (as a rank under SIGSTOP does).
+ * Rank 0 waits a second on its receive, which the provider has matched and
+ * half filled, and cancels its transport: over libfabric's tcp provider the
+ * receive cannot be taken back, and closing the endpoint would free the
+ * half-received message twice (a crash in about one run in five, seen in
+ * faults::sigstop_a_rank_mid_allreduce). The transport parks the endpoint
+ * instead, the receive ends cancelled, and the communicator is destroyed
+ * without a crash; rank 1, cancelling later with its send under way, the
+ * same. */
+#define PARK_LEN (256u << 20)
+
+static int park_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    struct hoop_ring *r = &((struct hoop_comm *)comm)->ring;
+    struct ofi_tp *tp = (struct ofi_tp *)hoop_mixed_net(r->tp);
+    uint8_t *buf = malloc(PARK_LEN);
+    if (!buf)
+        return harness_failf(rank, "out of memory");
+    memset(buf, rank + 1, PARK_LEN);
+    struct hoop_tp_req q = {.buf = buf, .len = PARK_LEN};
+    int rc = 0;
+    int e = rank == 1 ? r->ops->isend(r->tx, &q) : r->ops->irecv(r->rx, &q);
+    if (e)
+        rc = harness_failf(rank, "the %s was refused: %s", rank == 1 ? "send" : "receive",
+                           strerror(-e));
+    uint64_t until = hoop_now_ns() + (rank == 1 ? 10000000ull : 1000000000ull);
+    while (!rc && hoop_now_ns() < until && q.state == HOOP_REQ_PENDING)
+        r->ops->progress(r->tp, hoop_now_ns() + 1000000);
+    if (!rc && q.state != HOOP_REQ_PENDING)
+        rc = harness_failf(rank, "the 256 MiB message ended (%d) where it should be under way",
+                           q.state);
+    if (!rc && rank == 1) {
+        struct timespec ts = {3, 0}; /* rank 0 cancels meanwhile */
+        nanosleep(&ts, NULL);
+    }
+    if (!rc) {
+        r->ops->cancel(r->tp);
+        if (q.state != -ECANCELED)
+            rc = harness_failf(rank, "after the cancel the %s's state is %d, not -ECANCELED",
+                               rank == 1 ? "send" : "receive", q.state);
+    }
+    if (!rc && rank == 0 && !tp->parked)
+        rc = harness_failf(rank, "the receive was given back or the endpoint closed under it: "
+                                 "nothing was parked");
+    free(buf);
+    return rc;
+}
+
+Test(ofi, a_peer_stopped_mid_message_parks_the_endpoint_over_tcp, .timeout = 120)
+{
+    setenv("HOOP_TRANSPORT", "ofi", 1);
+    setenv("HOOP_OFI_PROVIDER", "tcp", 1);
+    setenv("HOOP_SHM", "0", 1);
+    char report[8192];
+    bool ok = harness_run(2, NULL, park_rank, NULL, 60, report, sizeof(report));
+    unsetenv("HOOP_TRANSPORT");
+    unsetenv("HOOP_OFI_PROVIDER");
+    unsetenv("HOOP_SHM");
+    cr_assert(ok, "2 ranks over ofi/tcp:\n%s", report);
+}
+
 /* ---- the application's signal handlers ------------------------------------ */
 
 /* A library must leave the application's signals alone: libfabric's psm

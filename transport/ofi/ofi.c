@@ -444,6 +444,13 @@ static void ofi_destroy(void *vtp)
     ofi_shutdown(tp, 0);
     while (tp->conns)
         ofi_close(tp->conns);
+    if (tp->parked) {
+        /* Its provider may still point into the operations, the
+         * registrations and the queues: all of it stays (cq.c). */
+        ofi_park_keep(tp);
+        ofi_sigs_restore(&sigs);
+        return;
+    }
     /* The endpoint first: what it still has in flight (a peer's write
      * into a registration, say) ends with it, and only then may the
      * registrations go. */

@@ -184,6 +184,14 @@ struct ofi_tp {
     unsigned inflight;          /* posted or waiting */
     uint64_t cq_entries;        /* completions read, errors included */
     int dead;                   /* cancelled: only close and destroy are left */
+    /* The endpoint held transfers it would not give back (a peer stopped
+     * mid-message) and its provider crashes closing it so (libfabric's tcp
+     * provider frees a half-received message twice): it is never
+     * progressed or closed again, and destroy keeps the transport, with
+     * everything the provider may point into, on a list (cq.c). */
+    int parked;
+    struct fid_ep *parked_ep;
+    struct ofi_tp *parked_next;
     int enabled;                /* fi_enable of ep succeeded: its queues may be read */
     struct hoop_watch watch;
     uint64_t spin_ns;
@@ -254,6 +262,9 @@ void ofi_settle(struct ofi_tp *tp, int peer);
 #define OFI_SEND_SETTLE_NS 100000000ull
 /* Stop everything: with `hangup`, tell every connected peer first. */
 void ofi_shutdown(struct ofi_tp *tp, int hangup);
+/* Keep a parked transport for the life of the process (destroy's last
+ * step for it). */
+void ofi_park_keep(struct ofi_tp *tp);
 /* Add an iovec of host memory to op, with its descriptor where the
  * provider wants one. */
 int ofi_op_iov(struct ofi_tp *tp, struct ofi_op *op, void *buf, size_t len);
