@@ -84,6 +84,8 @@ void hoop_frame_expect(struct hoop_ring *r, struct hoop_ring_req *q, int from, u
     q->tp.ctx = r;
     q->tp.region = NULL; /* the caller may name one after */
     q->tp.region_len = 0;
+    q->tp.spill = NULL; /* the same */
+    q->tp.spill_len = 0;
 }
 
 /* "allreduce #5 (1000 x f32 sum, root 2)" */
@@ -263,6 +265,14 @@ int hoop_frame_expect_prev(struct hoop_ring *r, void *buf, size_t len, uint32_t 
     r->ann_r.tp.buf = buf;
     r->ann_r.tp.len = len;
     hoop_frame_expect(r, &r->ann_r, r->prev, step, 0);
+    if (!len) {
+        /* A header alone may meet a chunk (ranks that disagree on a
+         * root): over a transport of whole messages it lands in the
+         * receive slots (only a call that fails puts anything there) and
+         * the header check says what the predecessor does. */
+        r->ann_r.tp.spill = r->scratch;
+        r->ann_r.tp.spill_len = (size_t)r->depth * r->chunk_bytes;
+    }
     int rc = r->ops->irecv(r->rx, &r->ann_r.tp);
     if (!rc)
         r->ann_posted |= 2;

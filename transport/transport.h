@@ -53,6 +53,13 @@ struct hoop_tp_req {
      * of it. */
     void *region;
     size_t region_len;
+    /* Receives only, optional: where a longer message than expected may
+     * put what lies past len (spill_len bytes), so that a transport of
+     * whole messages takes it and check reads its header, instead of a
+     * truncation that a provider may never end (libfabric's rxm
+     * rendezvous, shm). A message longer still ends as today. */
+    void *spill;
+    size_t spill_len;
     /* Sends only: buf (and region) is device memory, which the transport
      * registers as use_device_memory said; set only after it accepted. */
     int on_device;

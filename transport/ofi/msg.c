@@ -199,6 +199,8 @@ static int ofi_op_fill(struct ofi_tp *tp, struct ofi_op *op, struct hoop_tp_req 
         rc = ofi_op_iov(tp, op, req->hdr, req->hdr_len);
     if (!rc && req->len)
         rc = ofi_op_iov_of(tp, op, req->buf, req->len, req);
+    else if (!rc && !op->is_send && req->spill && req->spill_len)
+        rc = ofi_op_iov(tp, op, req->spill, req->spill_len); /* completion: cq.c */
     return rc;
 }
 
