@@ -2,9 +2,11 @@
  * tcp and shm providers: that it is the one running and moves data right,
  * over the ring's and the direct connections; what a missing or mismatched
  * provider says; bytes that are not a frame where a chunk should be; a
- * hello without the job's seal, passed over; and its memory
- * registrations. (The whole collective, mismatch and fault
- * suites also run over ofi: see the Makefile's test target.) */
+ * hello without the job's seal, passed over; its memory registrations;
+ * receives posted while the provider holds sends back for room; and an
+ * endpoint that a peer stopped mid-message, parked. (The whole
+ * collective, mismatch and fault suites also run over ofi: see the
+ * Makefile's test target.) */
 #include <criterion/criterion.h>
 
 #include "garbage.h"
