@@ -63,7 +63,7 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
                           "pipeline depth (%d): the pipeline could stall on its own host "
                           "slots; set at least %d, or 0 for the default (4 x the depth)",
                           stage, *depth, 3 * *depth);
-    c->stage_chunks = stage ? (int)stage : 4 * *depth;
+    c->stage_chunks = (int)stage;
     if ((st = hoop_param_u64("HOOP_SMALL_BYTES", 0, HOOP_CHUNK_MAX, &v)) ||
         (st = hoop_log_check_level()) || (st = hoop_reduce_isa_check()))
         return st;
@@ -167,7 +167,8 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
     if (c->size > 1 &&
         (st = hoop_ring_open(&c->ring, c->rank, c->size, bcfg.token, chunk, depth)))
         goto err_free;
-    c->ring.stage_chunks = c->stage_chunks;
+    if (c->stage_chunks) /* else the ring's default */
+        c->ring.stage_chunks = c->stage_chunks;
     snprintf(c->transport, sizeof(c->transport), "%s", hoop_ring_describe(&c->ring));
     if ((st = hoop_bootstrap_init(&c->bs, &bcfg, hoop_ring_listen, &c->ring)))
         goto err_ring;

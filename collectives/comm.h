@@ -16,7 +16,7 @@ struct hoop_comm {
     double timeout_s;
     size_t small_bytes; /* allreduce at or below this uses recursive doubling */
     int hier_mode;      /* HOOP_HIERARCHICAL: 0, 1 or HOOP_PARAM_AUTO */
-    int stage_chunks;   /* HOOP_GPU_STAGING_CHUNKS, or its default */
+    int stage_chunks;   /* HOOP_GPU_STAGING_CHUNKS; 0: the ring's default */
     int hier;           /* ring allreduces run hierarchical (ring/hier.c) */
     size_t hier_small;  /* hier: small ones of at least this many bytes do too */
     struct hoop_bootstrap bs;

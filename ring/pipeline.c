@@ -228,7 +228,7 @@ static int device_init(struct run *x)
             return gpu_fail(x, NULL);
         x->dbufs[HOOP_BUF_WORK] = h;
     }
-    x->npool = (unsigned)(r->stage_chunks >= 3 * r->depth ? r->stage_chunks : 4 * r->depth);
+    x->npool = (unsigned)r->stage_chunks;
     if (x->npool > HOOP_RING_STAGE_MAX)
         x->npool = HOOP_RING_STAGE_MAX;
     if (hoop_gpu_pipe_host(x->g, HOOP_GPU_HOST_STAGE, (size_t)x->npool * r->chunk_bytes, &h,

@@ -51,6 +51,7 @@ hoop_status_t hoop_ring_open(struct hoop_ring *r, int rank, int size, const uint
     r->prev = (rank + size - 1) % size;
     r->chunk_bytes = chunk_bytes;
     r->depth = depth;
+    r->stage_chunks = 4 * depth; /* HOOP_GPU_STAGING_CHUNKS's default */
     /* Touch the slots now: a first-touch page fault inside a collective
      * costs more than the transfer it delays. */
     size_t bytes = chunk_bytes * (size_t)depth;
