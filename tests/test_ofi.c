@@ -485,13 +485,15 @@ static int ahead_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     return rc;
 }
 
-static void ahead_over(const char *prov)
+/* Two ranks over ofi on provider prov, running fn on the ring's own
+ * connections (libfabric's, not shared memory). */
+static void pair_over(const char *prov, harness_rank_fn fn)
 {
     setenv("HOOP_TRANSPORT", "ofi", 1);
     setenv("HOOP_OFI_PROVIDER", prov, 1);
-    setenv("HOOP_SHM", "0", 1); /* the ring's connections are libfabric's */
+    setenv("HOOP_SHM", "0", 1);
     char report[8192];
-    bool ok = harness_run(2, NULL, ahead_rank, NULL, 60, report, sizeof(report));
+    bool ok = harness_run(2, NULL, fn, NULL, 60, report, sizeof(report));
     unsetenv("HOOP_TRANSPORT");
     unsetenv("HOOP_OFI_PROVIDER");
     unsetenv("HOOP_SHM");
@@ -500,12 +502,12 @@ static void ahead_over(const char *prov)
 
 Test(ofi, receives_are_posted_past_sends_held_back_over_shm, .timeout = 120)
 {
-    ahead_over("shm");
+    pair_over("shm", ahead_rank);
 }
 
 Test(ofi, receives_are_posted_past_sends_held_back_over_tcp, .timeout = 120)
 {
-    ahead_over("tcp");
+    pair_over("tcp", ahead_rank);
 }
 
 /* ---- a peer stopped mid-message ------------------------------------------- */
@@ -563,15 +565,7 @@ static int park_rank(hoop_comm_t *comm, int rank, int size, void *arg)
 
 Test(ofi, a_peer_stopped_mid_message_parks_the_endpoint_over_tcp, .timeout = 120)
 {
-    setenv("HOOP_TRANSPORT", "ofi", 1);
-    setenv("HOOP_OFI_PROVIDER", "tcp", 1);
-    setenv("HOOP_SHM", "0", 1);
-    char report[8192];
-    bool ok = harness_run(2, NULL, park_rank, NULL, 60, report, sizeof(report));
-    unsetenv("HOOP_TRANSPORT");
-    unsetenv("HOOP_OFI_PROVIDER");
-    unsetenv("HOOP_SHM");
-    cr_assert(ok, "2 ranks over ofi/tcp:\n%s", report);
+    pair_over("tcp", park_rank);
 }
 
 /* ---- the application's signal handlers ------------------------------------ */
