@@ -206,16 +206,19 @@ def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, fin
     return Handle(h, name, keep, finish, result)
 
 
-def grouped_allreduce(name, sends, recvs, counts, dtype, op, prescale, postscale, keep, finish):
+def grouped_allreduce(name, sends, recvs, counts, dtype, op, prescale, postscale, keep, finish,
+                      result=None):
+    """As allreduce, for a list of buffers; recvs may be sends itself (in
+    place: one array for both)."""
     pre, post = _scales(dtype, prescale, postscale, "grouped allreduce", name)
     n = len(sends)
-    s = (ctypes.c_void_p * n)(*sends)
-    r = (ctypes.c_void_p * n)(*recvs)
+    s = (_c_void_p * n)(*sends)
+    r = s if recvs is sends else (_c_void_p * n)(*recvs)
     c = (ctypes.c_size_t * n)(*counts)
-    h = ctypes.c_void_p()
+    h = _c_void_p()
     _check(_lib.lib().hoop_engine_grouped_allreduce(state().engine, name.encode(), n, s, r, c, dtype, op,
-                                                    pre, post, None, None, ctypes.byref(h)), name)
-    return Handle(h, name, keep + [s, r, c], finish)
+                                                    pre, post, None, None, _byref(h)), name)
+    return Handle(h, name, [keep, s, r, c], finish, result)
 
 
 def allgather(name, send, rows, row_elems, dtype, keep, finish):

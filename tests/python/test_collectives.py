@@ -97,6 +97,30 @@ def test_torch_grouped_allreduce():
     assert torch.equal(hvd.synchronize(h)[0], torch.full((2,), N))
 
 
+def test_torch_grouped_allreduce_in_place_mixes_layouts():
+    # Contiguous tensors are reduced in their own memory; a transposed
+    # view and an empty tensor go through a copy that is written back.
+    a = torch.full((4,), float(R))
+    m = torch.arange(6, dtype=torch.float32).reshape(2, 3) + R
+    v = m.t()
+    e = torch.zeros(0)
+    ptr = a.data_ptr()
+    outs = hvd.synchronize(hvd.grouped_allreduce_async_([a, v, e], op=hvd.Sum))
+    assert outs[0] is a and outs[1] is v and outs[2] is e and a.data_ptr() == ptr
+    assert torch.equal(a, torch.full((4,), float(SUM_R)))
+    want = (torch.arange(6, dtype=torch.float32).reshape(2, 3) * N + SUM_R).t()
+    assert torch.equal(v, want) and torch.equal(m.t(), want)
+
+
+def test_torch_grouped_allreduce_refuses_mixed_or_foreign_dtypes():
+    with pytest.raises(TypeError, match="one dtype"):
+        hvd.grouped_allreduce_async_([torch.ones(2), torch.ones(2, dtype=torch.float64)], name="mixed")
+    with pytest.raises(TypeError, match="not one hoop reduces"):
+        hvd.grouped_allreduce_async_([torch.ones(2), torch.ones(2, dtype=torch.complex64)], name="cplx")
+    with pytest.raises(TypeError, match="not one hoop reduces"):
+        hvd.grouped_allreduce_async_([torch.ones(2, dtype=torch.bool)], name="bool")
+
+
 def test_torch_allgather_broadcast():
     t = torch.full((R + 1, 3), R, dtype=torch.int32)
     g = hvd.allgather(t)

@@ -145,22 +145,40 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
-    _no_process_set(process_set)
+    if process_set is not None:
+        _no_process_set(process_set)
     op = _op(average, op)
-    name = _engine.auto_name("grouped_allreduce", name)
+    if name.__class__ is not str:
+        name = _engine.auto_name("grouped_allreduce", name)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("hoop: grouped allreduce '%s' of no tensors" % name)
-    dts = {_dtype(t, "grouped allreduce '%s'" % name) for t in tensors}
-    if len(dts) != 1:
-        raise TypeError("hoop: grouped allreduce '%s': every tensor must have one dtype" % name)
-    bufs = [_device_ok(t) for t in tensors]
-    ptrs = [_ptr(b) for b in bufs]
+    dt = _DTYPES.get(tensors[0].dtype)
+    ptrs, counts, bufs, copied = [], [], [], []
+    for t in tensors:
+        if dt is None or _DTYPES.get(t.dtype) != dt:
+            _dtype(t, "grouped allreduce '%s'" % name)  # raises on a dtype hoop lacks
+            _dtype(tensors[0], "grouped allreduce '%s'" % name)
+            raise TypeError("hoop: grouped allreduce '%s': every tensor must have one dtype" % name)
+        # As allreduce_async_: a contiguous CPU tensor is reduced in its
+        # own memory, with nothing to copy back.
+        b = t if t.is_cpu and t.is_contiguous() else _device_ok(t)
+        if b is not t:
+            copied.append((t, b))
+        n = b.numel()
+        ptrs.append(b.data_ptr() if n else None)
+        counts.append(n)
+        bufs.append(b)
+    if not copied:
+        return _engine.grouped_allreduce(name, ptrs, ptrs, counts, dt, op, prescale_factor,
+                                         postscale_factor, bufs, None, tensors)
 
     def finish(h):
-        return [_write_back(t, b) for t, b in zip(tensors, bufs)]
-    return _engine.grouped_allreduce(name, ptrs, ptrs, [b.numel() for b in bufs], dts.pop(), op,
-                                     prescale_factor, postscale_factor, bufs + tensors, finish)
+        for t, b in copied:
+            _write_back(t, b)
+        return tensors
+    return _engine.grouped_allreduce(name, ptrs, ptrs, counts, dt, op, prescale_factor,
+                                     postscale_factor, bufs + tensors, finish)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
