@@ -305,6 +305,37 @@ hoop_status_t hoop_engine_broadcast(hoop_engine_t *e, const char *name, void *bu
     return submit(e, o, handle);
 }
 
+/* The sum of one count per rank, each bounded so that the total's bytes
+ * fit: 0, or HOOP_ERR_INVALID naming `what`. */
+static hoop_status_t sum_counts(const hoop_engine_t *e, const char *name, const size_t *counts,
+                                size_t es, const char *what, uint64_t *total)
+{
+    *total = 0;
+    for (int j = 0; j < e->size; j++) {
+        if (counts[j] > (SIZE_MAX / 4) / es - *total)
+            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': %s too large", e->rank,
+                              name, what);
+        *total += counts[j];
+    }
+    return HOOP_OK;
+}
+
+/* The operation's per-rank counts (negotiated with it); 0, or -ENOMEM with
+ * the operation freed. */
+static int op_set_vals(eng_op_t *o, const size_t *counts, int n)
+{
+    o->p.nvals = (uint32_t)n;
+    o->p.vals = malloc(sizeof(uint64_t) * (size_t)n);
+    if (!o->p.vals) {
+        o->refs = 1;
+        op_unref(o);
+        return -ENOMEM;
+    }
+    for (int j = 0; j < n; j++)
+        o->p.vals[j] = counts[j];
+    return 0;
+}
+
 hoop_status_t hoop_engine_alltoall(hoop_engine_t *e, const char *name, const void *sendbuf,
                                    const size_t *splits, hoop_dtype_t dtype, hoop_engine_cb_t cb,
                                    void *cb_arg, hoop_engine_handle_t **handle)
@@ -314,29 +345,17 @@ hoop_status_t hoop_engine_alltoall(hoop_engine_t *e, const char *name, const voi
         return st;
     if (!splits)
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': splits is NULL", e->rank, name);
-    size_t es = hoop_dtype_size(dtype);
-    uint64_t total = 0;
-    for (int j = 0; j < e->size; j++) {
-        if (splits[j] > (SIZE_MAX / 4) / es - total)
-            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': splits too large", e->rank,
-                              name);
-        total += splits[j];
-    }
+    uint64_t total;
+    if ((st = sum_counts(e, name, splits, hoop_dtype_size(dtype), "splits", &total)))
+        return st;
     if (total && !sendbuf)
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': sendbuf is NULL", e->rank, name);
     eng_op_t *o = op_new(EK_ALLTOALL, name, dtype, 0, 1.0, 1.0, cb, cb_arg);
     if (!o)
         return no_memory(e, name);
     o->p.count = total;
-    o->p.nvals = (uint32_t)e->size;
-    o->p.vals = malloc(sizeof(uint64_t) * (size_t)e->size);
-    if (!o->p.vals) {
-        o->refs = 1;
-        op_unref(o);
+    if (op_set_vals(o, splits, e->size))
         return no_memory(e, name);
-    }
-    for (int j = 0; j < e->size; j++)
-        o->p.vals[j] = splits[j];
     o->send1 = sendbuf;
     return submit(e, o, handle);
 }
@@ -377,14 +396,9 @@ hoop_status_t hoop_engine_reduce_scatterv(hoop_engine_t *e, const char *name, co
     if (!recvcounts)
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': recvcounts is NULL", e->rank,
                           name);
-    size_t es = hoop_dtype_size(dtype);
-    uint64_t total = 0;
-    for (int j = 0; j < e->size; j++) {
-        if (recvcounts[j] > (SIZE_MAX / 4) / es - total)
-            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': recvcounts too large",
-                              e->rank, name);
-        total += recvcounts[j];
-    }
+    uint64_t total;
+    if ((st = sum_counts(e, name, recvcounts, hoop_dtype_size(dtype), "recvcounts", &total)))
+        return st;
     if ((total && !sendbuf) || (recvcounts[e->rank] && !recvbuf))
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': a buffer is NULL", e->rank,
                           name);
@@ -392,15 +406,8 @@ hoop_status_t hoop_engine_reduce_scatterv(hoop_engine_t *e, const char *name, co
     if (!o)
         return no_memory(e, name);
     o->p.count = total;
-    o->p.nvals = (uint32_t)e->size;
-    o->p.vals = malloc(sizeof(uint64_t) * (size_t)e->size);
-    if (!o->p.vals) {
-        o->refs = 1;
-        op_unref(o);
+    if (op_set_vals(o, recvcounts, e->size))
         return no_memory(e, name);
-    }
-    for (int j = 0; j < e->size; j++)
-        o->p.vals[j] = recvcounts[j];
     o->send1 = sendbuf;
     o->recv1 = recvbuf;
     return submit(e, o, handle);

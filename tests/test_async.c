@@ -293,6 +293,64 @@ Test(async, scale_avg_group_reduce_scatter_barrier_n3, .timeout = 60)
     run_case(3, &c, 40);
 }
 
+/* ---- per-rank counts from the caller: bounded, refused with a sentence ---- */
+
+/* One enqueue that must be refused as invalid, saying `says`. */
+static int refused(hoop_status_t st, int rank, const char *what, const char *says)
+{
+    if (st != HOOP_ERR_INVALID || !strstr(hoop_last_error(), says))
+        return harness_failf(rank, "%s gave %s (%s), not invalid saying '%s'", what,
+                             hoop_status_str(st), hoop_last_error(), says);
+    return 0;
+}
+
+static int body_bad_counts(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t in[8], out[8];
+    size_t huge[HARNESS_MAX_PROCS], ones[HARNESS_MAX_PROCS];
+    for (int k = 0; k < size; k++) {
+        huge[k] = SIZE_MAX / 8; /* each fits; their sum's bytes do not */
+        ones[k] = 1;
+    }
+    hoop_engine_handle_t *h = NULL;
+    if (refused(hoop_engine_alltoall(e, "a2a", in, huge, HOOP_I32, NULL, NULL, &h), rank,
+                "an alltoall of splits summing past SIZE_MAX", "splits too large") ||
+        refused(hoop_engine_alltoall(e, "a2a", NULL, ones, HOOP_I32, NULL, NULL, &h), rank,
+                "an alltoall with no sendbuf", "sendbuf is NULL") ||
+        refused(hoop_engine_alltoall(e, "a2a", in, NULL, HOOP_I32, NULL, NULL, &h), rank,
+                "an alltoall with no splits", "splits is NULL") ||
+        refused(hoop_engine_reduce_scatterv(e, "rsv", in, out, huge, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                            NULL, NULL, &h),
+                rank, "a reduce_scatterv of counts summing past SIZE_MAX", "recvcounts too large"))
+        return 1;
+    if (h)
+        return harness_failf(rank, "a refused enqueue handed out a handle");
+    /* Nothing was enqueued: the same names still work on every rank. */
+    for (int i = 0; i < size; i++)
+        in[i] = rank * 10 + i;
+    hoop_status_t st = hoop_engine_alltoall(e, "a2a", in, ones, HOOP_I32, NULL, NULL, &h);
+    if (st)
+        return harness_fail(rank, "alltoall after the refusals", st);
+    if (wait_ok(h, rank, "alltoall after the refusals"))
+        return 1;
+    size_t n = 0;
+    const int32_t *o = hoop_engine_output(h, &n);
+    if (n != (size_t)size || !o)
+        return harness_failf(rank, "alltoall gave %zu elements, want %d", n, size);
+    for (int j = 0; j < size; j++)
+        if (o[j] != j * 10 + rank)
+            return harness_failf(rank, "alltoall[%d] = %d, want %d", j, o[j], j * 10 + rank);
+    hoop_engine_release(h);
+    return 0;
+}
+
+Test(async, counts_past_the_bound_are_refused_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_bad_counts};
+    run_case(2, &c, 30);
+}
+
 /* ---- reduce_scatterv: uneven blocks, twice (the cache), and a mismatch ---- */
 
 static int body_rsv(hoop_engine_t *e, int rank, int size, void *arg)
