@@ -67,8 +67,8 @@
 /* How much a rank's resident set may grow between the end of the warm-up
  * and the end of the run. By then every buffer of the test and of the
  * library has reached its largest size (the warm-up ran every collective at
- * SOAK_MAX_BYTES, in each placement and at each root, and opened the
- * alltoall connections), so nothing need grow. What may still appear are
+ * SOAK_MAX_BYTES, in each placement and at each root, opened the alltoall
+ * connections and filled their shared-memory slots), so nothing need grow. What may still appear are
  * first touches of file-backed pages, the code of paths the warm-up did not
  * take (the kernels of the other types and ops, the report): bounded by the
  * text of the test binary and its libraries that is actually used, 0.3 to
@@ -81,6 +81,12 @@
  * freed blocks wait in its quarantine, so memory allocated and freed in
  * every call would show here too.) */
 #define RSS_GROWTH_LIMIT_KIB (4 * 1024)
+/* The warm-up's alltoalls that fill the shared-memory slots: blocks of
+ * 127 KiB (a slot holds 64 KiB, the single copy starts at 128 KiB), so
+ * that each message fills two slots of a link's 16; 16 calls go round
+ * every ring of slots twice. */
+#define WARM_SLOT_CALLS 16
+#define WARM_SLOT_BLOCK_BYTES ((size_t)127 << 10)
 #define ANON_GROWTH_LIMIT_KIB 1024
 
 /* The report keeps the tail of each rank's stderr: after this many lines the
@@ -663,6 +669,22 @@ static int warm_up(soak_state_t *s)
                 if (run_op(s, &o) != 0)
                     return -1;
             }
+    }
+    /* The shared-memory links to the other ranks (alltoall's, the small
+     * allreduce's) are mapped page by page as their slots are first used
+     * (docs/transports.md), and the calls above sent whole blocks in place
+     * (single copy), touching one page of a slot: alltoalls of blocks
+     * below the single-copy size fill whole slots, and WARM_SLOT_CALLS of
+     * them go round every link's ring of slots twice. */
+    for (int i = 0; i < WARM_SLOT_CALLS; i++) {
+        soak_op_t o;
+        memset(&o, 0, sizeof o);
+        o.index = -1 - idx++;
+        o.kind = K_ALLTOALL;
+        o.dtype = HOOP_F32;
+        o.count = WARM_SLOT_BLOCK_BYTES / 4;
+        if (run_op(s, &o) != 0)
+            return -1;
     }
     return 0;
 }
