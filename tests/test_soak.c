@@ -68,26 +68,27 @@
  * and the end of the run. By then every buffer of the test and of the
  * library has reached its largest size (the warm-up ran every collective at
  * SOAK_MAX_BYTES, in each placement and at each root, opened the alltoall
- * connections and filled their shared-memory slots), so nothing need grow. What may still appear are
- * first touches of file-backed pages, the code of paths the warm-up did not
- * take (the kernels of the other types and ops, the report): bounded by the
- * text of the test binary and its libraries that is actually used, 0.3 to
- * 0.5 MiB measured, and the ASan build's whole text is 2 MiB. Hence 4 MiB
- * in all; and 1 MiB for the part that is not file-backed (resident minus
- * shared in statm), the heap, stacks and anonymous mappings, where anything
- * the library kept would land: it grew by 0 KiB in the -O2 build and by
- * 12 KiB under ASan over 10,000 calls. That line is crossed by a library
- * keeping 105 bytes per call, or one 4 MiB buffer too many. (Under ASan,
- * freed blocks wait in its quarantine, so memory allocated and freed in
- * every call would show here too.) */
+ * connections and filled their shared-memory slots), so nothing need grow.
+ * What may still appear are first touches of file-backed pages, the code of
+ * paths the warm-up did not take (the kernels of the other types and ops,
+ * the report): bounded by the text of the test binary and its libraries
+ * that is actually used, 0.3 to 0.5 MiB measured, and the ASan build's
+ * whole text is 2 MiB. Hence 4 MiB in all; and 1 MiB for the part that is
+ * not file-backed (resident minus shared in statm), the heap, stacks and
+ * anonymous mappings, where anything the library kept would land: it grew
+ * by 0 KiB in the -O2 build and by 12 KiB under ASan over 10,000 calls.
+ * That line is crossed by a library keeping 105 bytes per call, or one
+ * 4 MiB buffer too many. (Under ASan, freed blocks wait in its quarantine,
+ * so memory allocated and freed in every call would show here too.) */
 #define RSS_GROWTH_LIMIT_KIB (4 * 1024)
+#define ANON_GROWTH_LIMIT_KIB 1024
+
 /* The warm-up's alltoalls that fill the shared-memory slots: blocks of
  * 127 KiB (a slot holds 64 KiB, the single copy starts at 128 KiB), so
  * that each message fills two slots of a link's 16; 16 calls go round
  * every ring of slots twice. */
 #define WARM_SLOT_CALLS 16
 #define WARM_SLOT_BLOCK_BYTES ((size_t)127 << 10)
-#define ANON_GROWTH_LIMIT_KIB 1024
 
 /* The report keeps the tail of each rank's stderr: after this many lines the
  * first failures, which are the informative ones, would scroll out of it. */
