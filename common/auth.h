@@ -1,15 +1,24 @@
 /* auth.h - proving the job token without sending it.
  *
  * Every connection opens with a hello (wire.h) whose 32-byte auth field is
- * the initiator's fresh nonce. The acceptor answers with a challenge, the
- * initiator with a proof (64 bytes each, little endian):
+ * the initiator's fresh nonce. On a join, the acceptor (the root) answers
+ * with a challenge, the initiator with a proof. A data connection goes to
+ * a rank whose listener published a nonce of its own in the table (sealed
+ * by the root): its initiator sends an early proof against that nonce
+ * right behind the hello, and the acceptor replies with its own MAC, one
+ * message each way and neither waited for before the other is sent. All
+ * four are 64 bytes, little endian:
  *   0  u32 magic "HOOA"     4  u16 version      6  u16 step
  *   8  u8  nonce[24] (the acceptor's; zero in a proof)
  *  32  u8  mac[32]
- * Each MAC is HMAC-SHA256 keyed by the token over a label, the side that
- * speaks, the initiator's whole hello (kind, ranks, size, communicator id,
+ * Each MAC is HMAC-SHA256 keyed by the token over a label, the side and
+ * step that speaks ('A' challenge, 'I' proof, 'E' early proof, 'R'
+ * reply), the initiator's whole hello (kind, ranks, size, communicator id,
  * socket index, its nonce), the hello's body and the acceptor's nonce: a
- * recorded exchange proves nothing on another connection. Messages on a
+ * recorded exchange proves nothing on another connection (a data
+ * connection's early proof, bound to the published nonce, could only be
+ * played again to the same listener for the same rank, channel and
+ * socket of the same communicator, which the transport takes once). Messages on a
  * connection that has done this (the table, notices) are sealed instead:
  * their auth field is the HMAC of the header, with that field zeroed, and
  * the body. The token itself never leaves the process. */
@@ -29,6 +38,8 @@
 enum hoop_auth_step {
     HOOP_AUTH_CHALLENGE = 1, /* acceptor -> initiator: its nonce and its MAC */
     HOOP_AUTH_PROOF = 2,     /* initiator -> acceptor: its MAC */
+    HOOP_AUTH_EARLY = 3,     /* initiator -> acceptor: the published nonce and its MAC */
+    HOOP_AUTH_REPLY = 4,     /* acceptor -> initiator, after an early proof: its MAC */
 };
 
 struct hoop_auth_msg {
@@ -87,6 +98,28 @@ int hoop_auth_check(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[H
 int hoop_auth_connect(int fd, const uint8_t token[HOOP_TOKEN_BYTES],
                       const uint8_t hello[HOOP_HELLO_BYTES], const void *body, size_t body_len,
                       uint64_t deadline_ns, uint8_t reply[HOOP_AUTH_BYTES]);
+
+/* Data connections, against the nonce the acceptor's listener published.
+ * The initiator's early proof for its hello + body: */
+void hoop_auth_early(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[HOOP_HELLO_BYTES],
+                     const void *body, size_t body_len,
+                     const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], uint8_t out[HOOP_AUTH_BYTES]);
+/* The acceptor's check of it: 0, -EACCES (wrong MAC: another token),
+ * -ESTALE (proved against another nonce than this listener's: recorded on
+ * another listener or job and played again), -EPROTO or -EPROTONOSUPPORT. */
+int hoop_auth_early_check(const uint8_t token[HOOP_TOKEN_BYTES],
+                          const uint8_t hello[HOOP_HELLO_BYTES], const void *body,
+                          size_t body_len, const uint8_t nonce[HOOP_AUTH_NONCE_BYTES],
+                          const uint8_t in[HOOP_AUTH_BYTES]);
+/* The acceptor's reply once the early proof holds, and the initiator's
+ * check of it: 0, -EACCES, -EPROTO or -EPROTONOSUPPORT. */
+void hoop_auth_reply(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[HOOP_HELLO_BYTES],
+                     const void *body, size_t body_len,
+                     const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], uint8_t out[HOOP_AUTH_BYTES]);
+int hoop_auth_reply_check(const uint8_t token[HOOP_TOKEN_BYTES],
+                          const uint8_t hello[HOOP_HELLO_BYTES], const void *body,
+                          size_t body_len, const uint8_t nonce[HOOP_AUTH_NONCE_BYTES],
+                          const uint8_t in[HOOP_AUTH_BYTES]);
 
 /* Seal a message sent on an authenticated connection: its auth field
  * becomes the MAC of the header (field zeroed) and the body. */

@@ -33,7 +33,8 @@ struct hoop_listen_pending {
     uint64_t since;    /* accepted */
     uint64_t deadline; /* since + grace */
     size_t got;        /* bytes of hello + body received */
-    int challenged;    /* the challenge is sent: reading the proof */
+    int challenged;    /* the challenge is sent (or not due): reading the proof */
+    int early;         /* a data connection: its proof is against the published nonce */
     size_t pgot;       /* bytes of the proof received */
     uint8_t head[HOOP_HELLO_BYTES];
     uint8_t proof[HOOP_AUTH_BYTES];
@@ -42,15 +43,17 @@ struct hoop_listen_pending {
     uint8_t *body;
 };
 
-/* An outgoing connection waiting for its peer's challenge. */
+/* An outgoing connection waiting for its peer's challenge (or reply). */
 struct hoop_listen_out {
     int fd;
     int peer;
+    int early; /* the early proof was sent against nonce: a reply is due */
+    uint8_t nonce[HOOP_AUTH_NONCE_BYTES];
     int state; /* 1 waiting, 0 proved, or -errno */
     uint64_t deadline;
     size_t got;
     uint8_t hello[HOOP_HELLO_BYTES];
-    uint8_t chal[HOOP_AUTH_BYTES];
+    uint8_t chal[HOOP_AUTH_BYTES]; /* the challenge, or the reply */
 };
 
 int hoop_listener_open(struct hoop_listener *l, int lfd, size_t max_body, const char *who,
@@ -73,6 +76,16 @@ int hoop_listener_open(struct hoop_listener *l, int lfd, size_t max_body, const 
     }
     for (int i = 0; i < HOOP_PENDING_MAX; i++)
         l->pend[i].fd = -1;
+    return 0;
+}
+
+int hoop_listener_publish(struct hoop_listener *l, uint8_t nonce[HOOP_AUTH_NONCE_BYTES])
+{
+    int rc = hoop_auth_random(l->nonce, sizeof(l->nonce));
+    if (rc)
+        return rc;
+    memcpy(nonce, l->nonce, sizeof(l->nonce));
+    l->published = 1;
     return 0;
 }
 
@@ -153,17 +166,43 @@ static int pending_challenge(struct hoop_listener *l, struct hoop_listen_pending
     return 0;
 }
 
+/* The early proof holds: reply with this side's MAC. 0, or -1 when the
+ * connection was dropped. */
+static int pending_reply(struct hoop_listener *l, struct hoop_listen_pending *p)
+{
+    uint8_t out[HOOP_AUTH_BYTES];
+    hoop_auth_reply(l->token, p->head, p->body, p->msg.hello.body_len, l->nonce, out);
+    /* As the challenge: the first bytes this side sends. */
+    ssize_t n = send(p->fd, out, sizeof(out), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != (ssize_t)sizeof(out)) {
+        pending_drop(l, p, n < 0 ? strerror(errno) : "reply not sent whole");
+        return -1;
+    }
+    return 0;
+}
+
 /* The proof is in: 1 when it holds, else -1 (refused and dropped). */
 static int pending_check(struct hoop_listener *l, struct hoop_listen_pending *p)
 {
     const struct hoop_hello *h = &p->msg.hello;
-    int rc = hoop_auth_check(l->token, p->head, p->body, h->body_len, &p->chal, p->proof);
+    int rc = p->early ? hoop_auth_early_check(l->token, p->head, p->body, h->body_len, l->nonce,
+                                              p->proof)
+                      : hoop_auth_check(l->token, p->head, p->body, h->body_len, &p->chal,
+                                        p->proof);
     if (rc == 0)
-        return 1;
+        return p->early && pending_reply(l, p) ? -1 : 1;
     char why[200];
     unsigned v = HOOP_WIRE_VERSION;
     hoop_status_t code = HOOP_ERR_INVALID;
-    if (rc == -EACCES) {
+    if (rc == -ESTALE) {
+        /* Not the token: a peer of this job proves against the nonce it
+         * read in this job's table. */
+        code = HOOP_ERR_PEER;
+        snprintf(why, sizeof(why),
+                 "rank %u proved the token against another nonce than the one rank %d "
+                 "published (a handshake recorded elsewhere and played again?)",
+                 h->rank, l->rank);
+    } else if (rc == -EACCES) {
         snprintf(why, sizeof(why),
                  "wrong job token: rank %u's HOOP_TOKEN differs from rank %d's (another job?)",
                  h->rank, l->rank);
@@ -172,9 +211,8 @@ static int pending_check(struct hoop_listener *l, struct hoop_listen_pending *p)
         code = HOOP_ERR_MISMATCH;
         hoop_wire_version_why(v, why, sizeof(why));
     } else {
-        snprintf(why, sizeof(why),
-                 "rank %u answered the token challenge with something that is not a proof",
-                 h->rank);
+        snprintf(why, sizeof(why), "rank %u %s something that is not a proof", h->rank,
+                 p->early ? "sent" : "answered the token challenge with");
     }
     pending_refuse(l, p, v, code, why);
     return -1;
@@ -201,6 +239,16 @@ static int pending_read(struct hoop_listener *l, struct hoop_listen_pending *p)
         }
         if (want == 0 && p->challenged)
             return pending_check(l, p);
+        if (want == 0 && p->msg.hello.kind == HOOP_HELLO_DATA) {
+            /* Its early proof follows the hello: no challenge. */
+            if (!l->published) {
+                pending_refuse(l, p, HOOP_WIRE_VERSION, HOOP_ERR_PEER,
+                               "a data connection to a listener that takes none");
+                return -1;
+            }
+            p->challenged = p->early = 1;
+            continue;
+        }
         if (want == 0) {
             if (pending_challenge(l, p))
                 return -1;
@@ -208,8 +256,9 @@ static int pending_read(struct hoop_listener *l, struct hoop_listen_pending *p)
         }
         ssize_t n = recv(p->fd, dst, want, MSG_DONTWAIT);
         if (n == 0) {
-            pending_drop(l, p, p->challenged ? "closed before answering the token challenge"
-                                             : "closed before finishing its hello");
+            pending_drop(l, p, p->early ? "closed before proving the token"
+                               : p->challenged ? "closed before answering the token challenge"
+                                               : "closed before finishing its hello");
             return -1;
         }
         if (n < 0) {
@@ -359,7 +408,8 @@ static int listener_accept(struct hoop_listener *l, uint64_t now, uint64_t *bloc
 }
 
 int hoop_listener_expect(struct hoop_listener *l, int fd, int peer,
-                         const uint8_t hello[HOOP_HELLO_BYTES])
+                         const uint8_t hello[HOOP_HELLO_BYTES],
+                         const uint8_t nonce[HOOP_AUTH_NONCE_BYTES])
 {
     if (l->nout == l->outcap) {
         int cap = l->outcap ? 2 * l->outcap : 16;
@@ -382,6 +432,10 @@ int hoop_listener_expect(struct hoop_listener *l, int fd, int peer,
     o->state = 1;
     o->deadline = hoop_now_ns() + HOOP_HELLO_GRACE_NS;
     memcpy(o->hello, hello, HOOP_HELLO_BYTES);
+    if (nonce) {
+        o->early = 1;
+        memcpy(o->nonce, nonce, HOOP_AUTH_NONCE_BYTES);
+    }
     return 0;
 }
 
@@ -393,7 +447,20 @@ void hoop_listener_forget(struct hoop_listener *l, int fd)
         }
 }
 
-/* Read an outgoing connection's challenge and answer it. */
+/* What a refusal that came instead of a reply says: its code, as
+ * hoop_listener_finish tells it. */
+static int out_refusal(const uint8_t head[HOOP_HELLO_BYTES])
+{
+    struct hoop_hello h;
+    if (hoop_hello_decode(head, 256, &h) || h.kind != HOOP_HELLO_REFUSE)
+        return -EPROTO;
+    return h.aux == HOOP_ERR_INVALID    ? -EACCES
+           : h.aux == HOOP_ERR_MISMATCH ? -EPROTONOSUPPORT
+                                        : -ECONNREFUSED;
+}
+
+/* Read an outgoing connection's challenge and answer it (or its reply,
+ * and check it). */
 static void out_step(struct hoop_listener *l, struct hoop_listen_out *o)
 {
     while (o->state == 1 && o->got < HOOP_AUTH_BYTES) {
@@ -416,7 +483,12 @@ static void out_step(struct hoop_listener *l, struct hoop_listen_out *o)
         return;
     }
     if (o->chal[0] == 'H' && o->chal[1] == 'O' && o->chal[2] == 'O' && o->chal[3] == 'P') {
-        o->state = -ECONNREFUSED; /* a hello: its refusal */
+        /* a hello: its refusal */
+        o->state = o->early ? out_refusal(o->chal) : -ECONNREFUSED;
+        return;
+    }
+    if (o->early) {
+        o->state = hoop_auth_reply_check(l->token, o->hello, NULL, 0, o->nonce, o->chal);
         return;
     }
     uint8_t proof[HOOP_AUTH_BYTES];
@@ -429,10 +501,12 @@ static void out_step(struct hoop_listener *l, struct hoop_listen_out *o)
     o->state = verdict ? verdict : n == (ssize_t)sizeof(proof) ? 0 : n < 0 ? -errno : -EPIPE;
 }
 
-static int out_waiting(const struct hoop_listener *l)
+/* Whether an outgoing handshake still waits; with to_answer, only those
+ * that wait for a challenge this side must answer (a reply asks nothing). */
+static int out_waiting(const struct hoop_listener *l, int to_answer)
 {
     for (int i = 0; i < l->nout; i++)
-        if (l->out[i].state == 1)
+        if (l->out[i].state == 1 && !(to_answer && l->out[i].early))
             return 1;
     return 0;
 }
@@ -455,7 +529,7 @@ static int listener_loop(struct hoop_listener *l, uint64_t deadline_ns, const in
             listener_read_all(l, cb, ctx, &done);
         if (outgoing) {
             done = 0;
-            if (!out_waiting(l))
+            if (!out_waiting(l, outgoing == 2))
                 break;
         } else if (done) {
             break;
@@ -467,9 +541,10 @@ static int listener_loop(struct hoop_listener *l, uint64_t deadline_ns, const in
         }
         for (int i = 0; i < HOOP_PENDING_MAX; i++)
             if (l->pend[i].fd >= 0 && now >= l->pend[i].deadline)
-                pending_drop(l, &l->pend[i], l->pend[i].challenged
-                                                 ? "no answer to the token challenge within 5 s"
-                                                 : "no complete hello within 5 s");
+                pending_drop(l, &l->pend[i],
+                             l->pend[i].early        ? "no proof of the token within 5 s"
+                             : l->pend[i].challenged ? "no answer to the token challenge within 5 s"
+                                                     : "no complete hello within 5 s");
         for (int i = 0; i < l->nout; i++)
             if (l->out[i].state == 1 && now >= l->out[i].deadline)
                 l->out[i].state = -ETIMEDOUT;
@@ -542,6 +617,6 @@ int hoop_listener_finish(struct hoop_listener *l, uint64_t deadline_ns, const in
 
 void hoop_listener_answer(struct hoop_listener *l, uint64_t deadline_ns)
 {
-    if (out_waiting(l))
+    if (out_waiting(l, 1))
         listener_loop(l, deadline_ns, NULL, 0, NULL, NULL, 2);
 }

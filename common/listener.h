@@ -16,7 +16,11 @@
  * No connection reaches the callback before it has proved the job token
  * (auth.h): once its hello and body are in, the listener sends its
  * challenge and reads the proof, in the same non-blocking loop and within
- * the same grace, so a peer slow in its handshake holds up no one. A peer
+ * the same grace, so a peer slow in its handshake holds up no one. A data
+ * connection (HOOP_HELLO_DATA) is not challenged: it comes to a listener
+ * that published a nonce (hoop_listener_publish), and its early proof
+ * against that nonce follows the hello; the listener replies with its own
+ * MAC and hands it to the callback at once. A peer
  * with another token or another wire version is refused with a sentence
  * (sent back, and logged). The listener also finishes this process's own
  * outgoing handshakes (hoop_listener_expect): a rank that connected to a
@@ -25,6 +29,7 @@
 #ifndef HOOP_COMMON_LISTENER_H
 #define HOOP_COMMON_LISTENER_H
 
+#include "common/auth.h"
 #include "common/log.h"
 #include "common/wire.h"
 
@@ -58,6 +63,8 @@ struct hoop_listener {
     char who[128]; /* names the listener in log lines ("rank 0: bootstrap root") */
     int rank; /* names this side in refusals */
     uint8_t token[HOOP_TOKEN_BYTES];
+    uint8_t nonce[HOOP_AUTH_NONCE_BYTES]; /* published: data connections prove against it */
+    int published;
     struct hoop_listen_pending *pend;
     struct hoop_listen_out *out; /* outgoing handshakes, nout of outcap */
     int nout, outcap;
@@ -72,6 +79,10 @@ int hoop_listener_open(struct hoop_listener *l, int lfd, size_t max_body, const 
  * closed. */
 void hoop_listener_close(struct hoop_listener *l);
 
+/* Make the nonce that data connections to this listener prove against,
+ * for the caller to publish (in its handle). 0 or -errno. */
+int hoop_listener_publish(struct hoop_listener *l, uint8_t nonce[HOOP_AUTH_NONCE_BYTES]);
+
 /* Serve until the callback says done (0), the deadline (-ETIMEDOUT), one
  * of the nwake descriptors of wake is readable (-EINTR), or this process
  * cannot take one more connection: -EMFILE or -ENFILE (out of
@@ -83,10 +94,12 @@ int hoop_listener_serve(struct hoop_listener *l, uint64_t deadline_ns, const int
 
 /* An outgoing connection to peer whose hello (body-less, already sent) is
  * hello: its challenge is answered by every serve from now on, until
- * hoop_listener_finish says how it went. fd stays the caller's. 0 or
- * -ENOMEM. */
+ * hoop_listener_finish says how it went. With nonce (the peer's published
+ * one; the early proof went behind the hello), the peer's reply is read
+ * and checked instead. fd stays the caller's. 0 or -ENOMEM. */
 int hoop_listener_expect(struct hoop_listener *l, int fd, int peer,
-                         const uint8_t hello[HOOP_HELLO_BYTES]);
+                         const uint8_t hello[HOOP_HELLO_BYTES],
+                         const uint8_t nonce[HOOP_AUTH_NONCE_BYTES]);
 /* Forget an outgoing connection (the caller closes it). */
 void hoop_listener_forget(struct hoop_listener *l, int fd);
 /* Serve (handing hellos to cb, whose done is ignored) until every

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #define HOOP_WIRE_MAGIC 0x504f4f48u /* bytes 'H' 'O' 'O' 'P' */
-#define HOOP_WIRE_VERSION 3 /* 3: failure notices name their collective */
+#define HOOP_WIRE_VERSION 4 /* 4: data connections prove the token in their first message */
 #define HOOP_HELLO_BYTES 64
 #define HOOP_TOKEN_BYTES 32
 

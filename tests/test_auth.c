@@ -1,6 +1,9 @@
 /* test_auth.c - the job token is proved, never sent: a listener in a child
  * process faces good, replayed, wrong, truncated, garbled and old-version
- * handshakes; a captured 4-rank job carries no byte of its token. */
+ * handshakes; the TCP transport's data connections (an early proof against
+ * the nonce its listener published, and its reply) face the same from a
+ * raw peer on either end; a captured 4-rank job carries no byte of its
+ * token. */
 #include <criterion/criterion.h>
 
 #include "common/auth.h"
@@ -9,10 +12,12 @@
 #include "common/sock.h"
 #include "common/wire.h"
 #include "harness.h"
+#include "transport/transport.h"
 #include "hoop.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
@@ -257,6 +262,249 @@ Test(auth, wrong_token_and_garbage_are_refused_with_a_sentence, .timeout = 60)
     serve_stop(&s, log, sizeof(log));
     cr_assert(strstr(log, "wrong job token"), "the wrong token must be logged:\n%s", log);
     cr_assert(!strstr(log, JOB_TOKEN), "the token must not be logged:\n%s", log);
+}
+
+/* ---- data connections: the TCP transport against a raw peer ------------ */
+
+#define DATA_COMM 77u
+
+/* A TCP transport of rank `rank` of 2 listening on loopback; its handle. */
+static void *data_tp(int rank, uint8_t *handle, uint16_t *hl)
+{
+    uint8_t tok[HOOP_TOKEN_BYTES];
+    hoop_token_from_string(JOB_TOKEN, tok);
+    struct hoop_tp_params p = {.rank = rank, .size = 2, .token = tok};
+    void *tp = NULL;
+    cr_assert_eq(hoop_transport_tcp.create(&p, &tp), HOOP_OK, "%s", hoop_last_error());
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(hoop_transport_tcp.listen(tp, (struct sockaddr *)&a, sizeof(a), handle, hl),
+                 HOOP_OK, "%s", hoop_last_error());
+    cr_assert(*hl > HOOP_AUTH_NONCE_BYTES + 4);
+    return tp;
+}
+
+/* Where the listener's nonce sits in a handle: its last bytes. */
+static const uint8_t *data_nonce(const uint8_t *handle, uint16_t hl)
+{
+    return handle + hl - HOOP_AUTH_NONCE_BYTES;
+}
+
+static int data_client(const uint8_t *handle)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    memcpy(&a.sin_port, handle + 2, 2);
+    int fd = -1;
+    cr_assert_eq(hoop_sock_connect_retry((struct sockaddr *)&a, sizeof(a),
+                                         hoop_deadline_after(5.0), &fd), 0);
+    return fd;
+}
+
+/* Rank 0's hello for its socket 0 of channel, and its early proof made
+ * with token against nonce: what a data connection opens with. */
+static void data_open(uint8_t msg[HOOP_HELLO_BYTES + HOOP_AUTH_BYTES], int channel,
+                      const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t *nonce)
+{
+    struct hoop_hello h = {.kind = HOOP_HELLO_DATA, .rank = 0, .size = 2, .comm_id = DATA_COMM,
+                           .aux = (uint32_t)channel << 16};
+    hoop_hello_encode(&h, msg);
+    cr_assert_eq(hoop_auth_nonce(msg), 0);
+    hoop_auth_early(token, msg, NULL, 0, nonce, msg + HOOP_HELLO_BYTES);
+}
+
+/* Let tp's listener serve what is waiting: an accept of a connection that
+ * never comes, for a moment. */
+static void data_serve(void *tp, double seconds)
+{
+    char host[256] = "";
+    gethostname(host, sizeof(host) - 1);
+    void *c = NULL;
+    hoop_status_t st = hoop_transport_tcp.accept(tp, 1, HOOP_CHANNEL_P2P, host, DATA_COMM,
+                                                 hoop_deadline_after(seconds), &c);
+    cr_assert_neq(st, HOOP_OK, "nothing may be accepted from a rank that never connected");
+}
+
+/* This process's stderr into a file, and back. */
+static int stderr_to(const char *path)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    return saved;
+}
+
+static void stderr_back(int saved, const char *path, char *log, size_t n)
+{
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(log, 1, n - 1, f) : 0;
+    log[got] = '\0';
+    if (f)
+        fclose(f);
+    unlink(path);
+}
+
+Test(auth, data_connections_prove_early_and_replays_are_refused, .timeout = 60)
+{
+    setenv("HOOP_TCP_NSOCKS", "1", 1);
+    uint8_t handle[HOOP_TP_HANDLE_MAX];
+    uint16_t hl = 0;
+    void *tp = data_tp(1, handle, &hl);
+    const uint8_t *nonce = data_nonce(handle, hl);
+    uint8_t tok[HOOP_TOKEN_BYTES], bad[HOOP_TOKEN_BYTES], other[HOOP_AUTH_NONCE_BYTES];
+    hoop_token_from_string(JOB_TOKEN, tok);
+    hoop_token_from_string("another-job", bad);
+    memset(other, 0x3c, sizeof(other));
+    uint64_t dl = hoop_deadline_after(10.0);
+    char path[64], why[512];
+    snprintf(path, sizeof(path), "/tmp/hoop-auth-data-%d.log", (int)getpid());
+    int saved = stderr_to(path);
+
+    /* Good: the hello and early proof in one write; the transport takes
+     * the connection and replies with its own MAC over the same. */
+    uint8_t good[HOOP_HELLO_BYTES + HOOP_AUTH_BYTES], reply[HOOP_AUTH_BYTES];
+    data_open(good, HOOP_CHANNEL_RING, tok, nonce);
+    int fd = data_client(handle);
+    cr_assert_eq(hoop_sock_write_all(fd, good, sizeof(good), dl), 0);
+    char host[256] = "";
+    gethostname(host, sizeof(host) - 1);
+    void *conn = NULL;
+    hoop_status_t st = hoop_transport_tcp.accept(tp, 0, HOOP_CHANNEL_RING, host, DATA_COMM,
+                                                 hoop_deadline_after(5.0), &conn);
+    cr_assert_eq(st, HOOP_OK, "a good early proof must be taken: %s", hoop_last_error());
+    cr_assert_eq(hoop_sock_read_all(fd, reply, sizeof(reply), dl), 0);
+    cr_assert_eq(hoop_auth_reply_check(tok, good, NULL, 0, nonce, reply), 0,
+                 "the acceptor's reply must prove the token");
+    cr_assert_eq(hoop_auth_reply_check(bad, good, NULL, 0, nonce, reply), -EACCES);
+    cr_assert(memmem(good, sizeof(good), JOB_TOKEN, strlen(JOB_TOKEN)) == NULL);
+
+    /* Replay: the same bytes on a new connection prove the same, but that
+     * rank's socket has come already: refused, never kept. */
+    int replay = data_client(handle);
+    cr_assert_eq(hoop_sock_write_all(replay, good, sizeof(good), dl), 0);
+    data_serve(tp, 0.5);
+    uint8_t sink[256];
+    ssize_t n = 1;
+    struct pollfd pf = {.fd = replay, .events = POLLIN};
+    while (n > 0 && poll(&pf, 1, 5000) == 1)
+        n = recv(replay, sink, sizeof(sink), MSG_DONTWAIT);
+    cr_assert_eq(n, 0, "the replayed connection must be closed");
+    close(replay);
+
+    /* Truncated: the hello and half a proof, then the peer leaves. */
+    fd = data_client(handle);
+    uint8_t part[HOOP_HELLO_BYTES + HOOP_AUTH_BYTES];
+    data_open(part, HOOP_CHANNEL_P2P, tok, nonce);
+    cr_assert_eq(hoop_sock_write_all(fd, part, HOOP_HELLO_BYTES + 20, dl), 0);
+    close(fd);
+    data_serve(tp, 0.3);
+
+    /* Wrong token, a proof against another nonce, garbage in place of the
+     * MAC and in place of the whole proof: each refused with a sentence
+     * (the log holds the first few lines only). */
+    struct {
+        const char *what, *want;
+    } cases[] = {
+        {"wrong token", "wrong job token: rank 0's HOOP_TOKEN differs from rank 1's"},
+        {"another nonce", "against another nonce than the one rank 1 published"},
+        {"garbage MAC", "wrong job token"},
+        {"garbage proof", "not a proof"},
+    };
+    for (int k = 0; k < 4; k++) {
+        uint8_t msg[HOOP_HELLO_BYTES + HOOP_AUTH_BYTES];
+        data_open(msg, HOOP_CHANNEL_P2P, k == 0 ? bad : tok, k == 1 ? other : nonce);
+        if (k == 2)
+            memset(msg + HOOP_HELLO_BYTES + 32, 0x5a, 32);
+        if (k == 3)
+            memset(msg + HOOP_HELLO_BYTES, 0x5a, HOOP_AUTH_BYTES);
+        fd = data_client(handle);
+        cr_assert_eq(hoop_sock_write_all(fd, msg, sizeof(msg), dl), 0);
+        data_serve(tp, 0.3);
+        cr_assert_eq(read_refusal(fd, why, sizeof(why)), HOOP_WIRE_VERSION, "%s: no refusal",
+                     cases[k].what);
+        cr_assert(strstr(why, cases[k].want), "%s refused with: %s", cases[k].what, why);
+        close(fd);
+    }
+
+    hoop_transport_tcp.close(conn);
+    hoop_transport_tcp.destroy(tp);
+    static char log[16384];
+    stderr_back(saved, path, log, sizeof(log));
+    cr_assert(strstr(log, "has come already (a handshake recorded and played again?)"),
+              "the replay must be logged:\n%s", log);
+    cr_assert(strstr(log, "closed before proving the token"),
+              "the truncated proof must be logged:\n%s", log);
+    cr_assert(!strstr(log, JOB_TOKEN), "the token must not be logged:\n%s", log);
+    unsetenv("HOOP_TCP_NSOCKS");
+}
+
+/* The connecting side: its early proof checks out against the nonce of the
+ * handle it was given, and a reply that does not prove the token fails
+ * the set-up with a sentence. */
+Test(auth, data_connection_replies_are_checked, .timeout = 60)
+{
+    setenv("HOOP_TCP_NSOCKS", "1", 1);
+    uint8_t handle[HOOP_TP_HANDLE_MAX], peer[HOOP_TP_HANDLE_MAX];
+    uint16_t hl = 0, pl = 0;
+    void *tp = data_tp(0, handle, &hl);
+    void *tp1 = data_tp(1, peer, &pl); /* only for a handle of the right form */
+    /* A raw acceptor, in the handle in place of rank 1's listener. */
+    int lfd = -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(hoop_sock_listen((struct sockaddr *)&a, sizeof(a), &lfd), 0);
+    socklen_t sl = sizeof(a);
+    getsockname(lfd, (struct sockaddr *)&a, &sl);
+    memcpy(peer + 2, &a.sin_port, 2);
+    uint8_t *nonce = peer + pl - HOOP_AUTH_NONCE_BYTES;
+    memset(nonce, 0x71, HOOP_AUTH_NONCE_BYTES);
+    uint8_t tok[HOOP_TOKEN_BYTES], bad[HOOP_TOKEN_BYTES];
+    hoop_token_from_string(JOB_TOKEN, tok);
+    hoop_token_from_string("another-job", bad);
+    char host[256] = "";
+    gethostname(host, sizeof(host) - 1);
+    uint64_t dl = hoop_deadline_after(10.0);
+
+    for (int good = 0; good < 2; good++) {
+        void *conn = NULL;
+        int channel = good ? HOOP_CHANNEL_P2P : HOOP_CHANNEL_RING;
+        cr_assert_eq(hoop_transport_tcp.connect(tp, 1, channel, host, peer, pl, DATA_COMM,
+                                                hoop_deadline_after(5.0), &conn),
+                     HOOP_OK, "a connect waits for no reply: %s", hoop_last_error());
+        int fd = accept(lfd, NULL, NULL);
+        cr_assert(fd >= 0);
+        uint8_t msg[HOOP_HELLO_BYTES + HOOP_AUTH_BYTES];
+        cr_assert_eq(hoop_sock_read_all(fd, msg, sizeof(msg), dl), 0,
+                     "the hello and early proof come in the first message");
+        struct hoop_hello h;
+        cr_assert_eq(hoop_hello_decode(msg, 0, &h), 0);
+        cr_assert(h.kind == HOOP_HELLO_DATA && h.rank == 0 && h.comm_id == DATA_COMM &&
+                  h.aux == (uint32_t)channel << 16);
+        cr_assert_eq(hoop_auth_early_check(tok, msg, NULL, 0, nonce, msg + HOOP_HELLO_BYTES), 0,
+                     "the connecting rank's proof must hold against the nonce it was given");
+        cr_assert(memmem(msg, sizeof(msg), JOB_TOKEN, strlen(JOB_TOKEN)) == NULL);
+        uint8_t reply[HOOP_AUTH_BYTES];
+        hoop_auth_reply(good ? tok : bad, msg, NULL, 0, nonce, reply);
+        cr_assert_eq(hoop_sock_write_all(fd, reply, sizeof(reply), dl), 0);
+        hoop_status_t st = hoop_transport_tcp.settle(tp, DATA_COMM, hoop_deadline_after(5.0));
+        if (good) {
+            cr_assert_eq(st, HOOP_OK, "a good reply must settle: %s", hoop_last_error());
+        } else {
+            cr_assert_neq(st, HOOP_OK, "a reply without the token must fail the set-up");
+            cr_assert(strstr(hoop_last_error(), "rank 1 did not prove this job's token") &&
+                          strstr(hoop_last_error(), "wrong job token"),
+                      "said: %s", hoop_last_error());
+        }
+        hoop_transport_tcp.close(conn);
+        close(fd);
+    }
+    close(lfd);
+    hoop_transport_tcp.destroy(tp1);
+    hoop_transport_tcp.destroy(tp);
+    unsetenv("HOOP_TCP_NSOCKS");
 }
 
 Test(auth, seal_binds_header_and_body)

@@ -1,5 +1,6 @@
 /* fuzz_auth.c - libFuzzer target: the challenge and proof that follow a
- * hello, and the seal on messages over an authenticated connection. The
+ * hello, a data connection's early proof and its reply, and the seal on
+ * messages over an authenticated connection. The
  * input is a hello (64 bytes), then an auth message (64 bytes), then a
  * body. A decode that succeeds must re-encode to the bytes read; no input
  * may pass as a proof or a seal without the token (which it cannot know:
@@ -27,8 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct hoop_auth_msg m;
     int rc = hoop_auth_decode(msg, &m);
     if (rc == 0) {
-        if (m.version != HOOP_WIRE_VERSION ||
-            (m.step != HOOP_AUTH_CHALLENGE && m.step != HOOP_AUTH_PROOF))
+        if (m.version != HOOP_WIRE_VERSION || m.step < HOOP_AUTH_CHALLENGE ||
+            m.step > HOOP_AUTH_REPLY)
             __builtin_trap();
         uint8_t again[HOOP_AUTH_BYTES];
         hoop_auth_encode(&m, again);
@@ -49,6 +50,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rc = hoop_auth_answer(token, hello, body, body_len, msg, out);
     if (rc == 0)
         __builtin_trap(); /* the input proved a token it cannot hold */
+
+    /* A data connection's acceptor (the input as the early proof, against
+     * the nonce it names and against a published one) and its initiator
+     * (the input as the reply). */
+    static const uint8_t published[HOOP_AUTH_NONCE_BYTES] = "fuzz-published-nonce-24";
+    if (hoop_auth_early_check(token, hello, body, body_len, published, msg) == 0 ||
+        hoop_auth_early_check(token, hello, body, body_len, msg + 8, msg) == 0 ||
+        hoop_auth_reply_check(token, hello, body, body_len, published, msg) == 0)
+        __builtin_trap();
 
     /* As a reader of sealed messages. */
     if (hoop_auth_sealed(token, hello, body, body_len))

@@ -20,9 +20,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TCP_HANDLE_VERSION 2
-#define TCP_HANDLE_BYTES 21 /* version, family, port, 16 address bytes, nsocks (0 = auto) */
-#define TCP_NSOCKS_MAX 16
+#define TCP_HANDLE_VERSION 3
+/* version, family, port, 16 address bytes, nsocks (0 = auto), then the
+ * nonce that connections to this rank prove the token against */
+#define TCP_HANDLE_NONCE 21
+#define TCP_HANDLE_BYTES (TCP_HANDLE_NONCE + HOOP_AUTH_NONCE_BYTES)
+#define TCP_NSOCKS_MAX 16 /* a bit each in tcp_tp.claimed */
 /* HOOP_TCP_NSOCKS=auto to a rank on another host: two streams kept a
  * shaped 5 Gbit/s link 4 % fuller than one (bench/RESULTS.md, "Sockets per
  * neighbour"); over loopback a second stream only costs CPU (20 % at N = 2). */
@@ -83,6 +86,11 @@ static hoop_status_t tcp_create(const struct hoop_tp_params *p, void **out)
     memcpy(tp->token, p->token, HOOP_TOKEN_BYTES);
     unsigned long long v;
     hoop_status_t st;
+    tp->claimed = calloc((size_t)p->size * (HOOP_CHANNEL_P2P + 1), sizeof(*tp->claimed));
+    if (!tp->claimed) {
+        st = hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: out of memory", p->rank);
+        goto err_free;
+    }
     if (strcmp(hoop_param_str("HOOP_TCP_NSOCKS"), "auto") == 0) {
         tp->nsocks = 0;
     } else if (hoop_param_parse_u64("HOOP_TCP_NSOCKS", hoop_param_str("HOOP_TCP_NSOCKS"), 1,
@@ -147,6 +155,7 @@ static hoop_status_t tcp_create(const struct hoop_tp_params *p, void **out)
     *out = tp;
     return HOOP_OK;
 err_free:
+    free(tp->claimed);
     free(tp);
     return st;
 }
@@ -188,6 +197,9 @@ static hoop_status_t tcp_listen(void *vtp, const struct sockaddr *local, socklen
         memcpy(handle + 4, &a->sin_addr, 4);
     }
     handle[20] = (uint8_t)tp->nsocks;
+    if ((rc = hoop_listener_publish(&tp->listener, handle + TCP_HANDLE_NONCE)))
+        return hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: no random numbers for the "
+                          "listener's nonce: %s", tp->rank, hoop_errno_str(rc));
     *handle_len = TCP_HANDLE_BYTES;
     char as[HOOP_ADDR_STR_MAX];
     hoop_sock_addr_str((struct sockaddr *)&ss, as, sizeof(as));
@@ -298,16 +310,22 @@ static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *p
             struct hoop_hello h = {.kind = HOOP_HELLO_DATA, .rank = (uint32_t)tp->rank,
                                    .size = (uint32_t)tp->size, .comm_id = comm_id,
                                    .aux = TCP_AUX(channel, i)};
-            uint8_t head[HOOP_HELLO_BYTES];
-            hoop_hello_encode(&h, head);
-            rc = hoop_auth_nonce(head);
+            /* The hello and, right behind it, the proof against the
+             * nonce the peer published: one write. */
+            uint8_t msg[HOOP_HELLO_BYTES + HOOP_AUTH_BYTES];
+            hoop_hello_encode(&h, msg);
+            rc = hoop_auth_nonce(msg);
+            if (rc == 0) {
+                hoop_auth_early(tp->token, msg, NULL, 0, handle + TCP_HANDLE_NONCE,
+                                msg + HOOP_HELLO_BYTES);
+                rc = hoop_sock_write_all(c->socks[i].fd, msg, sizeof(msg), deadline_ns);
+            }
+            /* The peer's reply is read while this rank waits for its own
+             * peers (tcp_accept), never here: a connect must not wait for
+             * a peer that may be connecting to us. */
             if (rc == 0)
-                rc = hoop_sock_write_all(c->socks[i].fd, head, sizeof(head), deadline_ns);
-            /* The peer's challenge is answered while this rank waits
-             * for its own peers (tcp_accept), never here: a connect
-             * must not wait for a peer that may be connecting to us. */
-            if (rc == 0)
-                rc = hoop_listener_expect(&tp->listener, c->socks[i].fd, peer, head);
+                rc = hoop_listener_expect(&tp->listener, c->socks[i].fd, peer, msg,
+                                          handle + TCP_HANDLE_NONCE);
         }
         if (rc == 0)
             rc = tcp_ready_socket(tp, c->socks[i].fd);
@@ -348,6 +366,18 @@ static int tcp_accept_take(struct tcp_accept_ctx *a, int rank, int channel, int 
     return 1;
 }
 
+/* Whether rank's socket index of channel has come already (its hello was
+ * taken or stashed); with set, now it has. A communicator takes each of
+ * them once: a second one is a handshake played again. */
+static int tcp_claimed(struct tcp_tp *tp, int rank, int channel, int index, int set)
+{
+    uint16_t *w = &tp->claimed[rank * (HOOP_CHANNEL_P2P + 1) + channel];
+    int was = (*w >> index) & 1;
+    if (set)
+        *w |= (uint16_t)(1u << index);
+    return was;
+}
+
 static int tcp_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
 {
     struct tcp_accept_ctx *a = vctx;
@@ -362,7 +392,11 @@ static int tcp_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
     else if (h->rank >= (uint32_t)tp->size || channel > HOOP_CHANNEL_P2P ||
              index >= TCP_NSOCKS_MAX)
         why = "claims a rank, channel or socket that does not exist";
+    else if (tcp_claimed(tp, (int)h->rank, channel, index, 0))
+        why = "that rank's socket of this channel has come already (a handshake recorded and "
+              "played again?)";
     if (!why && tcp_accept_take(a, (int)h->rank, channel, index, m->fd)) {
+        tcp_claimed(tp, (int)h->rank, channel, index, 1);
         if (a->have == a->c->nsocks)
             *done = 1;
         return 1;
@@ -375,6 +409,7 @@ static int tcp_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
                                       .channel = channel, .index = index};
             tp->stash = k;
             tp->nstash++;
+            tcp_claimed(tp, (int)h->rank, channel, index, 1);
             return 1;
         }
     }
@@ -523,6 +558,7 @@ static void tcp_destroy(void *vtp)
     hoop_listener_close(&tp->listener);
     if (tp->lfd >= 0)
         close(tp->lfd);
+    free(tp->claimed);
     free(tp);
 }
 

@@ -113,6 +113,7 @@ struct tcp_tp {
     struct tcp_conn *conns;
     struct tcp_stashed *stash;
     int nstash;
+    uint16_t *claimed; /* [rank][channel]: a bit for each socket whose hello has come */
     char desc[48];
 };
 
