@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/status.h"
+#include "gpu/gpu.h"
 #include "reduce/reduce.h"
 
 #include <sched.h>
@@ -147,6 +148,13 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
     hoop_status_t st = hoop_boot_cfg_resolve(cfg, &bcfg);
     if (st)
         return st;
+    /* Whether CUDA is here, asked once per process: the first call loads
+     * the driver (or searches the library path for it in vain, 0.1 ms).
+     * Asked now, while the other ranks are still starting, the first
+     * collective does not pay it, nor the ranks waiting for this one. */
+    const char *no_gpu = NULL;
+    if (hoop_gpu_built() && !hoop_gpu_available(&no_gpu))
+        HOOP_DEBUG("rank %d: device buffers are not taken here: %s", bcfg.rank, no_gpu);
     hoop_comm_t *c = calloc(1, sizeof(*c));
     if (!c)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: out of memory", bcfg.rank);
