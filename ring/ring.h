@@ -48,6 +48,7 @@ struct hoop_ring {
     size_t chunk_bytes;
     int depth;
     uint8_t *scratch; /* depth receive slots of chunk_bytes, reused by every call */
+    size_t scratch_bytes; /* its mapping's length */
     struct hoop_ring_req *sreq;
     struct hoop_ring_req *rreq;
     struct hoop_step *steps; /* 2 * size entries: the table of the collective running */
