@@ -75,14 +75,6 @@ int hoop_token_from_string(const char *s, uint8_t out[HOOP_TOKEN_BYTES])
     return 0;
 }
 
-int hoop_token_equal(const uint8_t a[HOOP_TOKEN_BYTES], const uint8_t b[HOOP_TOKEN_BYTES])
-{
-    uint8_t diff = 0;
-    for (int i = 0; i < HOOP_TOKEN_BYTES; i++)
-        diff |= (uint8_t)(a[i] ^ b[i]);
-    return diff == 0;
-}
-
 static uint8_t *buf_take(struct hoop_buf *b, size_t n)
 {
     if (b->bad || n > b->len - b->pos) {

@@ -62,8 +62,6 @@ void hoop_wire_version_why(unsigned peer_version, char *out, size_t n);
 
 /* Token: the job's secret string (<= 32 bytes), zero-padded. */
 int hoop_token_from_string(const char *s, uint8_t out[HOOP_TOKEN_BYTES]);
-/* Constant-time comparison: 1 when equal. */
-int hoop_token_equal(const uint8_t a[HOOP_TOKEN_BYTES], const uint8_t b[HOOP_TOKEN_BYTES]);
 
 /* Bounded writer/reader. A write past the end, or a read past the end,
  * sets `bad` and does nothing, so a message is checked once at the end. */

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -670,4 +671,28 @@ int harness_fake_send(harness_fake_t *f, const void *hdr, size_t hdr_len, const 
             return -ETIMEDOUT;
     }
     return q.state;
+}
+
+int harness_stderr_to(const char *path)
+{
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert(saved >= 0 && fd >= 0, "redirecting stderr to %s: %s", path, strerror(errno));
+    dup2(fd, 2);
+    close(fd);
+    return saved;
+}
+
+void harness_stderr_back(int saved, const char *path, char *log, size_t n)
+{
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(log, 1, n - 1, f) : 0;
+    log[got] = '\0';
+    if (f)
+        fclose(f);
+    unlink(path);
 }

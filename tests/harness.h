@@ -137,6 +137,11 @@ int harness_free_port(void);
 
 /* Monotonic clock in seconds. */
 double harness_now(void);
+/* This process's stderr into a file at path (what the library logs in
+ * this process), until harness_stderr_back puts it back and reads the
+ * file into log (n bytes at most, NUL-terminated) and removes it. */
+int harness_stderr_to(const char *path);
+void harness_stderr_back(int saved, const char *path, char *log, size_t n);
 /* Seconds since t0, a harness_now() value. */
 double harness_since(double t0);
 /* Sleep ms milliseconds, through signals. */

@@ -17,7 +17,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
@@ -323,31 +322,6 @@ static void data_serve(void *tp, double seconds)
     cr_assert_neq(st, HOOP_OK, "nothing may be accepted from a rank that never connected");
 }
 
-/* This process's stderr into a file, and back. */
-static int stderr_to(const char *path)
-{
-    fflush(stderr);
-    int saved = dup(2);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    cr_assert(saved >= 0 && fd >= 0);
-    dup2(fd, 2);
-    close(fd);
-    return saved;
-}
-
-static void stderr_back(int saved, const char *path, char *log, size_t n)
-{
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    FILE *f = fopen(path, "r");
-    size_t got = f ? fread(log, 1, n - 1, f) : 0;
-    log[got] = '\0';
-    if (f)
-        fclose(f);
-    unlink(path);
-}
-
 Test(auth, data_connections_prove_early_and_replays_are_refused, .timeout = 60)
 {
     setenv("HOOP_TCP_NSOCKS", "1", 1);
@@ -362,7 +336,7 @@ Test(auth, data_connections_prove_early_and_replays_are_refused, .timeout = 60)
     uint64_t dl = hoop_deadline_after(10.0);
     char path[64], why[512];
     snprintf(path, sizeof(path), "/tmp/hoop-auth-data-%d.log", (int)getpid());
-    int saved = stderr_to(path);
+    int saved = harness_stderr_to(path);
 
     /* Good: the hello and early proof in one write; the transport takes
      * the connection and replies with its own MAC over the same. */
@@ -433,7 +407,7 @@ Test(auth, data_connections_prove_early_and_replays_are_refused, .timeout = 60)
     hoop_transport_tcp.close(conn);
     hoop_transport_tcp.destroy(tp);
     static char log[16384];
-    stderr_back(saved, path, log, sizeof(log));
+    harness_stderr_back(saved, path, log, sizeof(log));
     cr_assert(strstr(log, "has come already (a handshake recorded and played again?)"),
               "the replay must be logged:\n%s", log);
     cr_assert(strstr(log, "closed before proving the token"),

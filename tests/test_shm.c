@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -72,6 +73,73 @@ static int pair_wait(void *tp, struct hoop_tp_req *req)
             return rc;
     }
     return req->state;
+}
+
+/* A connection proves the job token without carrying it: the hello that
+ * reaches a listener holds no byte of the token, and a listener whose
+ * rank holds another token refuses it with a sentence. */
+Test(shm, hello_proves_the_token_without_carrying_it, .timeout = 60)
+{
+    const struct hoop_transport_ops *o = &hoop_transport_shm;
+    static const uint8_t other[HOOP_TOKEN_BYTES] = "test_shm another job's token";
+    struct sockaddr_in any = {.sin_family = AF_INET};
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/hoop-shm-token-%d.log", (int)getpid());
+    for (int wrong = 0; wrong < 2; wrong++) {
+        void *tp[2];
+        uint8_t h[2][HOOP_TP_HANDLE_MAX];
+        uint16_t hl[2];
+        for (int r = 0; r < 2; r++) {
+            struct hoop_tp_params prm = {.rank = r, .size = 2,
+                                         .token = r == 1 && wrong ? other : pair_token};
+            cr_assert_eq(o->create(&prm, &tp[r]), HOOP_OK, "create: %s", hoop_last_error());
+            cr_assert_eq(o->listen(tp[r], (struct sockaddr *)&any, sizeof(any), h[r], &hl[r]),
+                         HOOP_OK, "listen: %s", hoop_last_error());
+        }
+        void *tx = NULL, *rx = NULL;
+        uint64_t deadline = hoop_now_ns() + 5000000000ull;
+        cr_assert_eq(o->connect(tp[0], 1, HOOP_CHANNEL_RING, "here", h[1], hl[1], 7, deadline,
+                                &tx), HOOP_OK, "connect: %s", hoop_last_error());
+        if (!wrong) {
+            /* Read the hello off rank 1's listening socket by hand. */
+            int fd = accept(((struct shm_tp *)tp[1])->lfd, NULL, NULL);
+            cr_assert(fd >= 0, "accept: %s", strerror(errno));
+            uint8_t m[256];
+            union {
+                struct cmsghdr h;
+                char b[CMSG_SPACE(sizeof(int) * 8)];
+            } cm;
+            struct iovec iov = {.iov_base = m, .iov_len = sizeof(m)};
+            struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
+                                .msg_controllen = sizeof(cm.b)};
+            ssize_t got = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+            for (struct cmsghdr *ch = CMSG_FIRSTHDR(&mh); ch; ch = CMSG_NXTHDR(&mh, ch))
+                for (size_t i = 0; i < (ch->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                    int f;
+                    memcpy(&f, CMSG_DATA(ch) + i * sizeof(int), sizeof(int));
+                    close(f);
+                }
+            cr_assert(got >= 64, "a hello of %zd bytes", got);
+            cr_assert(memmem(m, (size_t)got, pair_token, strlen((const char *)pair_token)) ==
+                          NULL,
+                      "the hello carries the job token");
+            close(fd);
+        } else {
+            int saved = harness_stderr_to(path);
+            hoop_status_t st = o->accept(tp[1], 0, HOOP_CHANNEL_RING, "here", 7,
+                                         hoop_now_ns() + 1000000000ull, &rx);
+            static char log[8192];
+            harness_stderr_back(saved, path, log, sizeof(log));
+            cr_assert_neq(st, HOOP_OK, "a rank of another token must not be taken");
+            cr_assert(strstr(log, "did not prove this job's token (its HOOP_TOKEN differs"),
+                      "the refusal must say why:\n%s", log);
+        }
+        o->close(tx);
+        if (rx)
+            o->close(rx);
+        o->destroy(tp[0]);
+        o->destroy(tp[1]);
+    }
 }
 
 /* Messages of every length around the slots' edges (64 KiB slots, a

@@ -1,6 +1,7 @@
 /* shm.c - the shared-memory transport's set-up: segments, the Unix socket
  * that hands them over, connections, and the end of them (shm.h). */
 #include "transport/shm/conn.h"
+#include "common/auth.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/sock.h"
@@ -30,6 +31,9 @@
  * the two eventfds beside it. */
 #define SHM_HELLO_MAGIC 0x43485348u /* "HSHC" */
 #define SHM_HELLO_BYTES 72
+/* 2: a MAC where version 1 carried the job token itself */
+#define SHM_HELLO_VERSION 2
+_Static_assert(SHM_HELLO_BYTES > HOOP_HELLO_BYTES, "the hello's tail is the MAC's body");
 #define SHM_HELLO_FDS 3 /* memfd, the receiver's eventfd, the sender's */
 
 /* How long an accepted socket may take to send its hello. */
@@ -183,20 +187,35 @@ static void shm_conn_unlist(struct shm_tp *tp, struct shm_conn *c)
         }
 }
 
+/* The MAC a hello carries at 32..63, keyed by the token: over the hello
+ * (that field zeroed) and the address of the listener it goes to (the pid
+ * and nonce of its handle), so that it proves nothing anywhere else. */
+static void shm_hello_mac(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t m[SHM_HELLO_BYTES],
+                          uint32_t pid, uint64_t nonce, uint8_t mac[HOOP_MAC_BYTES])
+{
+    uint8_t h[HOOP_HELLO_BYTES], where[HOOP_AUTH_NONCE_BYTES] = {0};
+    memcpy(h, m, sizeof(h));
+    memset(h + 32, 0, HOOP_MAC_BYTES);
+    hoop_put_le(where, pid, 4);
+    hoop_put_le(where + 4, nonce, 8);
+    hoop_auth_mac(token, 'M', h, m + HOOP_HELLO_BYTES, SHM_HELLO_BYTES - HOOP_HELLO_BYTES, where,
+                  mac);
+}
+
 static int shm_send_hello(struct shm_tp *tp, struct shm_conn *c, int memfd, int efd_cons,
-                          int efd_prod, uint64_t comm_id)
+                          int efd_prod, uint64_t comm_id, uint32_t pid, uint64_t nonce)
 {
     uint8_t m[SHM_HELLO_BYTES] = {0};
     hoop_put_le(m, SHM_HELLO_MAGIC, 4);
-    hoop_put_le(m + 4, SHM_VERSION, 2);
+    hoop_put_le(m + 4, SHM_HELLO_VERSION, 2);
     hoop_put_le(m + 6, (uint64_t)c->channel, 2);
     hoop_put_le(m + 8, (uint64_t)tp->rank, 4);
     hoop_put_le(m + 12, (uint64_t)tp->size, 4);
     hoop_put_le(m + 16, comm_id, 8);
     hoop_put_le(m + 24, c->nslots, 4);
     hoop_put_le(m + 28, c->slot_bytes, 4);
-    memcpy(m + 32, tp->token, HOOP_TOKEN_BYTES);
     hoop_put_le(m + 64, (uint64_t)(uintptr_t)&c->ctl->probe, 8);
+    shm_hello_mac(tp->token, m, pid, nonce, m + 32);
     int fds[SHM_HELLO_FDS] = {memfd, efd_cons, efd_prod};
     union {
         struct cmsghdr h;
@@ -290,7 +309,7 @@ static hoop_status_t shm_connect(void *vtp, int peer, int channel, const char *p
                           "HOOP_SHM=0 turns shared memory off)", tp->rank, peer, peer_host,
                           hoop_errno_str(rc));
     }
-    rc = shm_send_hello(tp, c, memfd, efd_cons, c->efd_self, comm_id);
+    rc = shm_send_hello(tp, c, memfd, efd_cons, c->efd_self, comm_id, pid, nonce);
     close(memfd);
     memfd = -1;
     c->efd_peer = efd_cons;
@@ -361,6 +380,7 @@ static int shm_take_hello(struct shm_tp *tp, int fd, uint64_t comm_id, uint64_t 
     struct ucred cred;
     socklen_t cl = sizeof(cred);
     uint32_t rank = 0, channel = 0;
+    uint8_t mac[HOOP_MAC_BYTES];
     if (got != (ssize_t)sizeof(m)) {
         snprintf(why, n, "sent %zd bytes for its %d-byte hello", got, SHM_HELLO_BYTES);
         rc = -EPROTO;
@@ -368,11 +388,13 @@ static int shm_take_hello(struct shm_tp *tp, int fd, uint64_t comm_id, uint64_t 
         snprintf(why, n, "sent %d descriptors with its hello where %d belong", nfds,
                  SHM_HELLO_FDS);
         rc = -EPROTO;
-    } else if (hoop_get_le(m, 4) != SHM_HELLO_MAGIC || hoop_get_le(m + 4, 2) != SHM_VERSION) {
+    } else if (hoop_get_le(m, 4) != SHM_HELLO_MAGIC ||
+               hoop_get_le(m + 4, 2) != SHM_HELLO_VERSION) {
         snprintf(why, n, "is not a hoop shared-memory connection of this version");
         rc = -EPROTO;
-    } else if (!hoop_token_equal(m + 32, tp->token)) {
-        snprintf(why, n, "presented another job's token");
+    } else if (shm_hello_mac(tp->token, m, (uint32_t)getpid(), tp->nonce, mac),
+               !hoop_mac_equal(mac, m + 32)) {
+        snprintf(why, n, "did not prove this job's token (its HOOP_TOKEN differs: another job?)");
         rc = -EACCES;
     } else if (hoop_get_le(m + 16, 8) != comm_id ||
                hoop_get_le(m + 12, 4) != (uint64_t)tp->size) {
