@@ -9,7 +9,11 @@
 # BUILD_DIR holds hooprun and form_bench (make build/form_bench; for
 # another commit, build it in a worktree of its own, the same way). Env:
 # NP=8 ranks, REPS=15 repeats, ENGINES="auto poll" (HOOP_TCP_ENGINE),
-# PERF_EVENTS=task-clock,context-switches. Raw outputs go to
+# PERF_EVENTS=task-clock,context-switches, START_AFTER=0.5: every rank
+# starts hoop_comm_init at the same moment, this many seconds after the
+# launch (form_bench's FORM_BENCH_START), so that formation is timed
+# without the launcher's spawning; START_AFTER=0 times it from each
+# rank's own start, the first rank's figure then holding the others'. Raw outputs go to
 # OUT_DIR/<name>.<engine>.<rep>.out and .perf, the machine (nproc, lscpu,
 # kernel, load before and after) to OUT_DIR/machine.txt; the table (median
 # [min-max] of every figure, and each build's median over the first's) is
@@ -26,6 +30,7 @@ NP="${NP:-8}"
 REPS="${REPS:-15}"
 ENGINES="${ENGINES:-auto poll}"
 PERF_EVENTS="${PERF_EVENTS:-task-clock,context-switches}"
+START_AFTER="${START_AFTER:-0.5}"
 mkdir -p "$OUT"
 if [ $# -gt 0 ]; then
     {
@@ -33,6 +38,7 @@ if [ $# -gt 0 ]; then
         lscpu | grep -E 'Model name|^CPU\(s\)' || true
         uname -r
         echo "load before: $(cat /proc/loadavg)"
+        echo "START_AFTER=$START_AFTER"
     } > "$OUT/machine.txt"
     : > "$OUT/order.txt"
     for rep in $(seq "$REPS"); do
@@ -42,8 +48,13 @@ if [ $# -gt 0 ]; then
             for eng in $ENGINES; do
                 f="$OUT/$name.$eng.$rep"
                 echo "$name $eng $rep" >> "$OUT/order.txt"
-                HOOP_TCP_ENGINE="$eng" perf stat -x, -o "$f.perf" -e "$PERF_EVENTS" \
-                    "$dir/hooprun" -np "$NP" -x HOOP_TCP_ENGINE "$dir/form_bench" > "$f.out" 2>&1 ||
+                start=""
+                if [ "$START_AFTER" != 0 ]; then
+                    start=$(python3 -c "import time; print(f'{time.time() + $START_AFTER:.6f}')")
+                fi
+                FORM_BENCH_START="$start" HOOP_TCP_ENGINE="$eng" \
+                    perf stat -x, -o "$f.perf" -e "$PERF_EVENTS" \
+                    "$dir/hooprun" -np "$NP" -x HOOP_TCP_ENGINE -x FORM_BENCH_START "$dir/form_bench" > "$f.out" 2>&1 ||
                     echo "$name $eng $rep failed: $f.out" >&2
             done
         done
