@@ -131,7 +131,11 @@ static int sock_connect_once(const struct sockaddr *addr, socklen_t len, uint64_
 static int sock_connect(const struct sockaddr *addr, socklen_t len, uint64_t deadline_ns,
                         int *fd_out, int retry_refused)
 {
-    uint64_t backoff_ns = 10000000ull;
+    /* Ranks started together find the root's process not listening yet
+     * for the first milliseconds: the first retries come quickly, so that
+     * none waits much longer than the root took (a refused connect costs
+     * a round trip), then ever further apart. */
+    uint64_t backoff_ns = 1000000ull;
     for (;;) {
         int rc = sock_connect_once(addr, len, deadline_ns, fd_out);
         if (rc == 0 || (rc == -ECONNREFUSED && !retry_refused))
