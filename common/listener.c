@@ -572,7 +572,9 @@ static int listener_loop(struct hoop_listener *l, uint64_t deadline_ns, const in
             pfd[n++] = (struct pollfd){.fd = l->pend[i].fd, .events = POLLIN};
         }
         for (int i = 0; i < l->nout; i++) {
-            if (l->out[i].state != 1)
+            /* A reply asks nothing of this side: while it serves, one
+             * that came is read at the next look, and none wakes it. */
+            if (l->out[i].state != 1 || (l->out[i].early && !outgoing))
                 continue;
             if (l->out[i].deadline < until)
                 until = l->out[i].deadline;

@@ -244,15 +244,15 @@ static hoop_status_t mixed_accept(void *vtp, int peer, int channel, const char *
             : tp->net->accept(tp->ntp, peer, channel, peer_host, comm_id, deadline_ns, &c);
     if (st)
         return st;
-    /* What this rank opened over the configured transport (to a next on
-     * another host) is finished by that transport's accept, which this
-     * rank may never make: finish it here. */
-    if (shm && tp->nnet && tp->net->settle &&
-        (st = tp->net->settle(tp->ntp, comm_id, deadline_ns))) {
-        hoop_transport_shm.close(c);
-        return st;
-    }
     return mixed_wrap(tp, shm, c, out);
+}
+
+/* What this rank opened over the configured transport; shared memory
+ * leaves nothing to finish. */
+static hoop_status_t mixed_settle(void *vtp, uint64_t comm_id, uint64_t deadline_ns)
+{
+    struct mixed_tp *tp = vtp;
+    return tp->nnet && tp->net->settle ? tp->net->settle(tp->ntp, comm_id, deadline_ns) : HOOP_OK;
 }
 
 static int mixed_isend(void *vc, struct hoop_tp_req *req)
@@ -474,6 +474,7 @@ static const struct hoop_transport_ops mixed_template = {
     .describe = mixed_describe,
     .probe = mixed_probe,
     .handle_check = mixed_handle_check,
+    .settle = mixed_settle,
     .peer_ended = mixed_peer_ended,
     .set_busy_poll = mixed_set_busy_poll,
     .last_error = mixed_last_error,

@@ -8,6 +8,21 @@
 
 #include <errno.h>
 
+/* A wait of the set-up ended with st: 1 when it is to be made again (the
+ * communicator's control woke it and the collective goes on), else 0. */
+static int peers_wait_again(struct hoop_ring *r, hoop_status_t st, uint64_t deadline_ns)
+{
+    int w = st == HOOP_ERR_ABORTED && r->on_wake ? r->on_wake(r->wake_ctx) : -EINTR;
+    if (w == -EINTR) {
+        if (st == HOOP_ERR_ABORTED) {
+            r->fail_err = -EINTR;
+            r->fail_peer = -1;
+        }
+        return 0;
+    }
+    return !(w == 0 && hoop_now_ns() >= deadline_ns);
+}
+
 hoop_status_t hoop_ring_peers(struct hoop_ring *r, unsigned set, const int *peers, int npeers,
                               uint64_t deadline_ns)
 {
@@ -48,19 +63,20 @@ hoop_status_t hoop_ring_peers(struct hoop_ring *r, unsigned set, const int *peer
         while (!r->peer_rx[q]) {
             st = r->ops->accept(r->tp, q, HOOP_CHANNEL_P2P, r->peers[q].host, r->comm_id,
                                 deadline_ns, &r->peer_rx[q]);
-            if (st == HOOP_OK)
+            if (st == HOOP_OK || !peers_wait_again(r, st, deadline_ns))
                 break;
-            int w = st == HOOP_ERR_ABORTED && r->on_wake ? r->on_wake(r->wake_ctx) : -EINTR;
-            if (w == -EINTR) {
-                if (st == HOOP_ERR_ABORTED) {
-                    r->fail_err = -EINTR;
-                    r->fail_peer = -1;
-                }
-                return st;
-            }
-            if (w == 0 && hoop_now_ns() >= deadline_ns)
-                return st;
         }
+        if (st)
+            return st;
+    }
+    /* The connects' token replies, checked once every accept is made: by
+     * now they are in, and no accept above waited for them. */
+    while (r->ops->settle) {
+        st = r->ops->settle(r->tp, r->comm_id, deadline_ns);
+        if (st == HOOP_OK)
+            break;
+        if (!peers_wait_again(r, st, deadline_ns))
+            return st;
     }
     /* Every pair covers the other sets' pairs too. */
     r->p2p_made |=

@@ -199,7 +199,11 @@ hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *pee
                          deadline_ns, &r->tx);
     if (st)
         return st;
-    return r->ops->accept(r->tp, r->prev, HOOP_CHANNEL_RING, p->host, comm_id, deadline_ns, &r->rx);
+    st = r->ops->accept(r->tp, r->prev, HOOP_CHANNEL_RING, p->host, comm_id, deadline_ns, &r->rx);
+    /* The connect's token reply, checked now that nothing more is awaited. */
+    if (!st && r->ops->settle)
+        st = r->ops->settle(r->tp, comm_id, deadline_ns);
+    return st;
 }
 
 void hoop_ring_cancel(struct hoop_ring *r)

@@ -165,11 +165,12 @@ struct hoop_transport_ops {
      * the caller may now free or reuse the memory it passed (a transport
      * that registers memory lets go of what it registered of it). */
     void (*call_end)(void *tp);
-    /* Optional: finish what connect left for the next accept (the token
-     * handshakes of the connections this rank opened), for a rank whose
-     * accepts all go to another transport (ring/mixed.c: shared memory
-     * from prev, tcp to next). As accept: HOOP_ERR_ABORTED when a watched
-     * descriptor woke it. */
+    /* Optional: finish what connect left (tcp: check the peers' replies
+     * to the token proofs of the connections this rank opened). The ring
+     * calls it once every connect and accept of a set-up is made, before
+     * any of those connections carries data: by then the replies are
+     * in, and no accept waited for them. As accept: HOOP_ERR_ABORTED when
+     * a watched descriptor woke it (then call it again). */
     hoop_status_t (*settle)(void *tp, uint64_t comm_id, uint64_t deadline_ns);
 };
 

@@ -419,8 +419,8 @@ static int tcp_on_hello(void *vctx, const struct hoop_hello_msg *m, int *done)
     return 0;
 }
 
-/* The handshakes of the connections this rank opened, when no accept of
- * this transport comes to finish them (transport.h: settle). */
+/* The replies (and challenges) of the connections this rank opened
+ * (transport.h: settle). */
 static hoop_status_t tcp_settle(void *vtp, uint64_t comm_id, uint64_t deadline_ns)
 {
     struct tcp_tp *tp = vtp;
@@ -445,7 +445,9 @@ static hoop_status_t tcp_settle(void *vtp, uint64_t comm_id, uint64_t deadline_n
                           rc == -EACCES ? "wrong job token: its HOOP_TOKEN differs from this "
                                           "rank's (another job?)"
                           : rc == -ECONNREFUSED ? "it refused this rank (its log says why)"
-                                                : hoop_errno_str(rc));
+                          : rc == -EPROTONOSUPPORT ? "it speaks another hoop wire version: run "
+                                                     "the same hoop build everywhere"
+                                                   : hoop_errno_str(rc));
     return hoop_error(hoop_status_from_errno(rc), "rank %d: tcp transport: finishing the "
                       "handshakes of the connections this rank opened: %s", tp->rank,
                       hoop_errno_str(rc));
@@ -475,29 +477,11 @@ static hoop_status_t tcp_accept(void *vtp, int peer, int channel, const char *pe
     if (a.have < c->nsocks)
         rc = hoop_listener_serve(&tp->listener, deadline_ns, tp->watch.fd, tp->watch.n, tcp_on_hello,
                                  &a);
-    /* The connections this rank opened answer their challenges too
-     * before any of them carries data; what arrives meanwhile waits. */
-    int bad = -1;
-    if (rc == 0 && tp->listener.nout) {
-        struct tcp_accept_ctx later = {.tp = tp, .c = c, .peer = -1, .comm_id = comm_id};
-        rc = hoop_listener_finish(&tp->listener, deadline_ns, tp->watch.fd, tp->watch.n,
-                                  tcp_on_hello, &later, &bad);
-    }
+    /* The replies to the connections this rank opened are checked by
+     * settle, once every accept of the set-up is made (transport.h). */
     if (rc && rc != -EINTR) {
         uint64_t soon = hoop_now_ns() + 1000000000ull;
         hoop_listener_answer(&tp->listener, soon < deadline_ns ? soon : deadline_ns);
-    }
-    if (bad >= 0) {
-        tcp_close(c);
-        return hoop_error(rc == -EACCES ? HOOP_ERR_INVALID : HOOP_ERR_PEER,
-                          "rank %d: tcp transport: rank %d did not prove this job's token on the "
-                          "connection this rank opened to it: %s", tp->rank, bad,
-                          rc == -EACCES ? "wrong job token: its HOOP_TOKEN differs from this "
-                                          "rank's (another job?)"
-                          : rc == -ECONNREFUSED ? "it refused this rank (its log says why)"
-                          : rc == -EPROTONOSUPPORT ? "it speaks another hoop wire version: run "
-                                                     "the same hoop build everywhere"
-                                                   : hoop_errno_str(rc));
     }
     if (rc == -EINTR) {
         /* The communicator's control spoke: the sockets that came wait for
