@@ -247,6 +247,14 @@ static hoop_status_t mixed_accept(void *vtp, int peer, int channel, const char *
     return mixed_wrap(tp, shm, c, out);
 }
 
+/* Shared memory's connect may go early: the configured transport's
+ * decides. */
+static int mixed_connect_early(void *vtp)
+{
+    struct mixed_tp *tp = vtp;
+    return tp->net->connect_early && tp->net->connect_early(tp->ntp);
+}
+
 /* What this rank opened over the configured transport; shared memory
  * leaves nothing to finish. */
 static hoop_status_t mixed_settle(void *vtp, uint64_t comm_id, uint64_t deadline_ns)
@@ -475,6 +483,7 @@ static const struct hoop_transport_ops mixed_template = {
     .probe = mixed_probe,
     .handle_check = mixed_handle_check,
     .settle = mixed_settle,
+    .connect_early = mixed_connect_early,
     .peer_ended = mixed_peer_ended,
     .set_busy_poll = mixed_set_busy_poll,
     .last_error = mixed_last_error,

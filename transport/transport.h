@@ -172,6 +172,14 @@ struct hoop_transport_ops {
      * in, and no accept waited for them. As accept: HOOP_ERR_ABORTED when
      * a watched descriptor woke it (then call it again). */
     hoop_status_t (*settle)(void *tp, uint64_t comm_id, uint64_t deadline_ns);
+    /* Optional: 1 when a connect may be made before its peer is known to
+     * be in the same set-up (ring/peers.c makes it before the ranks agree
+     * on the collective): it completes whatever the peer does (in its
+     * listen backlog) and starts no traffic that progress would move (tcp,
+     * shared memory). Without it, connects wait for the agreement
+     * (libfabric's waits until its hello is taken; verbs' starts swapping
+     * queue pairs over its side channel). */
+    int (*connect_early)(void *tp);
 };
 
 /* The transport called `name` (HOOP_TRANSPORT), or NULL. */

@@ -267,6 +267,13 @@ static void tcp_conn_add(struct tcp_tp *tp, struct tcp_conn *c)
 /* The hello's aux: channel in the high half, socket index in the low. */
 #define TCP_AUX(channel, index) (((uint32_t)(channel) << 16) | (uint32_t)(index))
 
+/* A connect completes in the peer's listen backlog and writes its hello
+ * and proof; nothing moves on it until a request is posted. */
+static int tcp_connect_early(void *vtp)
+{
+    return 1;
+}
+
 static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *peer_host,
                                  const uint8_t *handle, uint16_t handle_len, uint64_t comm_id,
                                  uint64_t deadline_ns, void **out)
@@ -576,6 +583,7 @@ const struct hoop_transport_ops hoop_transport_tcp = {
     .irecv = tcp_irecv,
     .progress = tcp_progress,
     .settle = tcp_settle,
+    .connect_early = tcp_connect_early,
     .watch = tcp_watch,
     .cancel = tcp_cancel,
     .close = tcp_close,
