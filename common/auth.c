@@ -130,22 +130,26 @@ int hoop_auth_check(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[H
     return hoop_mac_equal(want, p.mac) ? 0 : -EACCES;
 }
 
-/* A message of one step carrying mac over hello + body and nonce. */
-static void step_msg(const uint8_t token[HOOP_TOKEN_BYTES], uint16_t step, char side,
-                     const uint8_t hello[HOOP_HELLO_BYTES], const void *body, size_t body_len,
-                     const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], uint8_t out[HOOP_AUTH_BYTES])
+/* The side whose MAC a data connection's step carries. */
+static char step_side(enum hoop_auth_step step)
 {
-    struct hoop_auth_msg m = {.version = HOOP_WIRE_VERSION, .step = step};
+    return step == HOOP_AUTH_EARLY ? 'E' : 'R';
+}
+
+void hoop_auth_make(const uint8_t token[HOOP_TOKEN_BYTES], enum hoop_auth_step step,
+                    const uint8_t hello[HOOP_HELLO_BYTES], const void *body, size_t body_len,
+                    const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], uint8_t out[HOOP_AUTH_BYTES])
+{
+    struct hoop_auth_msg m = {.version = HOOP_WIRE_VERSION, .step = (uint16_t)step};
     if (step == HOOP_AUTH_EARLY)
         memcpy(m.nonce, nonce, HOOP_AUTH_NONCE_BYTES);
-    hoop_auth_mac(token, side, hello, body, body_len, nonce, m.mac);
+    hoop_auth_mac(token, step_side(step), hello, body, body_len, nonce, m.mac);
     hoop_auth_encode(&m, out);
 }
 
-/* Check a message of one step: see hoop_auth_early_check. */
-static int step_check(const uint8_t token[HOOP_TOKEN_BYTES], uint16_t step, char side,
-                      const uint8_t hello[HOOP_HELLO_BYTES], const void *body, size_t body_len,
-                      const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], const uint8_t in[HOOP_AUTH_BYTES])
+int hoop_auth_verify(const uint8_t token[HOOP_TOKEN_BYTES], enum hoop_auth_step step,
+                     const uint8_t hello[HOOP_HELLO_BYTES], const void *body, size_t body_len,
+                     const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], const uint8_t in[HOOP_AUTH_BYTES])
 {
     struct hoop_auth_msg m;
     int rc = hoop_auth_decode(in, &m);
@@ -158,38 +162,8 @@ static int step_check(const uint8_t token[HOOP_TOKEN_BYTES], uint16_t step, char
     if (step == HOOP_AUTH_EARLY && memcmp(m.nonce, nonce, HOOP_AUTH_NONCE_BYTES) != 0)
         return -ESTALE;
     uint8_t want[HOOP_MAC_BYTES];
-    hoop_auth_mac(token, side, hello, body, body_len, nonce, want);
+    hoop_auth_mac(token, step_side(step), hello, body, body_len, nonce, want);
     return hoop_mac_equal(want, m.mac) ? 0 : -EACCES;
-}
-
-void hoop_auth_early(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[HOOP_HELLO_BYTES],
-                     const void *body, size_t body_len,
-                     const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], uint8_t out[HOOP_AUTH_BYTES])
-{
-    step_msg(token, HOOP_AUTH_EARLY, 'E', hello, body, body_len, nonce, out);
-}
-
-int hoop_auth_early_check(const uint8_t token[HOOP_TOKEN_BYTES],
-                          const uint8_t hello[HOOP_HELLO_BYTES], const void *body,
-                          size_t body_len, const uint8_t nonce[HOOP_AUTH_NONCE_BYTES],
-                          const uint8_t in[HOOP_AUTH_BYTES])
-{
-    return step_check(token, HOOP_AUTH_EARLY, 'E', hello, body, body_len, nonce, in);
-}
-
-void hoop_auth_reply(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[HOOP_HELLO_BYTES],
-                     const void *body, size_t body_len,
-                     const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], uint8_t out[HOOP_AUTH_BYTES])
-{
-    step_msg(token, HOOP_AUTH_REPLY, 'R', hello, body, body_len, nonce, out);
-}
-
-int hoop_auth_reply_check(const uint8_t token[HOOP_TOKEN_BYTES],
-                          const uint8_t hello[HOOP_HELLO_BYTES], const void *body,
-                          size_t body_len, const uint8_t nonce[HOOP_AUTH_NONCE_BYTES],
-                          const uint8_t in[HOOP_AUTH_BYTES])
-{
-    return step_check(token, HOOP_AUTH_REPLY, 'R', hello, body, body_len, nonce, in);
 }
 
 int hoop_auth_connect(int fd, const uint8_t token[HOOP_TOKEN_BYTES],

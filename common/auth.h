@@ -99,27 +99,20 @@ int hoop_auth_connect(int fd, const uint8_t token[HOOP_TOKEN_BYTES],
                       const uint8_t hello[HOOP_HELLO_BYTES], const void *body, size_t body_len,
                       uint64_t deadline_ns, uint8_t reply[HOOP_AUTH_BYTES]);
 
-/* Data connections, against the nonce the acceptor's listener published.
- * The initiator's early proof for its hello + body: */
-void hoop_auth_early(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[HOOP_HELLO_BYTES],
-                     const void *body, size_t body_len,
-                     const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], uint8_t out[HOOP_AUTH_BYTES]);
-/* The acceptor's check of it: 0, -EACCES (wrong MAC: another token),
- * -ESTALE (proved against another nonce than this listener's: recorded on
- * another listener or job and played again), -EPROTO or -EPROTONOSUPPORT. */
-int hoop_auth_early_check(const uint8_t token[HOOP_TOKEN_BYTES],
-                          const uint8_t hello[HOOP_HELLO_BYTES], const void *body,
-                          size_t body_len, const uint8_t nonce[HOOP_AUTH_NONCE_BYTES],
-                          const uint8_t in[HOOP_AUTH_BYTES]);
-/* The acceptor's reply once the early proof holds, and the initiator's
- * check of it: 0, -EACCES, -EPROTO or -EPROTONOSUPPORT. */
-void hoop_auth_reply(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[HOOP_HELLO_BYTES],
-                     const void *body, size_t body_len,
-                     const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], uint8_t out[HOOP_AUTH_BYTES]);
-int hoop_auth_reply_check(const uint8_t token[HOOP_TOKEN_BYTES],
-                          const uint8_t hello[HOOP_HELLO_BYTES], const void *body,
-                          size_t body_len, const uint8_t nonce[HOOP_AUTH_NONCE_BYTES],
-                          const uint8_t in[HOOP_AUTH_BYTES]);
+/* Data connections, against the nonce the acceptor's listener published:
+ * the message of step HOOP_AUTH_EARLY (the initiator's early proof for
+ * its hello + body) or HOOP_AUTH_REPLY (the acceptor's reply once that
+ * proof holds). */
+void hoop_auth_make(const uint8_t token[HOOP_TOKEN_BYTES], enum hoop_auth_step step,
+                    const uint8_t hello[HOOP_HELLO_BYTES], const void *body, size_t body_len,
+                    const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], uint8_t out[HOOP_AUTH_BYTES]);
+/* Its check by the other side: 0, -EACCES (wrong MAC: another token),
+ * -ESTALE (an early proof against another nonce than this listener's:
+ * recorded on another listener or job and played again), -EPROTO (not a
+ * message of that step) or -EPROTONOSUPPORT. */
+int hoop_auth_verify(const uint8_t token[HOOP_TOKEN_BYTES], enum hoop_auth_step step,
+                     const uint8_t hello[HOOP_HELLO_BYTES], const void *body, size_t body_len,
+                     const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], const uint8_t in[HOOP_AUTH_BYTES]);
 
 /* Seal a message sent on an authenticated connection: its auth field
  * becomes the MAC of the header (field zeroed) and the body. */

@@ -307,7 +307,7 @@ static void data_open(uint8_t msg[HOOP_HELLO_BYTES + HOOP_AUTH_BYTES], int chann
                            .aux = (uint32_t)channel << 16};
     hoop_hello_encode(&h, msg);
     cr_assert_eq(hoop_auth_nonce(msg), 0);
-    hoop_auth_early(token, msg, NULL, 0, nonce, msg + HOOP_HELLO_BYTES);
+    hoop_auth_make(token, HOOP_AUTH_EARLY, msg, NULL, 0, nonce, msg + HOOP_HELLO_BYTES);
 }
 
 /* Let tp's listener serve what is waiting: an accept of a connection that
@@ -351,9 +351,9 @@ Test(auth, data_connections_prove_early_and_replays_are_refused, .timeout = 60)
                                                  hoop_deadline_after(5.0), &conn);
     cr_assert_eq(st, HOOP_OK, "a good early proof must be taken: %s", hoop_last_error());
     cr_assert_eq(hoop_sock_read_all(fd, reply, sizeof(reply), dl), 0);
-    cr_assert_eq(hoop_auth_reply_check(tok, good, NULL, 0, nonce, reply), 0,
+    cr_assert_eq(hoop_auth_verify(tok, HOOP_AUTH_REPLY, good, NULL, 0, nonce, reply), 0,
                  "the acceptor's reply must prove the token");
-    cr_assert_eq(hoop_auth_reply_check(bad, good, NULL, 0, nonce, reply), -EACCES);
+    cr_assert_eq(hoop_auth_verify(bad, HOOP_AUTH_REPLY, good, NULL, 0, nonce, reply), -EACCES);
     cr_assert(memmem(good, sizeof(good), JOB_TOKEN, strlen(JOB_TOKEN)) == NULL);
 
     /* Replay: the same bytes on a new connection prove the same, but that
@@ -457,11 +457,11 @@ Test(auth, data_connection_replies_are_checked, .timeout = 60)
         cr_assert_eq(hoop_hello_decode(msg, 0, &h), 0);
         cr_assert(h.kind == HOOP_HELLO_DATA && h.rank == 0 && h.comm_id == DATA_COMM &&
                   h.aux == (uint32_t)channel << 16);
-        cr_assert_eq(hoop_auth_early_check(tok, msg, NULL, 0, nonce, msg + HOOP_HELLO_BYTES), 0,
+        cr_assert_eq(hoop_auth_verify(tok, HOOP_AUTH_EARLY, msg, NULL, 0, nonce, msg + HOOP_HELLO_BYTES), 0,
                      "the connecting rank's proof must hold against the nonce it was given");
         cr_assert(memmem(msg, sizeof(msg), JOB_TOKEN, strlen(JOB_TOKEN)) == NULL);
         uint8_t reply[HOOP_AUTH_BYTES];
-        hoop_auth_reply(good ? tok : bad, msg, NULL, 0, nonce, reply);
+        hoop_auth_make(good ? tok : bad, HOOP_AUTH_REPLY, msg, NULL, 0, nonce, reply);
         cr_assert_eq(hoop_sock_write_all(fd, reply, sizeof(reply), dl), 0);
         hoop_status_t st = hoop_transport_tcp.settle(tp, DATA_COMM, hoop_deadline_after(5.0));
         if (good) {

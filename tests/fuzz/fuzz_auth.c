@@ -55,9 +55,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * the nonce it names and against a published one) and its initiator
      * (the input as the reply). */
     static const uint8_t published[HOOP_AUTH_NONCE_BYTES] = "fuzz-published-nonce-24";
-    if (hoop_auth_early_check(token, hello, body, body_len, published, msg) == 0 ||
-        hoop_auth_early_check(token, hello, body, body_len, msg + 8, msg) == 0 ||
-        hoop_auth_reply_check(token, hello, body, body_len, published, msg) == 0)
+    if (hoop_auth_verify(token, HOOP_AUTH_EARLY, hello, body, body_len, published, msg) == 0 ||
+        hoop_auth_verify(token, HOOP_AUTH_EARLY, hello, body, body_len, msg + 8, msg) == 0 ||
+        hoop_auth_verify(token, HOOP_AUTH_REPLY, hello, body, body_len, published, msg) == 0)
         __builtin_trap();
 
     /* As a reader of sealed messages. */

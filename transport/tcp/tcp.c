@@ -323,7 +323,7 @@ static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *p
             hoop_hello_encode(&h, msg);
             rc = hoop_auth_nonce(msg);
             if (rc == 0) {
-                hoop_auth_early(tp->token, msg, NULL, 0, handle + TCP_HANDLE_NONCE,
+                hoop_auth_make(tp->token, HOOP_AUTH_EARLY, msg, NULL, 0, handle + TCP_HANDLE_NONCE,
                                 msg + HOOP_HELLO_BYTES);
                 rc = hoop_sock_write_all(c->socks[i].fd, msg, sizeof(msg), deadline_ns);
             }
