@@ -171,7 +171,8 @@ static int pending_challenge(struct hoop_listener *l, struct hoop_listen_pending
 static int pending_reply(struct hoop_listener *l, struct hoop_listen_pending *p)
 {
     uint8_t out[HOOP_AUTH_BYTES];
-    hoop_auth_make(l->token, HOOP_AUTH_REPLY, p->head, p->body, p->msg.hello.body_len, l->nonce, out);
+    hoop_auth_make(l->token, HOOP_AUTH_REPLY, p->head, p->body, p->msg.hello.body_len, l->nonce,
+                   out);
     /* As the challenge: the first bytes this side sends. */
     ssize_t n = send(p->fd, out, sizeof(out), MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n != (ssize_t)sizeof(out)) {
@@ -185,10 +186,10 @@ static int pending_reply(struct hoop_listener *l, struct hoop_listen_pending *p)
 static int pending_check(struct hoop_listener *l, struct hoop_listen_pending *p)
 {
     const struct hoop_hello *h = &p->msg.hello;
-    int rc = p->early ? hoop_auth_verify(l->token, HOOP_AUTH_EARLY, p->head, p->body, h->body_len, l->nonce,
-                                              p->proof)
-                      : hoop_auth_check(l->token, p->head, p->body, h->body_len, &p->chal,
-                                        p->proof);
+    int rc = p->early
+                 ? hoop_auth_verify(l->token, HOOP_AUTH_EARLY, p->head, p->body, h->body_len,
+                                    l->nonce, p->proof)
+                 : hoop_auth_check(l->token, p->head, p->body, h->body_len, &p->chal, p->proof);
     if (rc == 0)
         return p->early && pending_reply(l, p) ? -1 : 1;
     char why[200];
@@ -256,9 +257,10 @@ static int pending_read(struct hoop_listener *l, struct hoop_listen_pending *p)
         }
         ssize_t n = recv(p->fd, dst, want, MSG_DONTWAIT);
         if (n == 0) {
-            pending_drop(l, p, p->early ? "closed before proving the token"
-                               : p->challenged ? "closed before answering the token challenge"
-                                               : "closed before finishing its hello");
+            pending_drop(l, p,
+                         p->early        ? "closed before proving the token"
+                         : p->challenged ? "closed before answering the token challenge"
+                                         : "closed before finishing its hello");
             return -1;
         }
         if (n < 0) {
@@ -488,7 +490,8 @@ static void out_step(struct hoop_listener *l, struct hoop_listen_out *o)
         return;
     }
     if (o->early) {
-        o->state = hoop_auth_verify(l->token, HOOP_AUTH_REPLY, o->hello, NULL, 0, o->nonce, o->chal);
+        o->state =
+            hoop_auth_verify(l->token, HOOP_AUTH_REPLY, o->hello, NULL, 0, o->nonce, o->chal);
         return;
     }
     uint8_t proof[HOOP_AUTH_BYTES];

@@ -457,8 +457,9 @@ Test(auth, data_connection_replies_are_checked, .timeout = 60)
         cr_assert_eq(hoop_hello_decode(msg, 0, &h), 0);
         cr_assert(h.kind == HOOP_HELLO_DATA && h.rank == 0 && h.comm_id == DATA_COMM &&
                   h.aux == (uint32_t)channel << 16);
-        cr_assert_eq(hoop_auth_verify(tok, HOOP_AUTH_EARLY, msg, NULL, 0, nonce, msg + HOOP_HELLO_BYTES), 0,
-                     "the connecting rank's proof must hold against the nonce it was given");
+        cr_assert_eq(
+            hoop_auth_verify(tok, HOOP_AUTH_EARLY, msg, NULL, 0, nonce, msg + HOOP_HELLO_BYTES), 0,
+            "the connecting rank's proof must hold against the nonce it was given");
         cr_assert(memmem(msg, sizeof(msg), JOB_TOKEN, strlen(JOB_TOKEN)) == NULL);
         uint8_t reply[HOOP_AUTH_BYTES];
         hoop_auth_make(good ? tok : bad, HOOP_AUTH_REPLY, msg, NULL, 0, nonce, reply);

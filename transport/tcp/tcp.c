@@ -324,7 +324,7 @@ static hoop_status_t tcp_connect(void *vtp, int peer, int channel, const char *p
             rc = hoop_auth_nonce(msg);
             if (rc == 0) {
                 hoop_auth_make(tp->token, HOOP_AUTH_EARLY, msg, NULL, 0, handle + TCP_HANDLE_NONCE,
-                                msg + HOOP_HELLO_BYTES);
+                               msg + HOOP_HELLO_BYTES);
                 rc = hoop_sock_write_all(c->socks[i].fd, msg, sizeof(msg), deadline_ns);
             }
             /* The peer's reply is read while this rank waits for its own
