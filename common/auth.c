@@ -83,6 +83,28 @@ int hoop_mac_equal(const uint8_t a[HOOP_MAC_BYTES], const uint8_t b[HOOP_MAC_BYT
     return memeql_sec(a, b, HOOP_MAC_BYTES) ? 1 : 0;
 }
 
+/* Decodes a proof message and checks that it is the step expected. */
+static int decode_step(const uint8_t in[HOOP_AUTH_BYTES], enum hoop_auth_step step,
+                       struct hoop_auth_msg *m)
+{
+    int rc = hoop_auth_decode(in, m);
+    if (rc == 0 && m->step != step)
+        rc = -EPROTO;
+    return rc;
+}
+
+/* 0 when mac is the token's MAC of side over hello, body and nonce,
+ * compared in constant time; -EACCES otherwise. */
+static int mac_matches(const uint8_t token[HOOP_TOKEN_BYTES], char side,
+                       const uint8_t hello[HOOP_HELLO_BYTES], const void *body, size_t body_len,
+                       const uint8_t nonce[HOOP_AUTH_NONCE_BYTES],
+                       const uint8_t mac[HOOP_MAC_BYTES])
+{
+    uint8_t want[HOOP_MAC_BYTES];
+    hoop_auth_mac(token, side, hello, body, body_len, nonce, want);
+    return hoop_mac_equal(want, mac) ? 0 : -EACCES;
+}
+
 int hoop_auth_challenge(const uint8_t token[HOOP_TOKEN_BYTES],
                         const uint8_t hello[HOOP_HELLO_BYTES], const void *body, size_t body_len,
                         struct hoop_auth_msg *m, uint8_t out[HOOP_AUTH_BYTES])
@@ -103,16 +125,12 @@ int hoop_auth_answer(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[
                      uint8_t out[HOOP_AUTH_BYTES])
 {
     struct hoop_auth_msg c, p = {.version = HOOP_WIRE_VERSION, .step = HOOP_AUTH_PROOF};
-    int rc = hoop_auth_decode(challenge, &c);
-    if (rc == 0 && c.step != HOOP_AUTH_CHALLENGE)
-        rc = -EPROTO;
+    int rc = decode_step(challenge, HOOP_AUTH_CHALLENGE, &c);
     if (rc)
         return rc;
-    uint8_t want[HOOP_MAC_BYTES];
-    hoop_auth_mac(token, 'A', hello, body, body_len, c.nonce, want);
     hoop_auth_mac(token, 'I', hello, body, body_len, c.nonce, p.mac);
     hoop_auth_encode(&p, out);
-    return hoop_mac_equal(want, c.mac) ? 0 : -EACCES;
+    return mac_matches(token, 'A', hello, body, body_len, c.nonce, c.mac);
 }
 
 int hoop_auth_check(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[HOOP_HELLO_BYTES],
@@ -120,14 +138,8 @@ int hoop_auth_check(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t hello[H
                     const uint8_t proof[HOOP_AUTH_BYTES])
 {
     struct hoop_auth_msg p;
-    int rc = hoop_auth_decode(proof, &p);
-    if (rc == 0 && p.step != HOOP_AUTH_PROOF)
-        rc = -EPROTO;
-    if (rc)
-        return rc;
-    uint8_t want[HOOP_MAC_BYTES];
-    hoop_auth_mac(token, 'I', hello, body, body_len, m->nonce, want);
-    return hoop_mac_equal(want, p.mac) ? 0 : -EACCES;
+    int rc = decode_step(proof, HOOP_AUTH_PROOF, &p);
+    return rc ? rc : mac_matches(token, 'I', hello, body, body_len, m->nonce, p.mac);
 }
 
 /* The side whose MAC a data connection's step carries. */
@@ -152,18 +164,14 @@ int hoop_auth_verify(const uint8_t token[HOOP_TOKEN_BYTES], enum hoop_auth_step 
                      const uint8_t nonce[HOOP_AUTH_NONCE_BYTES], const uint8_t in[HOOP_AUTH_BYTES])
 {
     struct hoop_auth_msg m;
-    int rc = hoop_auth_decode(in, &m);
-    if (rc == 0 && m.step != step)
-        rc = -EPROTO;
+    int rc = decode_step(in, step, &m);
     if (rc)
         return rc;
     /* The nonce is public (it is in the table): no need to hide how
      * much of it matched. */
     if (step == HOOP_AUTH_EARLY && memcmp(m.nonce, nonce, HOOP_AUTH_NONCE_BYTES) != 0)
         return -ESTALE;
-    uint8_t want[HOOP_MAC_BYTES];
-    hoop_auth_mac(token, step_side(step), hello, body, body_len, nonce, want);
-    return hoop_mac_equal(want, m.mac) ? 0 : -EACCES;
+    return mac_matches(token, step_side(step), hello, body, body_len, nonce, m.mac);
 }
 
 int hoop_auth_connect(int fd, const uint8_t token[HOOP_TOKEN_BYTES],
