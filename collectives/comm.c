@@ -202,7 +202,7 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
     return HOOP_OK;
 
 err_boot:
-    hoop_comm_fail_init(c, st);
+    st = hoop_comm_fail_init(c, st);
     if (c->size > 1)
         hoop_ring_close(&c->ring);
     hoop_bootstrap_fini(&c->bs);

@@ -83,8 +83,10 @@ hoop_status_t hoop_comm_fail(hoop_comm_t *comm, hoop_status_t st);
 /* fail.c: hoop_comm_init failed on this rank after the rendezvous: tell the
  * root (the others, on the root) why, so that the first collective of the
  * ranks whose init went through names this rank and its reason instead of
- * a rank that left without a word. */
-void hoop_comm_fail_init(hoop_comm_t *comm, hoop_status_t st);
+ * a rank that left without a word. The root, whose failure only says that
+ * a peer went, first gathers the others' reports and names the cause.
+ * Returns the status to give the caller, with its sentence set. */
+hoop_status_t hoop_comm_fail_init(hoop_comm_t *comm, hoop_status_t st);
 /* Set up the communicator's control: the abort eventfd and the watches. */
 hoop_status_t hoop_comm_control_init(hoop_comm_t *comm);
 void hoop_comm_control_fini(hoop_comm_t *comm);

@@ -310,22 +310,36 @@ void hoop_comm_control_fini(hoop_comm_t *c)
     c->ctl_got = NULL;
 }
 
-void hoop_comm_fail_init(hoop_comm_t *c, hoop_status_t st)
+static void fail_gather(hoop_comm_t *c, const struct hoop_notice *mine, struct hoop_notice *v);
+
+hoop_status_t hoop_comm_fail_init(hoop_comm_t *c, hoop_status_t st)
 {
     if (c->size == 1)
-        return;
-    struct hoop_notice n = {.status = (int)st, .culprit = c->rank};
+        return st;
+    /* Only what this rank saw of its own (not a peer that went away or
+     * never answered) is a cause. */
+    int primary = st != HOOP_ERR_TIMEOUT && st != HOOP_ERR_PEER;
+    struct hoop_notice n = {.status = (int)st | (primary ? FAIL_PRIMARY : 0), .culprit = c->rank};
     snprintf(n.why, sizeof(n.why), "%s", hoop_last_error());
     if (c->rank != 0) {
         /* What the root's first collective reads from this connection. */
-        n.status |= st == HOOP_ERR_TIMEOUT || st == HOOP_ERR_PEER ? 0 : FAIL_PRIMARY;
         hoop_notice_write(&c->bs, c->bs.root_fd, HOOP_HELLO_NOTICE, &n,
                           hoop_deadline_after(FAIL_WRITE_S));
-        return;
+        return st;
     }
-    for (int k = 1; k < c->size; k++)
-        hoop_notice_write(&c->bs, c->bs.fds[k], HOOP_HELLO_VERDICT, &n,
-                          hoop_deadline_after(FAIL_WRITE_S));
+    /* The root whose set-up failed because a peer went (a rank that failed
+     * its own set-up left, and its sockets with it): the others' reports
+     * name the cause, as after a collective (fail_gather). The control is
+     * not set up yet: the grace is read here. */
+    if (hoop_param_double("HOOP_FAIL_GRACE", 0.05, 3600, &c->fail_grace_s))
+        c->fail_grace_s = 2.0;
+    struct hoop_notice v;
+    fail_gather(c, &n, &v);
+    if (primary || strcmp(v.why, n.why) == 0)
+        return hoop_error(st, "%s", n.why);
+    return hoop_error((hoop_status_t)v.status,
+                      "rank 0: forming the communicator failed: %s (this rank saw: %s)", v.why,
+                      n.why);
 }
 
 /* Whether a notice (or a closed connection) settles the cause: 1, or 2
