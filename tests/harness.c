@@ -602,14 +602,26 @@ void harness_skip_if_shm_stalls(const char *what)
                  what, FI_MAJOR(v), FI_MINOR(v));
 }
 
-void harness_skip_without_io_uring(const char *what)
+/* 0 when an io_uring can be set up here, else its -errno. */
+static int uring_refused(void)
 {
     struct io_uring ring;
     int rc = io_uring_queue_init(2, &ring, 0);
-    if (rc == 0) {
+    if (rc == 0)
         io_uring_queue_exit(&ring);
+    return rc;
+}
+
+bool harness_have_io_uring(void)
+{
+    return uring_refused() == 0;
+}
+
+void harness_skip_without_io_uring(const char *what)
+{
+    int rc = uring_refused();
+    if (rc == 0)
         return;
-    }
     cr_skip_test("%s: io_uring cannot be set up here (%s: refused by a seccomp profile, the "
                  "kernel.io_uring_disabled sysctl or a sandbox); the poll engine's tests run "
                  "instead",

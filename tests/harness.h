@@ -126,6 +126,9 @@ void harness_skip_if_shm_stalls(const char *what);
  * io_uring (a container's seccomp profile, the kernel.io_uring_disabled
  * sysctl, gVisor): `what` names what the test does on the io_uring engine. */
 void harness_skip_without_io_uring(const char *what);
+/* Whether an io_uring can be set up here (for a test that tries it beside
+ * the poll engine and says when it cannot). */
+bool harness_have_io_uring(void);
 
 /* Skip the calling test, saying why, where no GPU can be used (a build
  * without CUDA, no driver, no device); with HOOP_TEST_REQUIRE_GPU=1 (as

@@ -482,6 +482,78 @@ Test(auth, data_connection_replies_are_checked, .timeout = 60)
     unsetenv("HOOP_TCP_NSOCKS");
 }
 
+/* A receive posted on a connection before its reply is checked (the
+ * verbs transport posts its side channel's at connect) gets the data that
+ * follows the reply, never the reply itself: under each engine, and with
+ * io_uring submitting every transfer at once. */
+Test(auth, a_receive_posted_early_does_not_take_the_reply, .timeout = 60)
+{
+    static const char *const modes[][2] = {
+        {"poll", "batch"}, {"uring", "batch"}, {"uring", "each"}};
+    setenv("HOOP_TCP_NSOCKS", "1", 1);
+    for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+        if (strcmp(modes[m][0], "uring") == 0 && !harness_have_io_uring()) {
+            cr_log_warn("io_uring is refused here: HOOP_TCP_ENGINE=uring not tried");
+            continue;
+        }
+        setenv("HOOP_TCP_ENGINE", modes[m][0], 1);
+        setenv("HOOP_URING_SUBMIT", modes[m][1], 1);
+        uint8_t handle[HOOP_TP_HANDLE_MAX], peer[HOOP_TP_HANDLE_MAX];
+        uint16_t hl = 0, pl = 0;
+        void *tp = data_tp(0, handle, &hl);
+        void *tp1 = data_tp(1, peer, &pl); /* only for a handle of the right form */
+        int lfd = -1;
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        cr_assert_eq(hoop_sock_listen((struct sockaddr *)&a, sizeof(a), &lfd), 0);
+        socklen_t sl = sizeof(a);
+        getsockname(lfd, (struct sockaddr *)&a, &sl);
+        memcpy(peer + 2, &a.sin_port, 2);
+        uint8_t *nonce = peer + pl - HOOP_AUTH_NONCE_BYTES;
+        uint8_t tok[HOOP_TOKEN_BYTES];
+        hoop_token_from_string(JOB_TOKEN, tok);
+        char host[256] = "";
+        gethostname(host, sizeof(host) - 1);
+        uint64_t dl = hoop_deadline_after(10.0);
+        void *conn = NULL;
+        cr_assert_eq(hoop_transport_tcp.connect(tp, 1, HOOP_CHANNEL_P2P, host, peer, pl, DATA_COMM,
+                                                hoop_deadline_after(5.0), &conn),
+                     HOOP_OK, "%s", hoop_last_error());
+        uint8_t got[HOOP_AUTH_BYTES] = {0};
+        struct hoop_tp_req r = {.buf = got, .len = sizeof(got)};
+        cr_assert_eq(hoop_transport_tcp.irecv(conn, &r), 0);
+        /* The raw acceptor: the reply and, right behind it, data of the
+         * reply's length. */
+        int fd = accept(lfd, NULL, NULL);
+        cr_assert(fd >= 0);
+        uint8_t msg[HOOP_HELLO_BYTES + HOOP_AUTH_BYTES], out[2 * HOOP_AUTH_BYTES];
+        cr_assert_eq(hoop_sock_read_all(fd, msg, sizeof(msg), dl), 0);
+        hoop_auth_make(tok, HOOP_AUTH_REPLY, msg, NULL, 0, nonce, out);
+        memset(out + HOOP_AUTH_BYTES, 0xab, HOOP_AUTH_BYTES);
+        cr_assert_eq(hoop_sock_write_all(fd, out, sizeof(out), dl), 0);
+        usleep(20000); /* both on this socket before anything reads it */
+        hoop_status_t st = hoop_transport_tcp.settle(tp, DATA_COMM, hoop_deadline_after(5.0));
+        cr_assert_eq(st, HOOP_OK, "%s/%s: the reply must settle: %s", modes[m][0], modes[m][1],
+                     hoop_last_error());
+        while (r.state == HOOP_REQ_PENDING && hoop_now_ns() < dl)
+            cr_assert_geq(hoop_transport_tcp.progress(tp, dl), 0);
+        cr_assert_eq(r.state, 0, "%s/%s: the receive ended with %d", modes[m][0], modes[m][1],
+                     r.state);
+        uint8_t want[HOOP_AUTH_BYTES];
+        memset(want, 0xab, sizeof(want));
+        cr_assert(memcmp(got, want, sizeof(want)) == 0,
+                  "%s/%s: the receive got the reply's bytes, not the data behind it", modes[m][0],
+                  modes[m][1]);
+        hoop_transport_tcp.close(conn);
+        close(fd);
+        close(lfd);
+        hoop_transport_tcp.destroy(tp1);
+        hoop_transport_tcp.destroy(tp);
+    }
+    unsetenv("HOOP_TCP_ENGINE");
+    unsetenv("HOOP_URING_SUBMIT");
+    unsetenv("HOOP_TCP_NSOCKS");
+}
+
 Test(auth, seal_binds_header_and_body)
 {
     uint8_t tok[HOOP_TOKEN_BYTES], bad[HOOP_TOKEN_BYTES];

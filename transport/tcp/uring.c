@@ -170,7 +170,11 @@ static int tcp_uring_start(struct tcp_tp *tp, struct tcp_sock *s, int d)
         io_uring_prep_recvmsg(sqe, s->fd, &q->mh, hdr_left && r->check_first ? 0 : MSG_WAITALL);
     }
     io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)s | (uint64_t)d);
-    if (tp->uring_submit_each)
+    /* Not while a token reply is still due on a connection this rank
+     * opened (settle reads it): a receive posted before that (the verbs
+     * side channel's, at connect) would take the reply's bytes. It goes
+     * in with the next progress, as in batch mode. */
+    if (tp->uring_submit_each && !tp->listener.nout)
         io_uring_submit(ring);
     return 0;
 }
