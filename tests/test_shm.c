@@ -254,9 +254,9 @@ static void wrong_pos(struct shm_conn *c)
     h->pos = 12345;
 }
 
-static void wild_head(struct shm_conn *c)
+static void wild_ready(struct shm_conn *c)
 {
-    atomic_store(&c->ctl->head, (uint64_t)1 << 62);
+    atomic_store(shm_slot_ready(c->seg + shm_slot_off(0, c->slot_bytes)), (uint64_t)1 << 62);
 }
 
 Test(shm, corrupted_slot_magic_fails_cleanly, .timeout = 60)
@@ -281,7 +281,31 @@ Test(shm, payload_pointer_outside_the_sender_fails_cleanly, .timeout = 60)
 
 Test(shm, wild_position_fails_cleanly, .timeout = 60)
 {
-    corrupt_and_expect(wild_head, -EPROTO, "segment is corrupt");
+    corrupt_and_expect(wild_ready, -EPROTO, "segment is corrupt");
+}
+
+/* The producer reads the consumer's tail only when the ring is full: a
+ * tail that no consumer could have written fails the send with a sentence,
+ * and a send that fits in the ring never looks. */
+Test(shm, wild_tail_fails_the_sender_cleanly, .timeout = 60)
+{
+    struct pair p;
+    pair_open(&p);
+    struct shm_conn *tx = p.tx;
+    static uint8_t big[4u << 20];
+    uint8_t small[100] = {0};
+    struct hoop_tp_req s1 = {.buf = small, .len = sizeof(small)};
+    cr_assert_eq(hoop_transport_shm.isend(p.tx, &s1), 0);
+    cr_assert_eq(pair_wait(p.tp[0], &s1), 0, "a send that fits the ring waits for no one");
+    atomic_store(&tx->ctl->tail, (uint64_t)1 << 62);
+    struct hoop_tp_req s2 = {.buf = big, .len = sizeof(big)}; /* more than the ring holds */
+    cr_assert_eq(hoop_transport_shm.isend(p.tx, &s2), 0);
+    int st = pair_wait(p.tp[0], &s2);
+    const char *why = hoop_transport_shm.last_error(p.tp[0]);
+    cr_assert_eq(st, -EPROTO, "the send ended with %d (%s)", st, why ? why : "no sentence");
+    cr_assert(why && strstr(why, "segment is corrupt"), "the sentence \"%s\"",
+              why ? why : "(none)");
+    pair_close(&p);
 }
 
 /* A message longer than the receive is an error with a sentence, not an

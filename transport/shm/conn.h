@@ -36,6 +36,7 @@ struct shm_conn {
     uint32_t nslots;    /* the geometry the handshake settled */
     uint32_t slot_bytes;
     uint64_t pos;       /* this side's position: head (TX) or tail (RX) */
+    uint64_t tail_seen; /* TX: the consumer's tail when last read from the segment */
     uint64_t msg;       /* the number of the message at the queue's head */
     uint64_t msg_len;   /* RX: the length the head message's first slot gave */
     struct hoop_tp_req *head, *tail; /* queued, oldest first; TX: req->lent is the

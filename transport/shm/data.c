@@ -27,7 +27,9 @@
  * leaves the core's resources to the copy. Always 16 made an 8-byte
  * allreduce of two ranks take twice as long; always 1 made the large ones
  * up to 18 % slower. */
+#ifndef SHM_SPIN_RELAX_MAX
 #define SHM_SPIN_RELAX_MAX 16
+#endif
 
 static inline void shm_cpu_relax(void)
 {
@@ -46,6 +48,11 @@ static void shm_ring(int efd)
          * or nothing will wake it. */
     }
 }
+
+/* A position word of the segment (the tail, a slot's ready word) that the
+ * peer could not have written. */
+static const char shm_bad_position[] =
+    "wrote a position into the segment that is not one (the segment is corrupt)";
 
 /* The first failure that an errno does not tell, kept for last_error. */
 static int shm_fail(struct shm_conn *c, int err, const char *fmt, const char *what)
@@ -112,9 +119,22 @@ static void shm_copy(struct hoop_tp_req *r, size_t off, uint8_t *p, size_t n, in
     }
 }
 
+/* The producer: read the consumer's tail from the segment (only when the
+ * ring looks full or a payload lent in place waits for it: the line is
+ * the consumer's, and reading it costs a transfer between the cores). */
+static uint64_t shm_read_tail(struct shm_conn *c)
+{
+    uint64_t tail = atomic_load(&c->ctl->tail);
+    if (!c->err && (c->pos - tail > c->nslots || tail < c->tail_seen))
+        shm_fail(c, -EPROTO, "rank %d %s", shm_bad_position);
+    else
+        c->tail_seen = tail;
+    return c->tail_seen;
+}
+
 /* Publish what there is room for of request r (from r->done on): 1 once
  * all of it is in the ring, 0 when the ring is full first. */
-static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r, uint64_t *tail)
+static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r)
 {
     struct shm_ctl *ctl = c->ctl;
     size_t total = hoop_tp_req_total(r);
@@ -122,11 +142,9 @@ static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r, uint64_t *tail
                  r->hdr_len <= c->slot_bytes &&
                  atomic_load_explicit(&ctl->cma_ok, memory_order_acquire);
     do {
-        if (c->pos - *tail == c->nslots) {
-            *tail = atomic_load(&ctl->tail);
-            if (c->pos - *tail == c->nslots)
-                return 0;
-        }
+        if (c->pos - c->tail_seen == c->nslots &&
+            (c->pos - shm_read_tail(c) == c->nslots || c->err))
+            return 0;
         uint8_t *slot = c->seg + shm_slot_off((uint32_t)(c->pos & (c->nslots - 1)),
                                               c->slot_bytes);
         size_t n = remote ? r->hdr_len
@@ -142,9 +160,10 @@ static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r, uint64_t *tail
         c->pos++;
         r->done = remote ? total : r->done + n;
         /* Publish, then look whether the consumer sleeps: it says so
-         * before its last look at head. Both sides' store-then-load are
-         * sequentially consistent, so one of them sees the other's. */
-        atomic_store(&ctl->head, c->pos);
+         * before its last look at the ready word. Both sides'
+         * store-then-load are sequentially consistent, so one of them sees
+         * the other's. */
+        atomic_store(shm_slot_ready(slot), c->pos);
         if (atomic_load(&ctl->cons_wait) &&
             atomic_exchange(&ctl->cons_wait, 0))
             shm_ring(c->efd_peer);
@@ -163,30 +182,33 @@ static int shm_produce(struct shm_conn *c)
 {
     int ended = 0;
     struct shm_ctl *ctl = c->ctl;
-    uint64_t tail = atomic_load(&ctl->tail);
-    if (!c->err && c->pos - tail > c->nslots)
-        shm_fail(c, -EPROTO, "rank %d %s", "wrote a position into the segment that is not "
-                 "one (the segment is corrupt)");
     for (int pass = 0; !c->err && pass < 2; pass++) {
         /* What the consumer has taken is done, even if it has left since. */
-        while (c->head && c->head != c->pub && (!c->head->lent || tail >= c->head->lent)) {
+        if (c->head && c->head != c->pub && c->head->lent && c->tail_seen < c->head->lent)
+            shm_read_tail(c);
+        while (!c->err && c->head && c->head != c->pub &&
+               (!c->head->lent || c->tail_seen >= c->head->lent)) {
             c->head->lent = 0;
             shm_end(c, 0);
             ended++;
         }
         if (!c->head)
             break;
+        if (c->err)
+            break;
         if (atomic_load_explicit(&ctl->cons_closed, memory_order_acquire) || c->ended) {
-            if (atomic_load(&ctl->tail) != tail) {
-                tail = atomic_load(&ctl->tail);
+            uint64_t seen = c->tail_seen;
+            if (shm_read_tail(c) != seen && !c->err) {
                 pass--;
                 continue;
             }
+            if (c->err)
+                break;
             shm_fail(c, -EPIPE, "rank %d %s", "stopped taking messages (it failed, or left)");
             break;
         }
         if (pass == 0)
-            while (c->pub && shm_publish(c, c->pub, &tail))
+            while (c->pub && shm_publish(c, c->pub))
                 c->pub = c->pub->next;
     }
     if (c->err) {
@@ -270,25 +292,24 @@ static int shm_consume(struct shm_conn *c)
             ended++;
             continue;
         }
-        uint64_t head = atomic_load(&ctl->head);
-        if (head - c->pos > c->nslots) {
-            shm_fail(c, -EPROTO, "rank %d %s", "wrote a position into the segment that is not "
-                     "one (the segment is corrupt)");
-            continue;
-        }
-        if (head == c->pos) {
+        const uint8_t *slot = c->seg + shm_slot_off((uint32_t)(c->pos & (c->nslots - 1)),
+                                                    c->slot_bytes);
+        uint64_t ready = atomic_load(shm_slot_ready(slot));
+        if (ready != c->pos + 1) {
+            if (ready != shm_slot_before(c->pos, c->nslots)) {
+                shm_fail(c, -EPROTO, "rank %d %s", shm_bad_position);
+                continue;
+            }
             /* Nothing more: was that all there will be? Closing is said
-             * after the last publish, so look at head once more. */
+             * after the last publish, so look at the slot once more. */
             if (atomic_load_explicit(&ctl->prod_closed, memory_order_acquire) || c->ended) {
-                if (atomic_load(&ctl->head) != c->pos)
+                if (atomic_load(shm_slot_ready(slot)) != ready)
                     continue;
                 shm_fail(c, -ECONNRESET, "rank %d %s", "stopped sending (it failed, or left)");
                 continue;
             }
             break;
         }
-        const uint8_t *slot = c->seg + shm_slot_off((uint32_t)(c->pos & (c->nslots - 1)),
-                                                    c->slot_bytes);
         uint8_t raw[SHM_SLOT_HDR];
         memcpy(raw, slot, SHM_SLOT_HDR);
         size_t total = hoop_tp_req_total(r);

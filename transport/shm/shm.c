@@ -31,8 +31,9 @@
  * the two eventfds beside it. */
 #define SHM_HELLO_MAGIC 0x43485348u /* "HSHC" */
 #define SHM_HELLO_BYTES 72
-/* 2: a MAC where version 1 carried the job token itself */
-#define SHM_HELLO_VERSION 2
+/* 2: a MAC where version 1 carried the job token itself; 3: slots published
+ * by their ready word (slot.h), which a peer of version 2 would not write */
+#define SHM_HELLO_VERSION 3
 _Static_assert(SHM_HELLO_BYTES > HOOP_HELLO_BYTES, "the hello's tail is the MAC's body");
 #define SHM_HELLO_FDS 3 /* memfd, the receiver's eventfd, the sender's */
 

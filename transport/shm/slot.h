@@ -4,7 +4,11 @@
  * One segment carries one direction of one connection: the sender (the
  * producer) writes messages into a ring of nslots slots, the receiver (the
  * consumer) copies them out. Both positions count slots from 0 and only
- * grow; slot i of the ring holds position p where p % nslots == i. The
+ * grow; slot i of the ring holds position p where p % nslots == i. A slot
+ * is published by its ready word (the last word of its header space): the
+ * producer writes the header and the bytes, then p + 1 there; the consumer
+ * waits on that word alone, so a small message costs the consumer the
+ * slot's lines and nothing else (no shared head index to read first). The
  * segment is the peer's memory as much as this rank's: every word read from
  * it is copied out once and checked against what this side knows before it
  * is used (slot_parse), so a corrupted or hostile header is an error with a
@@ -18,7 +22,8 @@
 
 #define SHM_SEG_MAGIC 0x4d485348u  /* "HSHM" */
 #define SHM_SLOT_MAGIC 0x544c5348u /* "HSLT" */
-#define SHM_VERSION 1
+/* 2: slots published by their ready word, no head index */
+#define SHM_VERSION 2
 #define SHM_CTL_BYTES 4096         /* the control words, then the slots */
 #define SHM_SLOT_HDR 64
 #define SHM_SLOTS_MIN 2
@@ -42,8 +47,6 @@ struct shm_ctl {
     uint32_t nslots;
     uint32_t slot_bytes;
     uint8_t pad0[64 - 16];
-    _Atomic uint64_t head; /* producer: slots published */
-    uint8_t pad1[64 - 8];
     _Atomic uint64_t tail; /* consumer: slots taken */
     uint8_t pad2[64 - 8];
     _Atomic uint32_t cons_wait; /* the consumer sleeps: ring its eventfd on publishing */
@@ -83,7 +86,11 @@ struct shm_slot_hdr {
     uint32_t pad;
     uint64_t remote;  /* SHM_SLOT_REMOTE: the payload's address in the producer */
 };
-_Static_assert(sizeof(struct shm_slot_hdr) <= SHM_SLOT_HDR, "a slot header fits its space");
+/* Where in a slot's header space its ready word is: p + 1 once the slot
+ * holding position p is published (0 in a slot never written). */
+#define SHM_SLOT_READY_OFF (SHM_SLOT_HDR - 8)
+_Static_assert(sizeof(struct shm_slot_hdr) <= SHM_SLOT_READY_OFF,
+               "a slot header fits its space, before the ready word");
 
 /* What the consumer expects of the next slot. */
 struct shm_slot_expect {
@@ -100,6 +107,19 @@ size_t shm_seg_bytes(uint32_t nslots, uint32_t slot_bytes);
 static inline size_t shm_slot_off(uint32_t i, uint32_t slot_bytes)
 {
     return SHM_CTL_BYTES + (size_t)i * (SHM_SLOT_HDR + (size_t)slot_bytes);
+}
+
+/* The ready word of the slot that starts at slot (SHM_SLOT_READY_OFF). */
+static inline _Atomic uint64_t *shm_slot_ready(const uint8_t *slot)
+{
+    return (_Atomic uint64_t *)(uintptr_t)(slot + SHM_SLOT_READY_OFF);
+}
+
+/* What the ready word of the slot that is to hold position pos says while
+ * that slot still holds the lap before (nslots a power of two). */
+static inline uint64_t shm_slot_before(uint64_t pos, uint32_t nslots)
+{
+    return pos >= nslots ? pos - nslots + 1 : 0;
 }
 
 /* Check a slot header copied out of the segment (raw, SHM_SLOT_HDR bytes)
