@@ -242,6 +242,7 @@ void hoop_ring_close(struct hoop_ring *r)
     free(r->at);
     free(r->where);
     free(r->work);
+    hoop_ring_small_free(r);
     hoop_gpu_pipe_close(r->gpu);
     memset(r, 0, sizeof(*r));
 }

@@ -85,6 +85,8 @@ struct hoop_ring {
                             * copy was given up, or never made, for want of a slot */
     int gdr_send; /* GPUDirect RDMA chosen (gdr.h): sends leave from device memory */
     int gdr_nic;  /* ... which the transport registers (not under the emulation) */
+    /* small.c's plans, flat [0] and hierarchical [1], made on first use. */
+    struct hoop_small_plan *small_plan[2];
     int fail_err;            /* the last failure's -errno, and the rank it implicates */
     int fail_peer;
     /* Called when a watched descriptor wakes a wait: 0 when what woke it
@@ -245,5 +247,7 @@ int hoop_ring_hier_can(const struct hoop_ring *r, char *why, size_t n);
 hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf, void *recvbuf,
                                         size_t count, hoop_dtype_t dtype, hoop_op_t op, int hier,
                                         double timeout_s);
+/* Free the plans the small-message path kept (hoop_ring_close). */
+void hoop_ring_small_free(struct hoop_ring *r);
 
 #endif

@@ -37,6 +37,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The hand-over, up to 31 rounds of doubling, the hand-back; and on the
@@ -49,19 +50,31 @@
 /* A round of one rank's schedule: send its partial result to `to` and
  * receive from `from` (ranks; -1: nothing), the message's frame naming
  * `step` at both ends; what is received is combined with the partial
- * result (this rank's data first when mine_first; the average's division
- * after it when avg > 0) or, where copy, is the result. */
+ * result (this rank's data first when mine_first; an average divides
+ * after the last combine) or, where copy, is the result. */
 struct small_round {
     int to, from;
     int step;
     int copy;
     int mine_first;
-    int avg;
+    int last;
 };
 
 struct small_sched {
     int n;
     struct small_round rd[SMALL_ROUNDS_MAX];
+};
+
+/* A rank's whole plan for one shape (flat or hierarchical): the rounds,
+ * the partners (for the direct connections), and the rounds whose message
+ * comes from the ring predecessor and goes to the successor (-1: none).
+ * It depends only on the ring's order, which never changes after set-up,
+ * so each shape's is made on its first call and kept (r->small_plan). */
+struct hoop_small_plan {
+    struct small_sched sc;
+    int list[2 * SMALL_ROUNDS_MAX];
+    int np;
+    int prev_round, next_round;
 };
 
 static unsigned small_vrank(unsigned rank)
@@ -85,10 +98,9 @@ static struct small_round *small_add(struct small_sched *s, int to, int from, in
 
 /* Recursive doubling among n members, this rank member me; member k is
  * the rank at ring place k * stride, and the frames' steps are step0 and
- * up (at most SMALL_DOUBLING_MAX of them). The last combine divides by
- * avg_n (0: none). */
+ * up (at most SMALL_DOUBLING_MAX of them). */
 static void small_doubling(struct small_sched *s, const struct hoop_ring *r, int n, int me,
-                           int stride, int step0, int avg_n)
+                           int stride, int step0)
 {
     int p2 = 1, rounds = 0;
     while (p2 <= n / 2) {
@@ -104,7 +116,7 @@ static void small_doubling(struct small_sched *s, const struct hoop_ring *r, int
     if (me < n - p2) {
         struct small_round *x = small_add(s, -1, MEMBER(me + p2), step0);
         x->mine_first = 1;
-        x->avg = rounds == 0 ? avg_n : 0;
+        x->last = rounds == 0;
     }
     const unsigned vme = small_vrank((unsigned)me);
     for (int k = 1; k <= rounds; k++) {
@@ -112,7 +124,7 @@ static void small_doubling(struct small_sched *s, const struct hoop_ring *r, int
         int partner = MEMBER((int)small_rank_of(vp));
         struct small_round *x = small_add(s, partner, partner, step0 + k);
         x->mine_first = vme < vp;
-        x->avg = k == rounds ? avg_n : 0;
+        x->last = k == rounds;
     }
     if (me < n - p2)
         small_add(s, MEMBER(me + p2), -1, step0 + rounds + 1);
@@ -124,7 +136,7 @@ static void small_doubling(struct small_sched *s, const struct hoop_ring *r, int
  * ranks of the hosts run recursive doubling; each hands the result back
  * to its host's ranks. Only one message per host crosses the network in
  * each round. */
-static void small_hier(struct small_sched *s, const struct hoop_ring *r, int avg_n)
+static void small_hier(struct small_sched *s, const struct hoop_ring *r)
 {
     const int L = r->hier_local, H = r->hier_hosts, h = r->hier_host, i = r->hier_li;
     const int leader = r->at[h * L];
@@ -136,9 +148,40 @@ static void small_hier(struct small_sched *s, const struct hoop_ring *r, int avg
     }
     for (int j = 1; j < L; j++)
         small_add(s, -1, r->at[h * L + j], j - 1)->mine_first = 1;
-    small_doubling(s, r, H, h, L, cross0, avg_n);
+    small_doubling(s, r, H, h, L, cross0);
     for (int j = 1; j < L; j++)
         small_add(s, r->at[h * L + j], -1, bcast0 + j - 1);
+}
+
+static void small_plan_make(struct hoop_small_plan *pl, const struct hoop_ring *r, int hier)
+{
+    struct small_sched *sc = &pl->sc;
+    sc->n = 0;
+    if (hier)
+        small_hier(sc, r);
+    else
+        small_doubling(sc, r, r->size, r->pos, 1, 0);
+    pl->np = 0;
+    pl->prev_round = pl->next_round = -1;
+    for (int k = 0; k < sc->n; k++) {
+        const struct small_round *x = &sc->rd[k];
+        if (x->from >= 0 && x->from == r->prev && pl->prev_round < 0)
+            pl->prev_round = k;
+        if (x->to >= 0 && x->to == r->next)
+            pl->next_round = k;
+        if (x->to >= 0)
+            pl->list[pl->np++] = x->to;
+        if (x->from >= 0 && x->from != x->to)
+            pl->list[pl->np++] = x->from;
+    }
+}
+
+void hoop_ring_small_free(struct hoop_ring *r)
+{
+    for (int i = 0; i < 2; i++) {
+        free(r->small_plan[i]);
+        r->small_plan[i] = NULL;
+    }
 }
 
 /* Send `sb` to `to` and receive from `from` (either may be -1) with frames
@@ -214,31 +257,24 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     uint64_t seq = hoop_frame_begin(r, HOOP_COLL_ALLREDUCE, count, dtype, op, -1);
     /* The hierarchical schedule's rounds are bounded (SMALL_ROUNDS_MAX);
      * every rank knows the hosts' shape alike. */
-    if (hier && r->hier_local > SMALL_LOCAL_MAX)
-        hier = 0;
+    hier = hier && r->hier_local <= SMALL_LOCAL_MAX;
     if (hier)
         r->cur.blocks = HOOP_FRAME_HIER;
     uint64_t deadline = hoop_deadline_after(timeout_s);
     hoop_status_t st;
     const int avg_n = op == HOOP_AVG ? n : 0;
-    struct small_sched sc; /* about 4 KiB: only its count is set, not the rounds */
-    sc.n = 0;
-    if (hier)
-        small_hier(&sc, r, avg_n);
-    else
-        small_doubling(&sc, r, n, r->pos, 1, 0, avg_n);
-    int list[2 * SMALL_ROUNDS_MAX], np = 0, prev_round = -1, next_round = -1;
-    for (int k = 0; k < sc.n; k++) {
-        const struct small_round *x = &sc.rd[k];
-        if (x->from >= 0 && x->from == r->prev && prev_round < 0)
-            prev_round = k;
-        if (x->to >= 0 && x->to == r->next)
-            next_round = k;
-        if (x->to >= 0)
-            list[np++] = x->to;
-        if (x->from >= 0 && x->from != x->to)
-            list[np++] = x->from;
+    /* The plan is kept from the first call; without memory for it, one on
+     * the stack (about 5 KiB) serves this call. */
+    struct hoop_small_plan *pl = r->small_plan[hier], here;
+    if (!pl && (pl = malloc(sizeof(*pl))) != NULL) {
+        small_plan_make(pl, r, hier);
+        r->small_plan[hier] = pl;
+    } else if (!pl) {
+        small_plan_make(&here, r, hier);
+        pl = &here;
     }
+    const struct small_sched *const sc = &pl->sc;
+    const int prev_round = pl->prev_round, next_round = pl->next_round;
     /* The message from prev lands in a buffer of its own, the work buffer
      * (kept across calls): it may arrive while earlier rounds use the
      * scratch slot. */
@@ -246,7 +282,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
         return st;
     /* Beyond N = 2 the partners are not all ring neighbours both ways: the
      * direct connections (made on the first call). */
-    st = n > 2 ? hoop_ring_peers(r, hier ? HOOP_PEERS_HSMALL : HOOP_PEERS_SMALL, list, np,
+    st = n > 2 ? hoop_ring_peers(r, hier ? HOOP_PEERS_HSMALL : HOOP_PEERS_SMALL, pl->list, pl->np,
                                  deadline)
                : HOOP_OK;
     if (st) {
@@ -263,7 +299,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     int err = 0, bad = r->prev;
     err = prev_round >= 0
               ? hoop_frame_expect_prev(r, r->work, bytes,
-                                       HOOP_FRAME_SMALL + (uint32_t)sc.rd[prev_round].step)
+                                       HOOP_FRAME_SMALL + (uint32_t)sc->rd[prev_round].step)
               : hoop_frame_announce(r, 0, 1);
     if (!err && next_round < 0) {
         phase = "announcing itself";
@@ -277,8 +313,8 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
      * recvbuf (a send before that sends the input itself). */
     const void *acc = sendbuf;
     void *tmp = r->scratch; /* bytes <= the scratch size, checked by the caller */
-    for (int k = 0; k < sc.n && !err; k++) {
-        const struct small_round *x = &sc.rd[k];
+    for (int k = 0; k < sc->n && !err; k++) {
+        const struct small_round *x = &sc->rd[k];
         const void *got = tmp;
         void *rb = x->copy ? recvbuf : tmp;
         phase = x->copy                         ? "receiving the result"
@@ -293,9 +329,9 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
             if (got != recvbuf)
                 memcpy(recvbuf, got, bytes);
         } else if (x->mine_first)
-            hoop_reduce_kernel(recvbuf, acc, got, count, dtype, op, x->avg);
+            hoop_reduce_kernel(recvbuf, acc, got, count, dtype, op, x->last ? avg_n : 0);
         else
-            hoop_reduce_kernel(recvbuf, got, acc, count, dtype, op, x->avg);
+            hoop_reduce_kernel(recvbuf, got, acc, count, dtype, op, x->last ? avg_n : 0);
         acc = recvbuf;
     }
     if (!err && acc != recvbuf)
