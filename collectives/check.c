@@ -56,8 +56,9 @@ hoop_status_t hoop_coll_check_type(const hoop_comm_t *comm, const char *name, in
 hoop_status_t hoop_coll_check_count(const hoop_comm_t *comm, const char *name, size_t count,
                                     size_t factor, int dtype)
 {
-    size_t es = hoop_dtype_size((hoop_dtype_t)dtype);
-    if (factor && count > SIZE_MAX / es / factor)
+    size_t bytes; /* count * es * factor, where it fits (no division on every call) */
+    if (factor && (__builtin_mul_overflow(count, hoop_dtype_size((hoop_dtype_t)dtype), &bytes) ||
+                   __builtin_mul_overflow(bytes, factor, &bytes)))
         return hoop_error(HOOP_ERR_INVALID, "rank %d: %s: count %zu of %s overflows the address space",
                           comm->rank, name, count, hoop_dtype_str((hoop_dtype_t)dtype));
     return HOOP_OK;

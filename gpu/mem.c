@@ -168,6 +168,11 @@ struct hoop_mem hoop_gpu_mem_kind(const void *p)
 void hoop_gpu_mem_kinds(const void *a, const void *b, struct hoop_mem *ka, struct hoop_mem *kb)
 {
     int emulated = hoop_gpu_emulated();
+    if (!emulated && !hoop_gpu_available(NULL)) {
+        /* No device here: every pointer is host memory, asked once. */
+        *ka = *kb = (struct hoop_mem){HOOP_MEM_HOST, -1};
+        return;
+    }
     *ka = mem_kind(a, emulated);
     *kb = mem_kind(b, emulated);
 }
