@@ -139,7 +139,7 @@ static eng_op_t *op_new(int kind, const char *name, int dtype, int op, double pr
     o->p.root = -1;
     o->p.pre = pre;
     o->p.post = post;
-    snprintf(o->p.name, sizeof(o->p.name), "%s", name);
+    memcpy(o->p.name, name, strnlen(name, HOOP_ENGINE_NAME_MAX)); /* o is zeroed */
     o->send = &o->send1;
     o->recv = &o->recv1;
     o->cb = cb;

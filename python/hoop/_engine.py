@@ -15,6 +15,9 @@ from ._lib import error, HoopError, HoopInvalidError
 _state = None
 _lock = threading.Lock()
 _names = {}
+# The C functions every gradient goes through, looked up once at init():
+# allreduce, wait, test, status, release.
+_fn_allreduce = _fn_wait = _fn_test = _fn_status = _fn_release = None
 
 
 class _State:
@@ -50,6 +53,9 @@ def init():
             raise error(st, sentence)
         _state = _State(eng, rank, size, lrank, lsize, transport)
         _names.clear()
+        global _fn_allreduce, _fn_wait, _fn_test, _fn_status, _fn_release
+        _fn_allreduce, _fn_wait, _fn_test = L.hoop_engine_allreduce, L.hoop_engine_wait, L.hoop_engine_test
+        _fn_status, _fn_release = L.hoop_engine_status, L.hoop_engine_release
 
 
 def shutdown():
@@ -133,29 +139,27 @@ class Handle:
             if self._error is not None:
                 raise self._error
             return self._result
-        L = _lib.lib()
         h = self._h
         # Wait in slices, so that Python signals (Ctrl-C) get through. A
         # wait that returns OK is a success: one C call on that path; any
         # other return is a slice that ran out or a failure (test tells).
-        st = L.hoop_engine_wait(h, 0.2)
-        while st != _OK and not L.hoop_engine_test(h):
-            st = L.hoop_engine_wait(h, 0.2)
+        st = _fn_wait(h, 0.2)
+        while st != _OK and not _fn_test(h):
+            st = _fn_wait(h, 0.2)
         self._done = True
         try:
             if st != _OK:
                 why = ctypes.c_char_p()
-                st = L.hoop_engine_status(h, ctypes.byref(why))
+                st = _fn_status(h, ctypes.byref(why))
             if st != _OK:
                 self._error = error(st, (why.value or b"").decode(errors="replace"))
-            else:
+            elif self._finish is not None:
                 try:
-                    if self._finish is not None:
-                        self._result = self._finish(self)
+                    self._result = self._finish(self)
                 except Exception as e:  # keep it for a second synchronize()
                     self._error = e
         finally:
-            L.hoop_engine_release(self._h)
+            _fn_release(h)
             self._h = None
             self._keep = None
             self._finish = None
@@ -196,11 +200,13 @@ def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, fin
     """keep: what must live until completion; the result is finish(handle)
     when finish is given, else result. The path every gradient takes: no
     work here that the call does not need."""
-    pre, post = _scales(dtype, prescale, postscale, "allreduce", name)
+    if prescale == 1.0 and postscale == 1.0:  # a gradient's: nothing to check
+        pre = post = 1.0
+    else:
+        pre, post = _scales(dtype, prescale, postscale, "allreduce", name)
     s = _state if _state is not None else state()
     h = _c_void_p()
-    st = _lib.lib().hoop_engine_allreduce(s.engine, name.encode(), send, recv, count, dtype, op, pre, post,
-                                         None, None, _byref(h))
+    st = _fn_allreduce(s.engine, name.encode(), send, recv, count, dtype, op, pre, post, None, None, _byref(h))
     if st != _OK:
         _check(st, name)
     return Handle(h, name, keep, finish, result)

@@ -86,7 +86,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      process_set=None):
     if process_set is not None:
         _no_process_set(process_set)
-    op = _op(average, op)
+    op = Average if op is None and average is None else _op(average, op)
     if name.__class__ is not str:
         name = _engine.auto_name("allreduce", name)
     dt = _DTYPES.get(tensor.dtype)
