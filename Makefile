@@ -78,7 +78,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_A    := $(BUILD)/libhoop.a
 LIB_SO   := $(BUILD)/libhoop.so.$(VERSION)
 PROGS    := $(BUILD)/hooprun $(BUILD)/ring_bench
-TOOLS    := $(BUILD)/reduce_bench $(BUILD)/engine_bench
+TOOLS    := $(BUILD)/reduce_bench $(BUILD)/engine_bench $(BUILD)/line_floor
 TESTBIN  := $(BUILD)/hoop_tests
 
 .PHONY: all clean install check test bench build-asan build-tsan test-asan test-tsan test-valgrind fuzz
@@ -153,6 +153,12 @@ $(BUILD)/engine_bench: bench/engine_bench.c $(LIB_A) include/hoop.h include/hoop
 $(BUILD)/form_bench: bench/form_bench.c $(LIB_A) include/hoop.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
+
+# Not installed: one cache line each way between two processes, the floor
+# under a small allreduce of two ranks (bench/small_latency.py).
+$(BUILD)/line_floor: bench/line_floor.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LDFLAGS)
 
 # A test tool, not installed: runs a program with io_uring refused.
 $(BUILD)/no_uring: tools/no_uring.c Makefile
