@@ -416,24 +416,45 @@ Test(auth, data_connections_prove_early_and_replays_are_refused, .timeout = 60)
     unsetenv("HOOP_TCP_NSOCKS");
 }
 
+/* Rank 0's TCP transport, and rank 1's handle with a raw acceptor in place
+ * of its listener (rank 1's transport only gives the handle its form). */
+struct raw_peer {
+    uint8_t handle[HOOP_TP_HANDLE_MAX], peer[HOOP_TP_HANDLE_MAX];
+    uint16_t hl, pl;
+    void *tp, *tp1;
+    int lfd;        /* the acceptor's listening socket */
+    uint8_t *nonce; /* in peer */
+};
+
+static void raw_peer_open(struct raw_peer *x)
+{
+    x->tp = data_tp(0, x->handle, &x->hl);
+    x->tp1 = data_tp(1, x->peer, &x->pl);
+    x->lfd = -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(hoop_sock_listen((struct sockaddr *)&a, sizeof(a), &x->lfd), 0);
+    socklen_t sl = sizeof(a);
+    getsockname(x->lfd, (struct sockaddr *)&a, &sl);
+    memcpy(x->peer + 2, &a.sin_port, 2);
+    x->nonce = x->peer + x->pl - HOOP_AUTH_NONCE_BYTES;
+}
+
+static void raw_peer_close(struct raw_peer *x)
+{
+    close(x->lfd);
+    hoop_transport_tcp.destroy(x->tp1);
+    hoop_transport_tcp.destroy(x->tp);
+}
+
 /* The connecting side: its early proof checks out against the nonce of the
  * handle it was given, and a reply that does not prove the token fails
  * the set-up with a sentence. */
 Test(auth, data_connection_replies_are_checked, .timeout = 60)
 {
     setenv("HOOP_TCP_NSOCKS", "1", 1);
-    uint8_t handle[HOOP_TP_HANDLE_MAX], peer[HOOP_TP_HANDLE_MAX];
-    uint16_t hl = 0, pl = 0;
-    void *tp = data_tp(0, handle, &hl);
-    void *tp1 = data_tp(1, peer, &pl); /* only for a handle of the right form */
-    /* A raw acceptor, in the handle in place of rank 1's listener. */
-    int lfd = -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(hoop_sock_listen((struct sockaddr *)&a, sizeof(a), &lfd), 0);
-    socklen_t sl = sizeof(a);
-    getsockname(lfd, (struct sockaddr *)&a, &sl);
-    memcpy(peer + 2, &a.sin_port, 2);
-    uint8_t *nonce = peer + pl - HOOP_AUTH_NONCE_BYTES;
+    struct raw_peer x;
+    raw_peer_open(&x);
+    uint8_t *nonce = x.nonce;
     memset(nonce, 0x71, HOOP_AUTH_NONCE_BYTES);
     uint8_t tok[HOOP_TOKEN_BYTES], bad[HOOP_TOKEN_BYTES];
     hoop_token_from_string(JOB_TOKEN, tok);
@@ -445,10 +466,10 @@ Test(auth, data_connection_replies_are_checked, .timeout = 60)
     for (int good = 0; good < 2; good++) {
         void *conn = NULL;
         int channel = good ? HOOP_CHANNEL_P2P : HOOP_CHANNEL_RING;
-        cr_assert_eq(hoop_transport_tcp.connect(tp, 1, channel, host, peer, pl, DATA_COMM,
+        cr_assert_eq(hoop_transport_tcp.connect(x.tp, 1, channel, host, x.peer, x.pl, DATA_COMM,
                                                 hoop_deadline_after(5.0), &conn),
                      HOOP_OK, "a connect waits for no reply: %s", hoop_last_error());
-        int fd = accept(lfd, NULL, NULL);
+        int fd = accept(x.lfd, NULL, NULL);
         cr_assert(fd >= 0);
         uint8_t msg[HOOP_HELLO_BYTES + HOOP_AUTH_BYTES];
         cr_assert_eq(hoop_sock_read_all(fd, msg, sizeof(msg), dl), 0,
@@ -464,7 +485,7 @@ Test(auth, data_connection_replies_are_checked, .timeout = 60)
         uint8_t reply[HOOP_AUTH_BYTES];
         hoop_auth_make(good ? tok : bad, HOOP_AUTH_REPLY, msg, NULL, 0, nonce, reply);
         cr_assert_eq(hoop_sock_write_all(fd, reply, sizeof(reply), dl), 0);
-        hoop_status_t st = hoop_transport_tcp.settle(tp, DATA_COMM, hoop_deadline_after(5.0));
+        hoop_status_t st = hoop_transport_tcp.settle(x.tp, DATA_COMM, hoop_deadline_after(5.0));
         if (good) {
             cr_assert_eq(st, HOOP_OK, "a good reply must settle: %s", hoop_last_error());
         } else {
@@ -476,9 +497,7 @@ Test(auth, data_connection_replies_are_checked, .timeout = 60)
         hoop_transport_tcp.close(conn);
         close(fd);
     }
-    close(lfd);
-    hoop_transport_tcp.destroy(tp1);
-    hoop_transport_tcp.destroy(tp);
+    raw_peer_close(&x);
     unsetenv("HOOP_TCP_NSOCKS");
 }
 
@@ -498,44 +517,35 @@ Test(auth, a_receive_posted_early_does_not_take_the_reply, .timeout = 60)
         }
         setenv("HOOP_TCP_ENGINE", modes[m][0], 1);
         setenv("HOOP_URING_SUBMIT", modes[m][1], 1);
-        uint8_t handle[HOOP_TP_HANDLE_MAX], peer[HOOP_TP_HANDLE_MAX];
-        uint16_t hl = 0, pl = 0;
-        void *tp = data_tp(0, handle, &hl);
-        void *tp1 = data_tp(1, peer, &pl); /* only for a handle of the right form */
-        int lfd = -1;
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        cr_assert_eq(hoop_sock_listen((struct sockaddr *)&a, sizeof(a), &lfd), 0);
-        socklen_t sl = sizeof(a);
-        getsockname(lfd, (struct sockaddr *)&a, &sl);
-        memcpy(peer + 2, &a.sin_port, 2);
-        uint8_t *nonce = peer + pl - HOOP_AUTH_NONCE_BYTES;
+        struct raw_peer x;
+        raw_peer_open(&x);
         uint8_t tok[HOOP_TOKEN_BYTES];
         hoop_token_from_string(JOB_TOKEN, tok);
         char host[256] = "";
         gethostname(host, sizeof(host) - 1);
         uint64_t dl = hoop_deadline_after(10.0);
         void *conn = NULL;
-        cr_assert_eq(hoop_transport_tcp.connect(tp, 1, HOOP_CHANNEL_P2P, host, peer, pl, DATA_COMM,
-                                                hoop_deadline_after(5.0), &conn),
+        cr_assert_eq(hoop_transport_tcp.connect(x.tp, 1, HOOP_CHANNEL_P2P, host, x.peer, x.pl,
+                                                DATA_COMM, hoop_deadline_after(5.0), &conn),
                      HOOP_OK, "%s", hoop_last_error());
         uint8_t got[HOOP_AUTH_BYTES] = {0};
         struct hoop_tp_req r = {.buf = got, .len = sizeof(got)};
         cr_assert_eq(hoop_transport_tcp.irecv(conn, &r), 0);
         /* The raw acceptor: the reply and, right behind it, data of the
          * reply's length. */
-        int fd = accept(lfd, NULL, NULL);
+        int fd = accept(x.lfd, NULL, NULL);
         cr_assert(fd >= 0);
         uint8_t msg[HOOP_HELLO_BYTES + HOOP_AUTH_BYTES], out[2 * HOOP_AUTH_BYTES];
         cr_assert_eq(hoop_sock_read_all(fd, msg, sizeof(msg), dl), 0);
-        hoop_auth_make(tok, HOOP_AUTH_REPLY, msg, NULL, 0, nonce, out);
+        hoop_auth_make(tok, HOOP_AUTH_REPLY, msg, NULL, 0, x.nonce, out);
         memset(out + HOOP_AUTH_BYTES, 0xab, HOOP_AUTH_BYTES);
         cr_assert_eq(hoop_sock_write_all(fd, out, sizeof(out), dl), 0);
         usleep(20000); /* both on this socket before anything reads it */
-        hoop_status_t st = hoop_transport_tcp.settle(tp, DATA_COMM, hoop_deadline_after(5.0));
+        hoop_status_t st = hoop_transport_tcp.settle(x.tp, DATA_COMM, hoop_deadline_after(5.0));
         cr_assert_eq(st, HOOP_OK, "%s/%s: the reply must settle: %s", modes[m][0], modes[m][1],
                      hoop_last_error());
         while (r.state == HOOP_REQ_PENDING && hoop_now_ns() < dl)
-            cr_assert_geq(hoop_transport_tcp.progress(tp, dl), 0);
+            cr_assert_geq(hoop_transport_tcp.progress(x.tp, dl), 0);
         cr_assert_eq(r.state, 0, "%s/%s: the receive ended with %d", modes[m][0], modes[m][1],
                      r.state);
         uint8_t want[HOOP_AUTH_BYTES];
@@ -545,9 +555,7 @@ Test(auth, a_receive_posted_early_does_not_take_the_reply, .timeout = 60)
                   modes[m][1]);
         hoop_transport_tcp.close(conn);
         close(fd);
-        close(lfd);
-        hoop_transport_tcp.destroy(tp1);
-        hoop_transport_tcp.destroy(tp);
+        raw_peer_close(&x);
     }
     unsetenv("HOOP_TCP_ENGINE");
     unsetenv("HOOP_URING_SUBMIT");
