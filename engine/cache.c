@@ -17,12 +17,36 @@ int eng_cacheable(int kind)
            kind == EK_REDUCE_SCATTER;
 }
 
+void eng_cache_init(struct hoop_engine *e)
+{
+    for (int h = 0; h < ENG_HASH; h++)
+        e->cache_head[h] = -1;
+}
+
+/* Through the slots whose names hash alike: a model of a thousand
+ * gradients looks each up in a few compares, not a thousand. */
 int eng_cache_find(struct hoop_engine *e, const char *name)
 {
-    for (int s = 0; s < e->cache_used; s++)
-        if (e->cache[s].used && strcmp(e->cache[s].p.name, name) == 0)
+    for (int s = e->cache_head[eng_hash(name)]; s >= 0; s = e->cache[s].hnext)
+        if (strcmp(e->cache[s].p.name, name) == 0)
             return s;
     return -1;
+}
+
+static void slot_link(struct hoop_engine *e, int s)
+{
+    unsigned h = eng_hash(e->cache[s].p.name);
+    e->cache[s].hnext = e->cache_head[h];
+    e->cache_head[h] = s;
+}
+
+static void slot_unlink(struct hoop_engine *e, int s)
+{
+    int *pp = &e->cache_head[eng_hash(e->cache[s].p.name)];
+    while (*pp >= 0 && *pp != s)
+        pp = &e->cache[*pp].hnext;
+    if (*pp == s)
+        *pp = e->cache[s].hnext;
 }
 
 int eng_cache_matches(struct hoop_engine *e, int s, const eng_op_t *op)
@@ -50,6 +74,7 @@ void eng_cache_erase(struct hoop_engine *e, int s)
             o->state = ES_NEW;
             o->slot = -1;
         }
+    slot_unlink(e, s);
     slot_free(&e->cache[s]);
 }
 
@@ -87,6 +112,7 @@ void eng_cache_put(struct hoop_engine *e, const struct eng_resp *r)
     }
     c->used = 1;
     c->last_use = ++e->use_clock;
+    slot_link(e, s);
 }
 
 void eng_cache_free(struct hoop_engine *e)
@@ -96,4 +122,5 @@ void eng_cache_free(struct hoop_engine *e)
     free(e->cache);
     e->cache = NULL;
     e->cache_used = 0;
+    eng_cache_init(e);
 }

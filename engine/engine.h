@@ -118,6 +118,7 @@ struct eng_cache_slot {
     struct eng_params p; /* count: this rank's rows for an allgather */
     uint64_t *rows;      /* allgather: per rank rows */
     uint64_t last_use;
+    int hnext; /* the next used slot whose name hashes alike, or -1 */
 };
 
 struct eng_timeline;
@@ -165,6 +166,7 @@ struct hoop_engine {
     /* cache */
     struct eng_cache_slot *cache;
     int cache_used; /* slots 0..cache_used-1 exist */
+    int cache_head[ENG_HASH]; /* per eng_hash of a name: its first used slot, or -1 */
     uint64_t use_clock;
     /* the sync vector and lists */
     uint32_t *sync;
@@ -227,6 +229,8 @@ void eng_resp_queued(struct hoop_engine *e, const struct eng_resp *r);
 
 /* cache.c */
 int eng_cacheable(int kind);
+/* Empty the index of names (before the first put). */
+void eng_cache_init(struct hoop_engine *e);
 /* The slot holding name, or -1. */
 int eng_cache_find(struct hoop_engine *e, const char *name);
 /* 1 when op matches slot s exactly, 0 when it holds other parameters. */

@@ -485,6 +485,7 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
     e->joined = calloc((size_t)e->size, 1);
     e->lcounts = malloc(sizeof(size_t) * 2 * (size_t)e->size);
     e->cache = calloc((size_t)(e->cache_cap ? e->cache_cap : 1), sizeof(*e->cache));
+    eng_cache_init(e);
     e->inv = calloc((size_t)(e->cache_cap ? e->cache_cap : 1), 1);
     if (!e->joined || !e->lcounts || !e->cache || !e->inv) {
         engine_free(e);

@@ -595,6 +595,69 @@ Test(async, cache_agrees_after_the_first_step_n3, .timeout = 60)
     run_case(3, &c, 40);
 }
 
+/* Names that share a bucket of the cache's index, more of them than the
+ * cache holds: slots are evicted and refilled inside one chain, and the
+ * names kept are still found through it. */
+static int body_cache_chain(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    enum { T = 6, KEPT = 4, STEPS = 7 };
+    char names[T][32];
+    int found = 0;
+    unsigned bucket = eng_hash("c0");
+    for (int d = 0; d < 1000000 && found < T; d++) {
+        char n[32];
+        snprintf(n, sizeof n, "c%d", d);
+        if (eng_hash(n) == bucket)
+            snprintf(names[found++], sizeof names[0], "%s", n);
+    }
+    if (found < T)
+        return harness_failf(rank, "found %d names in one bucket, want %d", found, T);
+    int32_t buf[T][16];
+    hoop_engine_handle_t *h[T];
+    hoop_engine_stats_t s = {.struct_size = sizeof s};
+    uint64_t hits_at[STEPS];
+    for (int step = 0; step < STEPS; step++) {
+        /* Steps 0-2: all six (the cache holds four); then the first four. */
+        int nt = step < 3 ? T : KEPT;
+        for (int t = 0; t < nt; t++) {
+            for (int i = 0; i < 16; i++)
+                buf[t][i] = val(rank, t + step, (size_t)i);
+            if (hoop_engine_allreduce(e, names[t], buf[t], buf[t], 16, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                      NULL, NULL, &h[t]))
+                return harness_fail(rank, names[t], HOOP_ERR_INVALID);
+        }
+        for (int t = 0; t < nt; t++) {
+            if (wait_ok(h[t], rank, names[t]))
+                return 1;
+            hoop_engine_release(h[t]);
+            for (int i = 0; i < 16; i++) {
+                int32_t want = 0;
+                for (int r = 0; r < size; r++)
+                    want += val(r, t + step, (size_t)i);
+                if (buf[t][i] != want)
+                    return harness_failf(rank, "step %d %s[%d] = %d, want %d", step, names[t], i,
+                                         buf[t][i], want);
+            }
+        }
+        hoop_engine_stats(e, &s);
+        hits_at[step] = s.cache_hits;
+    }
+    /* By step 5 the four names are in the cache: each step after is
+     * agreed through it. */
+    if (hits_at[STEPS - 1] - hits_at[STEPS - 3] < 2 * KEPT)
+        return harness_failf(rank, "%llu cache hits in the last two steps, want %d",
+                             (unsigned long long)(hits_at[STEPS - 1] - hits_at[STEPS - 3]),
+                             2 * KEPT);
+    return 0;
+}
+
+Test(async, cache_evicts_and_finds_within_one_bucket_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_cache_chain, .env = {"HOOP_CACHE_CAPACITY=4"}};
+    run_case(2, &c, 40);
+}
+
 Test(async, cache_off_still_exact_n2, .timeout = 60)
 {
     async_case_t c = {.body = body_scaled, .env = {"HOOP_CACHE_CAPACITY=0"}};
