@@ -84,7 +84,10 @@ void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, cons
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_lock(&op->mu);
     op->st = st;
-    snprintf(op->msg, sizeof(op->msg), "%s", st == HOOP_OK || !msg ? "" : msg);
+    if (st == HOOP_OK || !msg)
+        op->msg[0] = '\0';
+    else
+        snprintf(op->msg, sizeof(op->msg), "%s", msg);
     op->done = 1;
     pthread_cond_broadcast(&op->cv);
     pthread_mutex_unlock(&op->mu);

@@ -222,6 +222,8 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
                 char why[256];
                 if (hoop_gpu_memset(buf + off, 0, b, why, sizeof(why)))
                     st = hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: %s", e->rank, why);
+            } else if (!dev) {
+                memcpy(buf + off, g[i]->op->send[s], b); /* the scan found no device buffer */
             } else {
                 st = copy_any(e, g[i]->p.name, buf + off, g[i]->op->send[s], b);
             }
@@ -247,7 +249,9 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
         for (int i = 0; i < n && !st; i++)
             for (int s = 0; s < nseg(g[i]) && !st; s++) {
                 size_t b = seg_count(g[i], s) * es;
-                if (g[i]->op && b)
+                if (g[i]->op && b && !dev)
+                    memcpy(g[i]->op->recv[s], buf + off, b);
+                else if (g[i]->op && b)
                     st = copy_any(e, g[i]->p.name, g[i]->op->recv[s], buf + off, b);
                 off += b;
             }
