@@ -284,6 +284,37 @@ Test(shm, wild_position_fails_cleanly, .timeout = 60)
     corrupt_and_expect(wild_ready, -EPROTO, "segment is corrupt");
 }
 
+/* A sender whose collective failed gives up its payloads lent in place
+ * (cancel), and its caller may free them at once: the receiver that cannot
+ * read one then says the sender stopped (a symptom, not a lie about the
+ * payload). */
+Test(shm, payload_freed_after_the_sender_gave_up_is_a_reset, .timeout = 60)
+{
+    struct pair p;
+    pair_open(&p);
+    if (!((struct shm_conn *)p.rx)->cma_pid) {
+        pair_close(&p);
+        cr_skip_test("this process may not read its own memory with process_vm_readv (a "
+                     "seccomp profile?): payloads are not read in place here");
+    }
+    const size_t len = 1u << 20; /* read in place (SHM_REMOTE_MIN and more) */
+    uint8_t *src = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cr_assert(src != MAP_FAILED);
+    static uint8_t dst[1u << 20];
+    uint8_t sh[64] = {0}, rh[64];
+    struct hoop_tp_req s = {.buf = src, .len = len, .hdr = sh, .hdr_len = sizeof(sh)};
+    cr_assert_eq(hoop_transport_shm.isend(p.tx, &s), 0);
+    hoop_transport_shm.cancel(p.tp[0]);
+    munmap(src, len);
+    struct hoop_tp_req r = {.buf = dst, .len = len, .hdr = rh, .hdr_len = sizeof(rh)};
+    cr_assert_eq(hoop_transport_shm.irecv(p.rx, &r), 0);
+    int st = pair_wait(p.tp[1], &r);
+    const char *why = hoop_transport_shm.last_error(p.tp[1]);
+    cr_assert_eq(st, -ECONNRESET, "the receive ended with %d (%s)", st, why ? why : "no sentence");
+    cr_assert(why && strstr(why, "stopped sending"), "the sentence \"%s\"", why ? why : "(none)");
+    pair_close(&p);
+}
+
 /* The producer reads the consumer's tail only when the ring is full: a
  * tail that no consumer could have written fails the send with a sentence,
  * and a send that fits in the ring never looks. */

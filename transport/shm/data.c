@@ -54,6 +54,13 @@ static void shm_ring(int efd)
 static const char shm_bad_position[] =
     "wrote a position into the segment that is not one (the segment is corrupt)";
 
+/* A payload lent in place that cannot be read: from a producer still in
+ * its call, and from one that gave up (its caller may have freed it). */
+static const char shm_unreadable[] = "left a payload this rank could not read from its memory";
+static const char shm_gave_up[] =
+    "stopped sending (it failed, or left) before this rank had read a payload it left in its "
+    "memory";
+
 /* The first failure that an errno does not tell, kept for last_error. */
 static int shm_fail(struct shm_conn *c, int err, const char *fmt, const char *what)
 {
@@ -266,10 +273,19 @@ static int shm_take_remote(struct shm_conn *c, struct hoop_tp_req *r, const uint
         struct iovec re = {.iov_base = (void *)(uintptr_t)src, .iov_len = left};
         ssize_t got = process_vm_readv(c->cma_pid, &lo, 1, &re, 1, 0);
         if (got <= 0) {
+            int e = got < 0 ? errno : EIO;
+            /* A producer that has given up (its collective failed, the
+             * buffer may be freed already) or gone: a symptom of the
+             * failure, not a payload it lied about. */
+            if (e == ESRCH || c->ended ||
+                atomic_load_explicit(&c->ctl->prod_closed, memory_order_acquire)) {
+                shm_fail(c, -ECONNRESET, "rank %d %s", shm_gave_up);
+                return -1;
+            }
             char what[160];
-            snprintf(what, sizeof(what), "left a payload this rank could not read from its "
-                     "memory: process_vm_readv: %s", hoop_errno_str(got < 0 ? -errno : -EIO));
-            shm_fail(c, got < 0 && errno == ESRCH ? -ECONNRESET : -EPROTO, "rank %d %s", what);
+            snprintf(what, sizeof(what), "%s: process_vm_readv: %s", shm_unreadable,
+                     hoop_errno_str(-e));
+            shm_fail(c, -EPROTO, "rank %d %s", what);
             return -1;
         }
         dst += got;
