@@ -33,6 +33,7 @@ uint64_t hoop_frame_begin(struct hoop_ring *r, int coll, size_t count, hoop_dtyp
         .seq = ++r->seq, .count = count, .chunk_bytes = (uint32_t)r->chunk_bytes};
     r->ann_posted = 0;
     r->frame_vague = 0;
+    r->frame_why[0] = '\0';
     r->fail_err = 0;
     r->fail_peer = -1;
     atomic_store_explicit(&r->running_coll, coll, memory_order_relaxed);
@@ -322,7 +323,10 @@ int hoop_frame_announce_wait(struct hoop_ring *r, uint64_t deadline_ns)
 
 hoop_status_t hoop_frame_status(const struct hoop_ring *r, int err, const char *what)
 {
-    if (err != -EBADMSG && err != -EPROTO)
+    /* Only a frame check says why in frame_why; a transport's -EPROTO (a
+     * corrupt segment, a payload it could not read) is told by the
+     * caller's sentence, with the transport's own words. */
+    if ((err != -EBADMSG && err != -EPROTO) || !r->frame_why[0])
         return HOOP_OK;
     return hoop_error(err == -EBADMSG ? HOOP_ERR_MISMATCH : HOOP_ERR_PEER, "rank %d: %s: %s",
                       r->rank, what, r->frame_why);
