@@ -27,9 +27,7 @@
  * leaves the core's resources to the copy. Always 16 made an 8-byte
  * allreduce of two ranks take twice as long; always 1 made the large ones
  * up to 18 % slower. */
-#ifndef SHM_SPIN_RELAX_MAX
 #define SHM_SPIN_RELAX_MAX 16
-#endif
 
 static inline void shm_cpu_relax(void)
 {
