@@ -70,6 +70,10 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
         return st;
     if ((st = hoop_param_auto01("HOOP_HIERARCHICAL", &c->hier_mode)))
         return st;
+    /* Read before any failure can need it: a set-up that fails gathers the
+     * ranks' reports for this long too (fail.c). */
+    if ((st = hoop_param_double("HOOP_FAIL_GRACE", 0.05, 3600, &c->fail_grace_s)))
+        return st;
     /* The small path keeps a whole message in one receive slot. */
     c->small_bytes = (size_t)v < *chunk ? (size_t)v : *chunk;
     return HOOP_OK;

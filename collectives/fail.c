@@ -239,9 +239,8 @@ hoop_status_t hoop_comm_control_init(hoop_comm_t *c)
 {
     c->abort_fd = -1;
     c->ctl_epfd = -1;
-    hoop_status_t st = hoop_param_double("HOOP_FAIL_GRACE", 0.05, 3600, &c->fail_grace_s);
-    if (st || c->size == 1)
-        return st;
+    if (c->size == 1)
+        return HOOP_OK;
     c->abort_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (c->abort_fd < 0)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: eventfd: %s", c->rank, hoop_errno_str(-errno));
@@ -283,6 +282,7 @@ hoop_status_t hoop_comm_control_init(hoop_comm_t *c)
                 close(fd);
         }
     }
+    hoop_status_t st;
     if ((st = hoop_ring_watch(&c->ring, c->abort_fd)) ||
         (st = hoop_ring_watch(&c->ring, c->ctl_epfd)))
         return st;
@@ -329,10 +329,7 @@ hoop_status_t hoop_comm_fail_init(hoop_comm_t *c, hoop_status_t st)
     }
     /* The root whose set-up failed because a peer went (a rank that failed
      * its own set-up left, and its sockets with it): the others' reports
-     * name the cause, as after a collective (fail_gather). The control is
-     * not set up yet: the grace is read here. */
-    if (hoop_param_double("HOOP_FAIL_GRACE", 0.05, 3600, &c->fail_grace_s))
-        c->fail_grace_s = 2.0;
+     * name the cause, as after a collective (fail_gather). */
     struct hoop_notice v;
     fail_gather(c, &n, &v);
     if (primary || strcmp(v.why, n.why) == 0)
