@@ -93,13 +93,16 @@ static hoop_status_t scale_any(struct hoop_engine *e, const char *name, void *bu
     return HOOP_OK;
 }
 
-/* memcpy, or cudaMemcpy where either side is device memory. */
+/* memcpy, or cudaMemcpy where either side is device memory. may_dev 0:
+ * the caller knows both are host memory (a group whose scan found no
+ * device buffer), and nothing is looked up (a driver call per pointer
+ * where a GPU is present). */
 static hoop_status_t copy_any(struct hoop_engine *e, const char *name, void *dst, const void *src,
-                              size_t bytes)
+                              size_t bytes, int may_dev)
 {
     if (!bytes || dst == src)
         return HOOP_OK;
-    if (!on_gpu(dst) && !on_gpu(src)) {
+    if (!may_dev || (!on_gpu(dst) && !on_gpu(src))) {
         memcpy(dst, src, bytes);
         return HOOP_OK;
     }
@@ -179,7 +182,7 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
         if (on_gpu(op->recv[0]) && (st = use_gpu_of(e, r0->p.name, op->recv[0])))
             return st;
         if (r0->p.pre != 1.0 && r0->p.count) {
-            if ((st = copy_any(e, r0->p.name, op->recv[0], op->send[0], r0->p.count * es)) ||
+            if ((st = copy_any(e, r0->p.name, op->recv[0], op->send[0], r0->p.count * es, 1)) ||
                 (st = scale_any(e, r0->p.name, op->recv[0], r0->p.count, r0->p.dtype, r0->p.pre)))
                 return st;
             src = op->recv[0];
@@ -222,10 +225,8 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
                 char why[256];
                 if (hoop_gpu_memset(buf + off, 0, b, why, sizeof(why)))
                     st = hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: %s", e->rank, why);
-            } else if (!dev) {
-                memcpy(buf + off, g[i]->op->send[s], b); /* the scan found no device buffer */
             } else {
-                st = copy_any(e, g[i]->p.name, buf + off, g[i]->op->send[s], b);
+                st = copy_any(e, g[i]->p.name, buf + off, g[i]->op->send[s], b, dev);
             }
             off += b;
         }
@@ -249,10 +250,8 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
         for (int i = 0; i < n && !st; i++)
             for (int s = 0; s < nseg(g[i]) && !st; s++) {
                 size_t b = seg_count(g[i], s) * es;
-                if (g[i]->op && b && !dev)
-                    memcpy(g[i]->op->recv[s], buf + off, b);
-                else if (g[i]->op && b)
-                    st = copy_any(e, g[i]->p.name, g[i]->op->recv[s], buf + off, b);
+                if (g[i]->op && b)
+                    st = copy_any(e, g[i]->p.name, g[i]->op->recv[s], buf + off, b, dev);
                 off += b;
             }
         tl_all(e, g, n, NULL);
@@ -470,7 +469,7 @@ static hoop_status_t run_reduce_scatter(struct hoop_engine *e, struct eng_resp *
             st = hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': out of memory", e->rank,
                             r->p.name);
         if (!st)
-            st = copy_any(e, r->p.name, tmp, src, all * es);
+            st = copy_any(e, r->p.name, tmp, src, all * es, dev);
         if (!st)
             st = scale_any(e, r->p.name, tmp, all, r->p.dtype, r->p.pre);
         src = tmp;
