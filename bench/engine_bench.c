@@ -97,9 +97,10 @@ static int fail(const char *what, hoop_status_t st)
 
 /* Part 3: medians of a step of nt tensors of elems f32, one allreduce each
  * and grouped. */
-static int many_small(hoop_engine_t *e, int nt, size_t elems, int steps, int warmup,
-                      double *each_s, double *grouped_s)
+static int many_small(hoop_engine_t *e, int nt, size_t elems, int steps, int warmup, double *each_s,
+                      double *grouped_s, double *each_cycles, double *each_colls)
 {
+    hoop_engine_stats_t s0 = {.struct_size = sizeof(s0)}, s1 = {.struct_size = sizeof(s1)};
     float *data = malloc((size_t)nt * elems * sizeof(float));
     const void **src = malloc(sizeof(*src) * (size_t)nt);
     void **dst = malloc(sizeof(*dst) * (size_t)nt);
@@ -117,6 +118,8 @@ static int many_small(hoop_engine_t *e, int nt, size_t elems, int steps, int war
     }
     hoop_status_t st;
     for (int s = 0; s < warmup + steps; s++) {
+        if (s == warmup)
+            hoop_engine_stats(e, &s0);
         double t0 = now_s();
         for (int k = 0; k < nt; k++) {
             int t = nt - 1 - k;
@@ -138,7 +141,10 @@ static int many_small(hoop_engine_t *e, int nt, size_t elems, int steps, int war
         if (s >= warmup)
             times[s - warmup] = now_s() - t0;
     }
+    hoop_engine_stats(e, &s1);
     *each_s = median(times, steps);
+    *each_cycles = (double)(s1.cycles - s0.cycles) / steps;
+    *each_colls = (double)(s1.collectives - s0.collectives) / steps;
     for (int s = 0; s < warmup + steps; s++) {
         double t0 = now_s();
         if ((st = hoop_engine_grouped_allreduce(e, "small.group", nt, src, dst, counts, HOOP_F32,
@@ -277,8 +283,9 @@ int main(int argc, char **argv)
     double eng_small = only_many ? 0 : median(times, small_iters);
     hoop_engine_stats_t s2 = {.struct_size = sizeof(s2)};
     hoop_engine_stats(e, &s2);
-    double many_each = 0, many_grouped = 0;
-    if (many && many_small(e, many, (size_t)many_elems, many_steps, 5, &many_each, &many_grouped))
+    double many_each = 0, many_grouped = 0, many_cycles = 0, many_colls = 0;
+    if (many && many_small(e, many, (size_t)many_elems, many_steps, 5, &many_each, &many_grouped,
+                           &many_cycles, &many_colls))
         return 1;
     if (rank == 0 && keyval) {
         printf("ranks=%d\ntransport=%s\ncycle_ms=%g\nfusion_threshold=%llu\n", size, transport,
@@ -289,8 +296,9 @@ int main(int argc, char **argv)
                    nt, total * 4, eng_step * 1e3, base_step * 1e3, eng_small * 1e6,
                    base_small * 1e6);
         if (many)
-            printf("many_tensors=%d\nmany_elems=%ld\nmany_each_ms=%.4f\nmany_grouped_ms=%.4f\n",
-                   many, many_elems, many_each * 1e3, many_grouped * 1e3);
+            printf("many_tensors=%d\nmany_elems=%ld\nmany_each_ms=%.4f\nmany_grouped_ms=%.4f\n"
+                   "many_each_cycles=%.1f\nmany_each_collectives=%.1f\n",
+                   many, many_elems, many_each * 1e3, many_grouped * 1e3, many_cycles, many_colls);
     } else if (rank == 0 && only_many) {
         printf("# engine_bench: N=%d, transport %s, cycle %.3g ms\n", size, transport,
                s1.cycle_time_ms);
@@ -312,9 +320,10 @@ int main(int argc, char **argv)
         printf("  hoop_allreduce              %9.1f us\n", base_small * 1e6);
     }
     if (rank == 0 && many && !keyval)
-        printf("%d tensors of %ld f32, AVG:\n  engine, one allreduce each  %9.3f ms\n"
-               "  engine, grouped             %9.3f ms\n", many, many_elems, many_each * 1e3,
-               many_grouped * 1e3);
+        printf("%d tensors of %ld f32, AVG:\n  engine, one allreduce each  %9.3f ms  (%.1f "
+               "collectives, %.1f cycles per step)\n"
+               "  engine, grouped             %9.3f ms\n",
+               many, many_elems, many_each * 1e3, many_colls, many_cycles, many_grouped * 1e3);
     st = hoop_engine_destroy(e);
     for (int t = 0; t < nt; t++)
         free(bufs[t]);
