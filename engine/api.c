@@ -76,12 +76,23 @@ static void op_unref(eng_op_t *op)
         op_free(op);
 }
 
+void eng_mutex_init(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+    pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
 void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, const char *msg)
 {
     eng_forget_name(e, op);
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->smu);
     e->stats.ops_done++;
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->smu);
     pthread_mutex_lock(&op->mu);
     op->st = st;
     if (st == HOOP_OK || !msg)
@@ -149,7 +160,7 @@ static eng_op_t *op_new(int kind, const char *name, int dtype, int op, double pr
     o->cb_arg = cb_arg;
     o->refs = 2;
     o->last_joined = -1;
-    pthread_mutex_init(&o->mu, NULL);
+    eng_mutex_init(&o->mu);
     pthread_cond_init(&o->cv, NULL);
     return o;
 }
@@ -566,9 +577,9 @@ hoop_status_t hoop_engine_stats(hoop_engine_t *e, hoop_engine_stats_t *stats)
     if (!e || !stats || stats->struct_size < sizeof(size_t))
         return hoop_error(HOOP_ERR_INVALID, "engine: stats needs an engine and struct_size set");
     hoop_engine_stats_t s;
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->smu);
     s = e->stats;
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->smu);
     size_t n = stats->struct_size < sizeof(s) ? stats->struct_size : sizeof(s);
     s.struct_size = n;
     memcpy(stats, &s, n);

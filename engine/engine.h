@@ -143,6 +143,10 @@ struct hoop_engine {
     uint64_t barrier_seq, join_seq;
     pthread_cond_t wake; /* the thread's sleep while quiet (CLOCK_MONOTONIC) */
     int quiet;           /* it sleeps long: an enqueue or destroy wakes it */
+
+    /* Written by the engine's thread, read by hoop_engine_stats, under smu
+     * (not mu: the thread's counting keeps no enqueue waiting). */
+    pthread_mutex_t smu;
     hoop_engine_stats_t stats;
 
     /* The engine's thread only. */
@@ -191,6 +195,10 @@ struct hoop_engine {
 };
 
 /* api.c */
+/* A mutex that spins a little before it sleeps, where the C library has one:
+ * the engine's locks are held for a few instructions, and a caller put to
+ * sleep on one waits for a wake-up that costs more than the hold. */
+void eng_mutex_init(pthread_mutex_t *m);
 void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, const char *msg);
 /* Remove op from the names in flight (takes mu). */
 void eng_forget_name(struct hoop_engine *e, eng_op_t *op);

@@ -48,11 +48,11 @@ static void tl_all(struct hoop_engine *e, struct eng_resp **g, int n, const char
 
 static void count_collective(struct hoop_engine *e, int fused)
 {
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->smu);
     e->stats.collectives++;
     if (fused > 1)
         e->stats.fused_ops += (uint64_t)fused;
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->smu);
 }
 
 static void scale(void *buf, size_t n, int dtype, double f)

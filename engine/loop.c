@@ -165,9 +165,9 @@ static hoop_status_t cache_responses(struct hoop_engine *e, const uint32_t *slot
                 break;
             }
         if (r->op) {
-            pthread_mutex_lock(&e->mu);
+            pthread_mutex_lock(&e->smu);
             e->stats.cache_hits++;
-            pthread_mutex_unlock(&e->mu);
+            pthread_mutex_unlock(&e->smu);
         }
         if (e->tl)
             eng_resp_queued(e, r);
@@ -208,9 +208,9 @@ static hoop_status_t gather_lists(struct hoop_engine *e, const uint32_t *lens)
                                        e->lcounts, e->ldispls, HOOP_U8);
     if (st)
         return st;
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->smu);
     e->stats.negotiations++;
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->smu);
     for (int r = 0; r < e->size; r++)
         if ((st = eng_list_parse(e, r, e->lists + e->ldispls[r], e->lcounts[r], eng_table_record)))
             return st;
@@ -333,11 +333,11 @@ static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
     if (e->rank == 0)
         eng_table_stall_check(e, hoop_now_ns());
     eng_timeline_flush(e->tl);
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->smu);
     e->stats.cycles++;
     e->stats.fusion_threshold = e->fusion_threshold;
     e->stats.cycle_time_ms = (double)e->cycle_ns / 1e6;
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->smu);
     return HOOP_OK;
 }
 
@@ -444,6 +444,7 @@ static void engine_free(struct hoop_engine *e)
     eng_tune_free(e);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->smu);
     free(e);
 }
 
@@ -455,7 +456,8 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
     struct hoop_engine *e = calloc(1, sizeof(*e));
     if (!e)
         return hoop_error(HOOP_ERR_SYSTEM, "engine: out of memory");
-    pthread_mutex_init(&e->mu, NULL);
+    eng_mutex_init(&e->mu);
+    pthread_mutex_init(&e->smu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
