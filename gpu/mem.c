@@ -174,7 +174,8 @@ void hoop_gpu_mem_kinds(const void *a, const void *b, struct hoop_mem *ka, struc
         return;
     }
     *ka = mem_kind(a, emulated);
-    *kb = mem_kind(b, emulated);
+    /* In place: one question to the driver, not two. */
+    *kb = b == a ? *ka : mem_kind(b, emulated);
 }
 
 const char *hoop_gpu_mem_str(enum hoop_mem_kind kind)
