@@ -389,6 +389,29 @@ static void mixed_destroy(void *vtp)
     free(tp);
 }
 
+int hoop_mixed_shm_links(const struct hoop_ring *r, int *nlinks, char *links, size_t cap)
+{
+    int nshm = 0;
+    size_t used = 0;
+    *nlinks = r->size == 2 ? 1 : r->size;
+    if (!r->peers || r->size < 2)
+        return 0;
+    for (int p = 0; p < r->size; p++) {
+        const uint8_t *a, *b;
+        uint16_t al, bl;
+        int q = r->at[p], q1 = r->at[(p + 1) % r->size]; /* in ring order */
+        hoop_ring_peer_handle(r, q, &a, &al);
+        hoop_ring_peer_handle(r, q1, &b, &bl);
+        if (hoop_mixed_link_is_shm(a, al, b, bl)) {
+            nshm++;
+            if (links && used < cap)
+                used += (size_t)snprintf(links + used, cap - used, "%s%d>%d", used ? " " : "",
+                                         q, q1);
+        }
+    }
+    return r->size == 2 ? (nshm ? 1 : 0) : nshm;
+}
+
 /* The configured transport's words, and which ring links are shared
  * memory (the same on every rank: from the table). */
 static const char *mixed_describe(void *vtp)
@@ -398,25 +421,8 @@ static const char *mixed_describe(void *vtp)
     const struct hoop_ring *r = tp->ring;
     if (!r || !r->peers || r->size < 2)
         return net;
-    int nshm = 0;
     char links[400] = "";
-    size_t used = 0;
-    for (int p = 0; p < r->size; p++) {
-        const uint8_t *a, *b;
-        uint16_t al, bl;
-        int q = r->at[p], q1 = r->at[(p + 1) % r->size]; /* in ring order */
-        hoop_ring_peer_handle(r, q, &a, &al);
-        hoop_ring_peer_handle(r, q1, &b, &bl);
-        if (hoop_mixed_link_is_shm(a, al, b, bl)) {
-            nshm++;
-            if (used < sizeof(links))
-                used += (size_t)snprintf(links + used, sizeof(links) - used, "%s%d>%d",
-                                         used ? " " : "", q, q1);
-        }
-    }
-    int nlinks = r->size == 2 ? 1 : r->size;
-    if (r->size == 2)
-        nshm = nshm ? 1 : 0;
+    int nlinks, nshm = hoop_mixed_shm_links(r, &nlinks, links, sizeof(links));
     if (nshm == 0)
         return net;
     if (nshm == nlinks)

@@ -38,5 +38,9 @@ void *hoop_mixed_net(void *tp);
 void *hoop_mixed_conn_net(void *conn);
 /* 1 when the link between the two handles' ranks is shared memory. */
 int hoop_mixed_link_is_shm(const uint8_t *a, uint16_t alen, const uint8_t *b, uint16_t blen);
+/* How many of r's ring links are shared memory, and of how many (1 for
+ * two ranks): the same on every rank, from the table. links, when not
+ * NULL, gets them in words ("0>1 3>0"). */
+int hoop_mixed_shm_links(const struct hoop_ring *r, int *nlinks, char *links, size_t cap);
 
 #endif

@@ -150,7 +150,8 @@ static void run_init(struct run *x, struct hoop_ring *r, const struct hoop_pipe 
     x->nsteps = p->nsteps;
     x->depth = (unsigned)r->depth;
     x->es = hoop_dtype_size(p->dtype);
-    x->ce = r->chunk_bytes / x->es ? r->chunk_bytes / x->es : 1;
+    size_t cb = p->chunk_bytes && p->chunk_bytes < r->chunk_bytes ? p->chunk_bytes : r->chunk_bytes;
+    x->ce = cb / x->es ? cb / x->es : 1;
     x->bufs[HOOP_BUF_INPUT] = (char *)p->input;
     x->bufs[HOOP_BUF_OUTPUT] = p->output;
     x->bufs[HOOP_BUF_WORK] = (char *)r->work;

@@ -76,6 +76,10 @@ struct hoop_pipe {
     int confirm_to_next;   /* send it to next (the end: first) */
     int nsteps;
     struct hoop_step *steps; /* the ring's table, filled by the caller */
+    /* The bytes of a chunk for this run, at most the ring's chunk_bytes
+     * (its slots' size); 0: chunk_bytes. Every rank must choose the same
+     * from what all of them know (the count, the ring). */
+    size_t chunk_bytes;
 };
 
 /* a mod n in 0..n-1 for any a: schedules name segments as rank - step. */

@@ -183,6 +183,8 @@ hoop_status_t hoop_ring_connect(struct hoop_ring *r, const struct hoop_peer *pee
     const struct hoop_peer *n = &peers[r->next], *p = &peers[r->prev];
     r->peers = peers;
     hoop_ring_hier_shape(r);
+    int nlinks;
+    r->shm_ring = hoop_mixed_shm_links(r, &nlinks, NULL, 0) == nlinks;
     r->comm_id = comm_id;
     hoop_status_t st = ring_check_transports(r);
     if (st)

@@ -47,6 +47,7 @@ struct hoop_ring {
     char prev_desc[HOOP_HOSTNAME_MAX + 32];
     size_t chunk_bytes;
     int depth;
+    int shm_ring; /* every ring link is shared memory (the same on every rank) */
     uint8_t *scratch; /* depth receive slots of chunk_bytes, reused by every call */
     size_t scratch_bytes; /* its mapping's length */
     struct hoop_ring_req *sreq;

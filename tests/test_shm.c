@@ -568,6 +568,53 @@ Test(shm, every_collective_exact_n5, .timeout = 300) { run_collectives(5); }
 Test(shm, every_collective_exact_n8, .timeout = 300) { run_collectives(8); }
 
 /* HOOP_SHM=0: same-host ranks go over TCP, and the name says so. */
+/* With the default chunk (1 MiB) an allreduce whose segments are at most
+ * four chunks runs in chunks of 256 KiB over a ring of shared memory
+ * (ring/allreduce.c), a longer one in chunks of 1 MiB: both sides of every
+ * link must cut alike. Segments of 1 MiB and a few elements (256 KiB
+ * chunks and a short one), exactly 4 MiB (the last size cut small) and one
+ * element more (cut in MiB again), i32 sums checked element by element,
+ * out of place and in place. */
+static const size_t mid_counts[] = {3 * 262144 + 5, 3 * 1048576, 3 * 1048576 + 3};
+
+static int mid_sizes(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    if (!strstr(hoop_comm_transport(comm), "shm (every ring link"))
+        return harness_failf(rank, "hoop_comm_transport() is \"%s\"", hoop_comm_transport(comm));
+    size_t maxn = mid_counts[2];
+    int32_t *a = malloc(maxn * sizeof(*a)), *b = malloc(maxn * sizeof(*b));
+    int rc = !a || !b ? harness_failf(rank, "out of memory") : 0;
+    hoop_status_t st;
+    for (size_t k = 0; !rc && k < sizeof(mid_counts) / sizeof(mid_counts[0]); k++) {
+        size_t n = mid_counts[k];
+        struct sum_ctx sc = {.size = size};
+        for (size_t i = 0; i < n; i++)
+            a[i] = val(rank, i);
+        if ((st = hoop_allreduce(comm, a, b, n, HOOP_I32, HOOP_SUM)))
+            rc = harness_fail(rank, "allreduce", st);
+        if (!rc)
+            rc = check_i32(rank, "allreduce", n, b, want_sum, &sc);
+        if (!rc && (st = hoop_allreduce(comm, a, a, n, HOOP_I32, HOOP_SUM)))
+            rc = harness_fail(rank, "allreduce in place", st);
+        if (!rc)
+            rc = check_i32(rank, "allreduce in place", n, a, want_sum, &sc);
+    }
+    free(a);
+    free(b);
+    return rc;
+}
+
+Test(shm, mid_sizes_cut_alike_around_the_small_chunk_limit, .timeout = 300)
+{
+    setenv("HOOP_SHM", "1", 1);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    char report[8192];
+    bool ok = harness_run(3, &base, mid_sizes, NULL, 240.0, report, sizeof(report));
+    cr_assert(ok, "allreduces of segments around 4 MiB over shared memory at N = 3:\n%s", report);
+}
+
 Test(shm, off_means_tcp_between_same_host_ranks, .timeout = 300)
 {
     setenv("HOOP_SHM", "0", 1);
