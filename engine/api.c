@@ -53,6 +53,10 @@ void eng_forget_name(struct hoop_engine *e, eng_op_t *op)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* The sentence of a failure whose own could not be kept. */
+static const char op_no_memory[] =
+    "engine: the operation failed, and no memory was left for its sentence";
+
 static void op_free(eng_op_t *op)
 {
     if (op->send != &op->send1)
@@ -62,6 +66,8 @@ static void op_free(eng_op_t *op)
     free(op->p.vals);
     eng_out_free(op, op->out);
     free(op->counts);
+    if (op->msg && op->msg[0] && op->msg != op_no_memory)
+        free((void *)op->msg);
     pthread_mutex_destroy(&op->mu);
     pthread_cond_destroy(&op->cv);
     free(op);
@@ -93,12 +99,16 @@ void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, cons
     pthread_mutex_lock(&e->smu);
     e->stats.ops_done++;
     pthread_mutex_unlock(&e->smu);
+    /* A success carries no sentence: nothing to allocate on the path
+     * every gradient takes. */
+    const char *m = "";
+    if (st != HOOP_OK && msg) {
+        char *c = strndup(msg, 1023);
+        m = c ? c : op_no_memory;
+    }
     pthread_mutex_lock(&op->mu);
     op->st = st;
-    if (st == HOOP_OK || !msg)
-        op->msg[0] = '\0';
-    else
-        snprintf(op->msg, sizeof(op->msg), "%s", msg);
+    op->msg = m;
     op->done = 1;
     pthread_cond_broadcast(&op->cv);
     pthread_mutex_unlock(&op->mu);

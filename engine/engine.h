@@ -74,7 +74,7 @@ struct hoop_engine_handle {
     int done;
     int refs; /* the caller's and the engine's */
     hoop_status_t st;
-    char msg[1024];
+    const char *msg; /* the sentence: "" on success, else owned (or a constant) */
     void *out;
     size_t out_count;
     int out_on_gpu; /* out is device memory (the sendbuf's GPU): hoop_gpu_free */
