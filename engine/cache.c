@@ -74,6 +74,7 @@ void eng_cache_erase(struct hoop_engine *e, int s)
             o->state = ES_NEW;
             o->slot = -1;
         }
+    e->slot_op[s] = NULL;
     slot_unlink(e, s);
     slot_free(&e->cache[s]);
 }

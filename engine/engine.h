@@ -188,6 +188,7 @@ struct hoop_engine {
     int nresp, resp_cap;
     struct eng_timeline *tl;
     uint8_t *inv;          /* per cache slot: this rank holds it stale */
+    eng_op_t **slot_op;    /* per cache slot: this rank's pending op in ES_CACHED on it */
     int idle_cycles;       /* cycles in a row in which no rank had anything */
     int drained;           /* the last cycle left nothing pending anywhere */
     uint64_t sync_done_ns; /* when the last cycle's sync allreduce ended */

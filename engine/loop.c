@@ -36,6 +36,8 @@ static void fail_all(struct hoop_engine *e, hoop_status_t st, const char *msg)
         eng_op_t *o = e->pending;
         e->pending = o->next;
         o->next = NULL;
+        if (o->state == ES_CACHED)
+            e->slot_op[o->slot] = NULL;
         eng_op_complete(e, o, st, msg);
     }
     e->join_op = NULL;
@@ -112,6 +114,7 @@ static int take_queue(struct hoop_engine *e)
                 if (eng_cache_matches(e, s, o)) {
                     o->state = ES_CACHED;
                     o->slot = s;
+                    e->slot_op[s] = o;
                 } else {
                     e->inv[s] = 1;
                 }
@@ -158,12 +161,16 @@ static hoop_status_t cache_responses(struct hoop_engine *e, const uint32_t *slot
         }
         r->from_cache = 1;
         c->last_use = ++e->use_clock;
-        for (eng_op_t *o = e->pending; o; o = o->next)
-            if (o->state == ES_CACHED && o->slot == s) {
-                r->op = o;
-                o->state = ES_SENT;
-                break;
-            }
+        /* This rank's op on the slot, if it holds one (a joined rank may
+         * not): looked up, not searched for, since a step of a thousand
+         * cached names would otherwise walk the pending list a thousand
+         * times. */
+        eng_op_t *o = e->slot_op[s];
+        if (o && o->state == ES_CACHED && o->slot == s) {
+            r->op = o;
+            o->state = ES_SENT;
+        }
+        e->slot_op[s] = NULL;
         if (r->op) {
             pthread_mutex_lock(&e->smu);
             e->stats.cache_hits++;
@@ -433,6 +440,7 @@ static void engine_free(struct hoop_engine *e)
     eng_resp_clear(e);
     free(e->resp);
     free(e->inv);
+    free(e->slot_op);
     free(e->joined);
     free(e->sync);
     free(e->mylist);
@@ -489,7 +497,8 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
     e->cache = calloc((size_t)(e->cache_cap ? e->cache_cap : 1), sizeof(*e->cache));
     eng_cache_init(e);
     e->inv = calloc((size_t)(e->cache_cap ? e->cache_cap : 1), 1);
-    if (!e->joined || !e->lcounts || !e->cache || !e->inv) {
+    e->slot_op = calloc((size_t)(e->cache_cap ? e->cache_cap : 1), sizeof(*e->slot_op));
+    if (!e->joined || !e->lcounts || !e->cache || !e->inv || !e->slot_op) {
         engine_free(e);
         return hoop_error(HOOP_ERR_SYSTEM, "engine: out of memory");
     }
