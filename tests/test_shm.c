@@ -444,6 +444,23 @@ static int32_t want_rank(size_t i, void *vctx)
     return val(c->rank, c->off + i);
 }
 
+/* An i32 sum of n elements out of place, then in place, each checked
+ * element by element: 0, or the harness's failure. */
+static int allreduce_both_ways(hoop_comm_t *comm, int rank, int size, int32_t *a, int32_t *b,
+                               size_t n)
+{
+    struct sum_ctx sc = {.size = size};
+    hoop_status_t st;
+    for (size_t i = 0; i < n; i++)
+        a[i] = val(rank, i);
+    if ((st = hoop_allreduce(comm, a, b, n, HOOP_I32, HOOP_SUM)))
+        return harness_fail(rank, "allreduce", st);
+    int rc = check_i32(rank, "allreduce", n, b, want_sum, &sc);
+    if (!rc && (st = hoop_allreduce(comm, a, a, n, HOOP_I32, HOOP_SUM)))
+        return harness_fail(rank, "allreduce in place", st);
+    return rc ? rc : check_i32(rank, "allreduce in place", n, a, want_sum, &sc);
+}
+
 static int every_collective(hoop_comm_t *comm, int rank, int size, void *arg)
 {
     const char *want_desc = arg;
@@ -459,16 +476,7 @@ static int every_collective(hoop_comm_t *comm, int rank, int size, void *arg)
     for (size_t k = 0; !rc && k < sizeof(coll_counts) / sizeof(coll_counts[0]); k++) {
         size_t n = coll_counts[k];
         struct sum_ctx sc = {.size = size};
-        /* allreduce, out of place and in place */
-        for (size_t i = 0; i < n; i++)
-            a[i] = val(rank, i);
-        if ((st = hoop_allreduce(comm, a, b, n, HOOP_I32, HOOP_SUM)))
-            return harness_fail(rank, "allreduce", st);
-        if ((rc = check_i32(rank, "allreduce", n, b, want_sum, &sc)))
-            break;
-        if ((st = hoop_allreduce(comm, a, a, n, HOOP_I32, HOOP_SUM)))
-            return harness_fail(rank, "allreduce in place", st);
-        if ((rc = check_i32(rank, "allreduce in place", n, a, want_sum, &sc)))
+        if ((rc = allreduce_both_ways(comm, rank, size, a, b, n)))
             break;
         /* reduce_scatter: n elements per rank */
         for (size_t i = 0; i < n * (size_t)size; i++)
@@ -585,21 +593,8 @@ static int mid_sizes(hoop_comm_t *comm, int rank, int size, void *arg)
     size_t maxn = mid_counts[2];
     int32_t *a = malloc(maxn * sizeof(*a)), *b = malloc(maxn * sizeof(*b));
     int rc = !a || !b ? harness_failf(rank, "out of memory") : 0;
-    hoop_status_t st;
-    for (size_t k = 0; !rc && k < sizeof(mid_counts) / sizeof(mid_counts[0]); k++) {
-        size_t n = mid_counts[k];
-        struct sum_ctx sc = {.size = size};
-        for (size_t i = 0; i < n; i++)
-            a[i] = val(rank, i);
-        if ((st = hoop_allreduce(comm, a, b, n, HOOP_I32, HOOP_SUM)))
-            rc = harness_fail(rank, "allreduce", st);
-        if (!rc)
-            rc = check_i32(rank, "allreduce", n, b, want_sum, &sc);
-        if (!rc && (st = hoop_allreduce(comm, a, a, n, HOOP_I32, HOOP_SUM)))
-            rc = harness_fail(rank, "allreduce in place", st);
-        if (!rc)
-            rc = check_i32(rank, "allreduce in place", n, a, want_sum, &sc);
-    }
+    for (size_t k = 0; !rc && k < sizeof(mid_counts) / sizeof(mid_counts[0]); k++)
+        rc = allreduce_both_ways(comm, rank, size, a, b, mid_counts[k]);
     free(a);
     free(b);
     return rc;
