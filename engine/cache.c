@@ -69,11 +69,13 @@ static void slot_free(struct eng_cache_slot *c)
 
 void eng_cache_erase(struct hoop_engine *e, int s)
 {
-    for (eng_op_t *o = e->pending; o; o = o->next)
-        if (o->state == ES_CACHED && o->slot == s) {
-            o->state = ES_NEW;
-            o->slot = -1;
-        }
+    /* This rank's op on the slot (a name is in flight once at most) goes
+     * through the table again. */
+    eng_op_t *o = e->slot_op[s];
+    if (o && o->state == ES_CACHED && o->slot == s) {
+        o->state = ES_NEW;
+        o->slot = -1;
+    }
     e->slot_op[s] = NULL;
     slot_unlink(e, s);
     slot_free(&e->cache[s]);
