@@ -1,7 +1,7 @@
 /* device.c - collectives on device buffers: the ring's GPU pipe, made on
  * the first such call and kept, and the whole-buffer staging of the paths
  * that do not run on the pipeline (recursive doubling, alltoall, one
- * rank). The pipelined schedules use the pipe in pipeline.c. */
+ * rank). The pipelined schedules use the pipe in pipeline_device.c. */
 #include "ring/ring.h"
 #include "common/log.h"
 #include "common/param.h"

@@ -81,7 +81,7 @@ struct hoop_ring {
      * them, and whether the running call's buffers are on it. */
     struct hoop_gpu_pipe *gpu;
     int on_gpu;
-    int stage_chunks; /* pinned host chunks device buffers go through (pipeline.c) */
+    int stage_chunks;      /* pinned host chunks device buffers go through (pipeline_device.c) */
     uint64_t gpu_restaged; /* chunks the pipeline copied from the GPU again: their host
                             * copy was given up, or never made, for want of a slot */
     int gdr_send; /* GPUDirect RDMA chosen (gdr.h): sends leave from device memory */
