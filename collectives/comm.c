@@ -56,6 +56,15 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
             return st;
         *depth = (int)v;
     }
+    if ((st = hoop_param_u64("HOOP_SHM_CHUNK_BYTES", 0, HOOP_CHUNK_MAX, &v)))
+        return st;
+    if (v && v < HOOP_CHUNK_MIN)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "HOOP_SHM_CHUNK_BYTES=%llu is below %d bytes: set "
+                          "at least %d, or 0 to keep HOOP_CHUNK_BYTES's chunks over shared "
+                          "memory too",
+                          v, HOOP_CHUNK_MIN, HOOP_CHUNK_MIN);
+    c->shm_chunk = (size_t)v;
     unsigned long long stage;
     if ((st = hoop_param_u64("HOOP_GPU_STAGING_CHUNKS", 0, HOOP_RING_STAGE_MAX, &stage)))
         return st;
@@ -181,6 +190,7 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
         goto err_free;
     if (c->stage_chunks) /* else the ring's default */
         c->ring.stage_chunks = c->stage_chunks;
+    c->ring.shm_chunk = c->shm_chunk;
     snprintf(c->transport, sizeof(c->transport), "%s", hoop_ring_describe(&c->ring));
     if ((st = hoop_bootstrap_init(&c->bs, &bcfg, hoop_ring_listen, &c->ring)))
         goto err_ring;

@@ -17,6 +17,7 @@ struct hoop_comm {
     size_t small_bytes; /* allreduce at or below this uses recursive doubling */
     int hier_mode;      /* HOOP_HIERARCHICAL: 0, 1 or HOOP_PARAM_AUTO */
     int stage_chunks;   /* HOOP_GPU_STAGING_CHUNKS; 0: the ring's default */
+    size_t shm_chunk;   /* HOOP_SHM_CHUNK_BYTES; 0: off */
     int hier;           /* ring allreduces run hierarchical (ring/hier.c) */
     size_t hier_small;  /* hier: small ones of at least this many bytes do too */
     struct hoop_bootstrap bs;

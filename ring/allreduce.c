@@ -43,24 +43,26 @@ void hoop_ring_allreduce_steps(struct hoop_step *st, int n, int me, size_t count
 
 /* Over shared memory a ring step reads its chunk in place from the
  * previous rank and reduces it while it is still in this core's cache:
- * chunks of 256 KiB do both sooner than chunks of a MiB, so the ranks
- * overlap more of a segment of a few MiB (a ResNet-50 step's tensors of
- * 1 to 9 MB at N = 4 on 16 cores: 59 ms with 256 KiB chunks, 84 ms with
- * a MiB; bench/RESULTS.md).
+ * chunks of 256 KiB (HOOP_SHM_CHUNK_BYTES) do both sooner than chunks of a
+ * MiB, so the ranks overlap more of a segment of a few MiB (a ResNet-50
+ * step's tensors of 1 to 9 MB at N = 4 on 16 cores: 59 ms with 256 KiB
+ * chunks, 84 ms with a MiB; bench/RESULTS.md).
  * For segments longer than four of the ring's chunks the smaller chunks
  * only add transfers (16 MiB at N = 2 lost 10-30 %): those keep
  * chunk_bytes, as do rings with a network link, where 256 KiB chunks lost
- * a third on loopback TCP. */
-#define SHM_MID_CHUNK (256u << 10)
+ * a third on loopback TCP. Device buffers lose by them too (each chunk is
+ * GPU work: docs/gpu.md), but the chunk cannot follow the buffers: one
+ * rank's device buffers may meet another's host buffers, and every link
+ * must cut alike; HOOP_SHM_CHUNK_BYTES=0 turns the rule off. */
 #define SHM_MID_SEG_CHUNKS 4
 
 static size_t run_chunk(const struct hoop_ring *r, size_t count, hoop_dtype_t dtype)
 {
     size_t seg = hoop_ring_seg_len(count, r->size, 0) * hoop_dtype_size(dtype);
-    if (!r->shm_ring || r->chunk_bytes <= SHM_MID_CHUNK ||
+    if (!r->shm_ring || !r->shm_chunk || r->chunk_bytes <= r->shm_chunk ||
         seg > SHM_MID_SEG_CHUNKS * r->chunk_bytes)
         return 0;
-    return SHM_MID_CHUNK;
+    return r->shm_chunk;
 }
 
 static hoop_status_t ring_allreduce(struct hoop_ring *r, int coll, const char *what,

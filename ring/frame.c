@@ -251,11 +251,18 @@ static int frame_check(struct hoop_tp_req *req)
         int other_path = (!got_ann && !want_ann &&
                           (got.step >= HOOP_FRAME_SMALL) != (want->step >= HOOP_FRAME_SMALL)) ||
                          (got_ann != want_ann && want->coll == HOOP_COLL_ALLREDUCE);
-        snprintf(r->frame_why, sizeof(r->frame_why), "in %s, rank %u (%s) sent %s where this rank "
-                 "expected %s (%s)", ww, want->sender, p->host, gs, ws,
+        /* A chunk of another length in the same place of an allreduce over
+         * shared memory: the ranks may cut mid-size ones differently. */
+        int other_cut = !other_path && want->coll == HOOP_COLL_ALLREDUCE && r->shm_ring &&
+                        got.step == want->step && got.chunk == want->chunk;
+        snprintf(r->frame_why, sizeof(r->frame_why),
+                 "in %s, rank %u (%s) sent %s where this rank "
+                 "expected %s (%s%s)",
+                 ww, want->sender, p->host, gs, ws,
                  other_path ? "one took the small-message path, the other the ring: "
                               "HOOP_SMALL_BYTES must be the same on every rank"
-                            : "do the ranks pass the same counts?");
+                            : "do the ranks pass the same counts?",
+                 other_cut ? " HOOP_SHM_CHUNK_BYTES must be the same on every rank" : "");
         return -EBADMSG;
     }
     return 0;

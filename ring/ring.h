@@ -48,6 +48,7 @@ struct hoop_ring {
     size_t chunk_bytes;
     int depth;
     int shm_ring; /* every ring link is shared memory (the same on every rank) */
+    size_t shm_chunk; /* HOOP_SHM_CHUNK_BYTES: mid-size allreduces' chunk on such a ring; 0: off */
     uint8_t *scratch; /* depth receive slots of chunk_bytes, reused by every call */
     size_t scratch_bytes; /* its mapping's length */
     struct hoop_ring_req *sreq;

@@ -610,6 +610,93 @@ Test(shm, mid_sizes_cut_alike_around_the_small_chunk_limit, .timeout = 300)
     cr_assert(ok, "allreduces of segments around 4 MiB over shared memory at N = 3:\n%s", report);
 }
 
+/* HOOP_SHM_CHUNK_BYTES=0 on every rank: the same sizes in the ring's own
+ * chunks, still exact. */
+Test(shm, mid_sizes_exact_with_the_small_chunk_off, .timeout = 300)
+{
+    setenv("HOOP_SHM", "1", 1);
+    setenv("HOOP_SHM_CHUNK_BYTES", "0", 1);
+    hoop_config_t base;
+    hoop_config_init(&base);
+    char report[8192];
+    bool ok = harness_run(3, &base, mid_sizes, NULL, 240.0, report, sizeof(report));
+    unsetenv("HOOP_SHM_CHUNK_BYTES");
+    cr_assert(ok, "HOOP_SHM_CHUNK_BYTES=0, segments around 4 MiB at N = 3:\n%s", report);
+}
+
+/* One rank of three with HOOP_SHM_CHUNK_BYTES=0 cuts a mid-size allreduce
+ * in other chunks than its neighbours: the first chunk's frame tells them,
+ * no rank returns OK, and every rank's sentence names the setting. */
+/* A raw rank's communicator over shared memory, with HOOP_SHM_CHUNK_BYTES
+ * set to shm_chunk (NULL: the default). */
+static hoop_status_t init_shm_chunk(int rank, int size, int port, const char *shm_chunk,
+                                    hoop_comm_t **comm)
+{
+    setenv("HOOP_SHM", "1", 1);
+    if (shm_chunk)
+        setenv("HOOP_SHM_CHUNK_BYTES", shm_chunk, 1);
+    char root[64], token[64];
+    hoop_config_t cfg;
+    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    return hoop_comm_init(comm, &cfg);
+}
+
+static int chunk_odd_rank(int rank, int size, int port, void *arg)
+{
+    (void)arg;
+    hoop_comm_t *comm;
+    hoop_status_t st = init_shm_chunk(rank, size, port, rank == 1 ? "0" : NULL, &comm);
+    if (st != HOOP_OK)
+        return harness_fail(rank, "hoop_comm_init", st);
+    size_t n = mid_counts[0];
+    int32_t *a = calloc(n, sizeof(*a));
+    if (!a) {
+        hoop_comm_destroy(comm);
+        return harness_failf(rank, "out of memory");
+    }
+    st = hoop_allreduce(comm, a, a, n, HOOP_I32, HOOP_SUM);
+    char why[1024];
+    snprintf(why, sizeof(why), "%s", hoop_last_error());
+    free(a);
+    hoop_comm_destroy(comm);
+    if (st == HOOP_OK)
+        return harness_failf(rank, "the allreduce returned OK with rank 1 cutting otherwise");
+    /* Rank 1's successor sees a chunk of another length, and every rank
+     * gets that sentence. */
+    if (!strstr(why, "HOOP_SHM_CHUNK_BYTES must be the same"))
+        return harness_failf(rank, "the error \"%s\" does not name the chunks", why);
+    return 0;
+}
+
+Test(shm, a_rank_cutting_other_chunks_is_told_on_every_rank, .timeout = 120)
+{
+    char report[8192];
+    bool ok = harness_run_raw(3, chunk_odd_rank, NULL, 60.0, report, sizeof(report));
+    cr_assert(ok, "%s", report);
+}
+
+/* A chunk below the ring's least is refused at init, naming the setting. */
+static int tiny_chunk_rank(int rank, int size, int port, void *arg)
+{
+    (void)arg;
+    hoop_comm_t *comm;
+    hoop_status_t st = init_shm_chunk(rank, size, port, "32", &comm);
+    if (st == HOOP_OK) {
+        hoop_comm_destroy(comm);
+        return harness_failf(rank, "hoop_comm_init took HOOP_SHM_CHUNK_BYTES=32");
+    }
+    if (st != HOOP_ERR_INVALID || !strstr(hoop_last_error(), "HOOP_SHM_CHUNK_BYTES=32"))
+        return harness_failf(rank, "status %d, \"%s\"", st, hoop_last_error());
+    return 0;
+}
+
+Test(shm, a_tiny_shm_chunk_is_refused, .timeout = 60)
+{
+    char report[8192];
+    bool ok = harness_run_raw(2, tiny_chunk_rank, NULL, 30.0, report, sizeof(report));
+    cr_assert(ok, "%s", report);
+}
+
 Test(shm, off_means_tcp_between_same_host_ranks, .timeout = 300)
 {
     setenv("HOOP_SHM", "0", 1);
