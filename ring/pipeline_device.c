@@ -50,11 +50,6 @@ int run_device_init(struct run *x)
     return 0;
 }
 
-char *run_pool_at(const struct run *x, int slot)
-{
-    return x->pool + (size_t)slot * x->r->chunk_bytes;
-}
-
 /* A free host chunk, or -1. reclaim: else one held only for a send not
  * yet staged (the latest such send: the last to need it), whose send
  * will copy its chunk from the device instead. */

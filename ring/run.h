@@ -91,7 +91,7 @@ struct run {
     unsigned char staged_copy[HOOP_RING_DEPTH_MAX]; /* per send number % depth */
     short stage_slot[2 * HOOP_RING_DEPTH_MAX];      /* per send number % 2 depth: its host chunk */
     short land_slot[HOOP_RING_DEPTH_MAX];           /* per receive request: its host chunk */
-    struct hslot hs[HOOP_RING_STAGE_MAX];           /* device buffers: cleared by device_init */
+    struct hslot hs[HOOP_RING_STAGE_MAX];           /* device buffers: cleared by run_device_init */
 };
 
 static inline size_t span_chunks(const struct run *x, size_t len)
@@ -125,6 +125,13 @@ static inline size_t chunk_len(const struct run *x, size_t span_len, size_t c)
     return left < x->ce ? left : x->ce;
 }
 
+/* Device buffers: host chunk slot of the pipe's pool (every chunk's send
+ * and receive asks). */
+static inline char *run_pool_at(const struct run *x, int slot)
+{
+    return x->pool + (size_t)slot * x->r->chunk_bytes;
+}
+
 /* Whether cursor k has gone past chunk c of step t. */
 static inline int past(struct cursor k, int t, size_t c)
 {
@@ -135,9 +142,8 @@ static inline int past(struct cursor k, int t, size_t c)
  * Each returns as the host half's steps do (1 when something moved, 0 when
  * nothing did, -EIO once the GPU pipe failed, its sentence kept in x). */
 int run_device_init(struct run *x);
-/* The host chunk slot, and one free for a receive (reclaim: a chunk held
- * only for a send may be given up), or -1. */
-char *run_pool_at(const struct run *x, int slot);
+/* A free host chunk (reclaim: a chunk held only for a send may be given
+ * up), or -1. */
 int run_pool_take(struct run *x, int reclaim);
 int run_gpu_take(struct run *x, unsigned i, const struct hoop_step *s, void *landed);
 int run_gpu_done(struct run *x);
