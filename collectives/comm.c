@@ -60,9 +60,8 @@ static hoop_status_t comm_tunables(hoop_comm_t *c, const hoop_config_t *cfg, siz
         return st;
     if (v && v < HOOP_CHUNK_MIN)
         return hoop_error(HOOP_ERR_INVALID,
-                          "HOOP_SHM_CHUNK_BYTES=%llu is below %d bytes: set "
-                          "at least %d, or 0 to keep HOOP_CHUNK_BYTES's chunks over shared "
-                          "memory too",
+                          "HOOP_SHM_CHUNK_BYTES=%llu is below %d bytes: set at least %d, or 0 "
+                          "to keep HOOP_CHUNK_BYTES's chunks over shared memory too",
                           v, HOOP_CHUNK_MIN, HOOP_CHUNK_MIN);
     c->shm_chunk = (size_t)v;
     unsigned long long stage;

@@ -256,9 +256,8 @@ static int frame_check(struct hoop_tp_req *req)
         int other_cut = !other_path && want->coll == HOOP_COLL_ALLREDUCE && r->shm_ring &&
                         got.step == want->step && got.chunk == want->chunk;
         snprintf(r->frame_why, sizeof(r->frame_why),
-                 "in %s, rank %u (%s) sent %s where this rank "
-                 "expected %s (%s%s)",
-                 ww, want->sender, p->host, gs, ws,
+                 "in %s, rank %u (%s) sent %s where this rank expected %s (%s%s)", ww, want->sender,
+                 p->host, gs, ws,
                  other_path ? "one took the small-message path, the other the ring: "
                               "HOOP_SMALL_BYTES must be the same on every rank"
                             : "do the ranks pass the same counts?",
