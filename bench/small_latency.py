@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """small_latency.py - nanoseconds per small allreduce on one host, builds of
 hoop side by side (and OpenMPI's shared-memory BTL, vader, when given), in
-one run, interleaved, with the cache-line floor of the two processes'
-placement before each repeat.
+one run, interleaved (the order turning each repeat), with the cache-line
+floor of the two processes' placement before each repeat.
 
     bench/small_latency.py [-n RANKS] [-s BYTES] [-r REPS] [--mpi-bench PATH]
                            NAME=BUILD_DIR [NAME=BUILD_DIR ...]
@@ -68,10 +68,16 @@ def main():
     for r in range(a.reps):
         out = subprocess.run([floor, "300000"], capture_output=True, text=True, check=True).stdout
         res["floor"].append(float(out.strip().split("=")[1]))
-        for name, path in builds:
-            res.setdefault(name, []).append(hoop_ns(path, a.ranks, a.size, a.iters, env))
+        # The order turns by one each repeat: whichever runs first after
+        # the floor's measurement reads slower (by up to 10 %).
+        systems = [(name, path) for name, path in builds]
         if a.mpi_bench:
-            res.setdefault("ompi_vader", []).append(mpi_ns(a.mpi_bench, a.ranks, a.size))
+            systems.append(("ompi_vader", None))
+        k = r % len(systems)
+        for name, path in systems[k:] + systems[:k]:
+            ns = mpi_ns(a.mpi_bench, a.ranks, a.size) if path is None else \
+                hoop_ns(path, a.ranks, a.size, a.iters, env)
+            res.setdefault(name, []).append(ns)
         print("rep %d: " % (r + 1) + "  ".join("%s %.0f" % (k, v[-1]) for k, v in res.items()),
               flush=True)
     print("# N=%d, %d B, ns per call, median of %d:" % (a.ranks, a.size, a.reps))
