@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 
 #include <dirent.h>
+#include <stddef.h>
 #include <netinet/in.h>
 #include <errno.h>
 #include <sched.h>
@@ -183,6 +184,152 @@ Test(shm, messages_around_slot_boundaries_arrive_whole, .timeout = 60)
     free(src);
     free(dst);
     pair_close(&p);
+}
+
+/* Send s and receive r on the pair, both to their end. */
+static void pair_move(struct pair *p, struct hoop_tp_req *s, struct hoop_tp_req *r)
+{
+    cr_assert_eq(hoop_transport_shm.isend(p->tx, s), 0);
+    cr_assert_eq(hoop_transport_shm.irecv(p->rx, r), 0);
+    uint64_t deadline = hoop_now_ns() + 5000000000ull;
+    while ((s->state == HOOP_REQ_PENDING || r->state == HOOP_REQ_PENDING) &&
+           hoop_now_ns() < deadline) {
+        if (s->state == HOOP_REQ_PENDING)
+            hoop_transport_shm.progress(p->tp[0], hoop_now_ns() + 1000000);
+        if (r->state == HOOP_REQ_PENDING)
+            hoop_transport_shm.progress(p->tp[1], hoop_now_ns() + 1000000);
+    }
+}
+
+/* The magic of the slot the sender wrote last. */
+static uint32_t pair_last_magic(struct pair *p)
+{
+    struct shm_conn *tx = p->tx;
+    uint32_t magic;
+    memcpy(&magic,
+           tx->seg + shm_slot_off((uint32_t)((tx->pos - 1) & (tx->nslots - 1)), tx->slot_bytes), 4);
+    return magic;
+}
+
+/* Small messages go in compact slots, their header written as the words
+ * that changed since the last header on the connection: messages whose
+ * headers change in no word, one, five (the most the first line holds),
+ * six and all eight, of lengths around the first line's and the compact
+ * slot's ends, headers of no word, two and nine words, a payload read in
+ * place between them: every header and payload arrives whole, and the
+ * slots are compact exactly where the stream fits. */
+Test(shm, small_messages_travel_in_compact_slots, .timeout = 60)
+{
+    struct pair p;
+    pair_open(&p);
+    const size_t lens[] = {0, 1, 7, 8, 32, 33, 40, 41, 100, 983, 984, 985, 1016, 1024, 1025, 5000};
+    const int changes[] = {0, 1, 5, 6, 8, 3};
+    static uint8_t src[200000], dst[200000 + 1];
+    uint8_t sh[72] = {0}, rh[72];
+    int compact = 0, full = 0, k = 0;
+    for (int round = 0; round < 3; round++)
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+            for (size_t ci = 0; ci < sizeof(changes) / sizeof(changes[0]); ci++, k++) {
+                size_t n = lens[li], hdr = round == 0 ? 64 : round == 1 ? 16 : 0;
+                int changed = changes[ci] * (int)hdr / 64;
+                for (int w = 0; w < changed; w++)
+                    sh[8 * w] = (uint8_t)(sh[8 * w] + 1 + w); /* word w changes */
+                for (size_t b = 0; b < n; b++)
+                    src[b] = (uint8_t)(b * 7 + (size_t)k);
+                memset(dst, 0, n + 1);
+                memset(rh, 0xee, sizeof(rh));
+                struct hoop_tp_req s = {.buf = src, .len = n, .hdr = sh, .hdr_len = hdr};
+                struct hoop_tp_req r = {.buf = dst, .len = n, .hdr = rh, .hdr_len = hdr};
+                pair_move(&p, &s, &r);
+                cr_assert_eq(s.state, 0, "send %d (%zu bytes): %d", k, n, s.state);
+                cr_assert_eq(r.state, 0, "receive %d (%zu bytes): %d (%s)", k, n, r.state,
+                             hoop_transport_shm.last_error(p.tp[1]));
+                cr_assert(memcmp(sh, rh, hdr) == 0,
+                          "header of message %d (%zu bytes, %d words changed) differs", k, n,
+                          changed);
+                cr_assert(n == 0 || memcmp(src, dst, n) == 0,
+                          "payload of message %d (%zu bytes, %d words changed) differs", k, n,
+                          changed);
+                cr_assert_eq(dst[n], 0, "message %d wrote past its end", k);
+                int want = changed <= 5 && 8 * (size_t)changed + n <= SHM_COMPACT_MAX;
+                uint32_t magic = pair_last_magic(&p);
+                cr_assert_eq(magic, want ? SHM_SLOT_MAGIC_COMPACT : SHM_SLOT_MAGIC,
+                             "message %d (%zu bytes, %zu-byte header, %d words changed) went in "
+                             "a %s slot",
+                             k, n, hdr, changed,
+                             magic == SHM_SLOT_MAGIC_COMPACT ? "compact" : "full");
+                compact += want;
+                full += !want;
+            }
+    cr_assert(compact > 100 && full > 50, "%d compact and %d full slots", compact, full);
+    /* A header that is not whole words, and one longer than a base, go
+     * whole; a payload read in place between small ones leaves the base in
+     * step; a receive that cuts the same bytes elsewhere gets them alike. */
+    const size_t odd[][3] = {{72, 8, 72}, {12, 8, 12}, {64, 200000, 64},
+                             {64, 8, 64}, {8, 10, 0},  {64, 8, 64}};
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+        size_t sh_len = odd[i][0], n = odd[i][1], rh_len = odd[i][2];
+        sh[24] = (uint8_t)(sh[24] + 1);
+        memset(src, (int)(0x30 + i), n);
+        memset(dst, 0, n + sh_len - rh_len + 1);
+        memset(rh, 0xee, sizeof(rh));
+        struct hoop_tp_req s = {.buf = src, .len = n, .hdr = sh, .hdr_len = sh_len};
+        struct hoop_tp_req r = {
+            .buf = dst, .len = n + sh_len - rh_len, .hdr = rh, .hdr_len = rh_len};
+        pair_move(&p, &s, &r);
+        cr_assert_eq(r.state, 0, "odd receive %zu: %d (%s)", i, r.state,
+                     hoop_transport_shm.last_error(p.tp[1]));
+        cr_assert(memcmp(sh, rh, rh_len) == 0, "odd header %zu differs", i);
+        cr_assert(memcmp(sh + rh_len, dst, sh_len - rh_len) == 0,
+                  "odd header %zu, as payload, differs", i);
+        cr_assert(memcmp(src, dst + sh_len - rh_len, n) == 0, "odd payload %zu differs", i);
+        cr_assert_eq(dst[n + sh_len - rh_len], 0, "odd message %zu wrote past its end", i);
+        cr_assert_eq(pair_last_magic(&p) == SHM_SLOT_MAGIC_COMPACT,
+                     sh_len <= 64 && sh_len % 8 == 0 && n < 1000, "odd message %zu", i);
+    }
+    pair_close(&p);
+}
+
+/* A compact slot the peer wrote wrong (another message's number, header
+ * words that do not exist, more bytes than a compact slot holds) is an
+ * error with a sentence, and nothing is read past the slot. */
+static void compact_corrupt_and_expect(size_t at, const void *bytes, size_t n,
+                                       const char *expect_words)
+{
+    struct pair p;
+    pair_open(&p);
+    uint8_t src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, dst[8], sh[64] = {0}, rh[64];
+    struct hoop_tp_req s = {.buf = src, .len = sizeof(src), .hdr = sh, .hdr_len = sizeof(sh)};
+    cr_assert_eq(hoop_transport_shm.isend(p.tx, &s), 0);
+    cr_assert_eq(pair_last_magic(&p), SHM_SLOT_MAGIC_COMPACT);
+    struct shm_conn *rx = p.rx;
+    memcpy(rx->seg + shm_slot_off(0, rx->slot_bytes) + at, bytes, n);
+    struct hoop_tp_req r = {.buf = dst, .len = sizeof(dst), .hdr = rh, .hdr_len = sizeof(rh)};
+    cr_assert_eq(hoop_transport_shm.irecv(p.rx, &r), 0);
+    int st = pair_wait(p.tp[1], &r);
+    const char *why = hoop_transport_shm.last_error(p.tp[1]);
+    cr_assert_eq(st, -EPROTO, "the receive ended with %d (%s)", st, why ? why : "no sentence");
+    cr_assert(why && strstr(why, "corrupt slot header") && strstr(why, expect_words),
+              "the sentence \"%s\" does not say \"%s\"", why ? why : "(none)", expect_words);
+    hoop_transport_shm.cancel(p.tp[0]);
+    pair_close(&p);
+}
+
+Test(shm, corrupt_compact_slots_fail_cleanly, .timeout = 60)
+{
+    const uint32_t msg = 7;
+    compact_corrupt_and_expect(offsetof(struct shm_slot_compact, msg), &msg, 4, "message 7");
+    const uint8_t words[2] = {2, 0x04}; /* words, mask: word 2 of a 2-word header */
+    compact_corrupt_and_expect(offsetof(struct shm_slot_compact, words), words, 2,
+                               "2 words, of which 0x04");
+    const uint8_t nine[2] = {9, 0};
+    compact_corrupt_and_expect(offsetof(struct shm_slot_compact, words), nine, 2, "9 words");
+    const uint8_t many[2] = {8, 0x3f}; /* six changed words: more than the line */
+    compact_corrupt_and_expect(offsetof(struct shm_slot_compact, words), many, 2,
+                               "6 changed header words");
+    const uint16_t huge = 0xffff;
+    compact_corrupt_and_expect(offsetof(struct shm_slot_compact, len), &huge, 2,
+                               "65535 bytes, more than a compact slot's");
 }
 
 /* The receiving end's view of the segment, to corrupt it as a hostile or

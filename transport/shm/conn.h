@@ -47,6 +47,9 @@ struct shm_conn {
     int armed;          /* this side said, in the segment, that it sleeps */
     struct hoop_tp_req *pub; /* TX: the first request not wholly in the ring yet */
     int cma_pid;        /* RX: the producer's pid, for process_vm_readv (0: no single copy) */
+    /* The last request header sent (TX) or received (RX) on this
+     * connection: what a compact slot's header is written against. */
+    uint8_t base[8 * SHM_BASE_WORDS];
 } __attribute__((aligned(8)));
 
 /* A connection accepted for another accept (rank, channel) than the one

@@ -137,21 +137,100 @@ static uint64_t shm_read_tail(struct shm_conn *c)
     return c->tail_seen;
 }
 
+/* The slot for the producer's next position, or NULL while the ring is
+ * full (or the connection failed looking). */
+static uint8_t *shm_free_slot(struct shm_conn *c)
+{
+    if (c->pos - c->tail_seen == c->nslots && (c->pos - shm_read_tail(c) == c->nslots || c->err))
+        return NULL;
+    return c->seg + shm_slot_off((uint32_t)(c->pos & (c->nslots - 1)), c->slot_bytes);
+}
+
+/* Publish the slot just written at the producer's position. */
+static void shm_post(struct shm_conn *c, uint8_t *slot)
+{
+    c->pos++;
+    /* Publish, then look whether the consumer sleeps: it says so before
+     * its last look at the ready word. Both sides' store-then-load are
+     * sequentially consistent, so one of them sees the other's. */
+    atomic_store(shm_slot_ready(slot), c->pos);
+    if (atomic_load(&c->ctl->cons_wait) && atomic_exchange(&c->ctl->cons_wait, 0))
+        shm_ring(c->efd_peer);
+}
+
+/* The words of r's header that differ from the base (mask bit i: word i),
+ * or -1 where the header cannot be a base (not whole words, or longer). */
+static int shm_base_mask(const struct shm_conn *c, const struct hoop_tp_req *r)
+{
+    if (r->hdr_len % 8 || r->hdr_len > sizeof(c->base))
+        return -1;
+    int mask = 0;
+    for (size_t i = 0; i < r->hdr_len / 8; i++) {
+        uint64_t a, b;
+        memcpy(&a, (const uint8_t *)r->hdr + 8 * i, 8);
+        memcpy(&b, c->base + 8 * i, 8);
+        if (a != b)
+            mask |= 1 << i;
+    }
+    return mask;
+}
+
+/* Publish request r (none of it out yet) whole in one compact slot
+ * (slot.h): 1, or 0 while the ring is full. */
+static int shm_publish_compact(struct shm_conn *c, struct hoop_tp_req *r, int mask)
+{
+    uint8_t *slot = shm_free_slot(c);
+    if (!slot)
+        return 0;
+    uint8_t line[SHM_SLOT_READY_OFF] = {0};
+    struct shm_slot_compact h = {.magic = SHM_SLOT_MAGIC_COMPACT,
+                                 .msg = (uint32_t)c->msg,
+                                 .len = (uint16_t)r->len,
+                                 .words = (uint8_t)(r->hdr_len / 8),
+                                 .mask = (uint8_t)mask};
+    memcpy(line, &h, sizeof(h));
+    size_t at = sizeof(h);
+    for (size_t i = 0; i < r->hdr_len / 8; i++)
+        if (mask & (1 << i)) {
+            memcpy(line + at, (const uint8_t *)r->hdr + 8 * i, 8);
+            at += 8;
+        }
+    size_t in_line = r->len < sizeof(line) - at ? r->len : sizeof(line) - at;
+    if (in_line)
+        memcpy(line + at, r->buf, in_line);
+    /* The rest first: the consumer looks at the first line, and the line
+     * should leave this core once, with the ready word. */
+    if (r->len > in_line)
+        memcpy(slot + SHM_SLOT_HDR, (const uint8_t *)r->buf + in_line, r->len - in_line);
+    memcpy(slot, line, sizeof(line));
+    if (r->hdr_len)
+        memcpy(c->base, r->hdr, r->hdr_len);
+    r->done = hoop_tp_req_total(r);
+    shm_post(c, slot);
+    r->lent = 0;
+    c->msg++;
+    return 1;
+}
+
 /* Publish what there is room for of request r (from r->done on): 1 once
  * all of it is in the ring, 0 when the ring is full first. */
 static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r)
 {
-    struct shm_ctl *ctl = c->ctl;
     size_t total = hoop_tp_req_total(r);
     int remote = r->done == 0 && r->len >= SHM_REMOTE_MIN && r->hdr_len &&
                  r->hdr_len <= c->slot_bytes &&
-                 atomic_load_explicit(&ctl->cma_ok, memory_order_acquire);
+                 atomic_load_explicit(&c->ctl->cma_ok, memory_order_acquire);
+    int mask = r->done == 0 ? shm_base_mask(c, r) : -1;
+    if (mask >= 0 && !remote) {
+        size_t stream = 8 * (size_t)shm_mask_words((uint8_t)mask) + r->len;
+        if (stream - r->len <= SHM_COMPACT_LINE && stream <= SHM_COMPACT_MAX &&
+            stream <= SHM_COMPACT_LINE + c->slot_bytes)
+            return shm_publish_compact(c, r, mask);
+    }
     do {
-        if (c->pos - c->tail_seen == c->nslots &&
-            (c->pos - shm_read_tail(c) == c->nslots || c->err))
+        uint8_t *slot = shm_free_slot(c);
+        if (!slot)
             return 0;
-        uint8_t *slot = c->seg + shm_slot_off((uint32_t)(c->pos & (c->nslots - 1)),
-                                              c->slot_bytes);
         size_t n = remote ? r->hdr_len
                  : total - r->done < c->slot_bytes ? total - r->done : c->slot_bytes;
         shm_copy(r, r->done, slot + SHM_SLOT_HDR, n, 1);
@@ -161,17 +240,14 @@ static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r)
             h.flags = SHM_SLOT_REMOTE;
             h.remote = (uint64_t)(uintptr_t)r->buf;
         }
+        if (mask >= 0 && r->done == 0 && r->hdr_len) {
+            /* The whole header is in the first slot (slot_bytes > 64). */
+            h.flags |= SHM_SLOT_BASE | (uint32_t)(r->hdr_len / 8) << 8;
+            memcpy(c->base, r->hdr, r->hdr_len);
+        }
         memcpy(slot, &h, sizeof(h));
-        c->pos++;
         r->done = remote ? total : r->done + n;
-        /* Publish, then look whether the consumer sleeps: it says so
-         * before its last look at the ready word. Both sides'
-         * store-then-load are sequentially consistent, so one of them sees
-         * the other's. */
-        atomic_store(shm_slot_ready(slot), c->pos);
-        if (atomic_load(&ctl->cons_wait) &&
-            atomic_exchange(&ctl->cons_wait, 0))
-            shm_ring(c->efd_peer);
+        shm_post(c, slot);
     } while (r->done < total);
     /* A payload read in place is the sender's until its slot is taken. */
     r->lent = remote ? c->pos : 0;
@@ -294,6 +370,93 @@ static int shm_take_remote(struct shm_conn *c, struct hoop_tp_req *r, const uint
     return 0;
 }
 
+static void shm_corrupt(struct shm_conn *c, const char *why)
+{
+    char what[260];
+    snprintf(what, sizeof(what), "wrote a corrupt slot header into the segment: %s", why);
+    shm_fail(c, -EPROTO, "rank %d %s", what);
+}
+
+/* Copy n bytes of the head message (from r->done on) from data into r;
+ * the header, once whole, goes to the check before any payload byte is
+ * trusted. 0, or -1 with the connection failed. */
+static int shm_take_bytes(struct shm_conn *c, struct hoop_tp_req *r, const uint8_t *data, size_t n)
+{
+    size_t off = r->done;
+    if (r->check && off < r->hdr_len && off + n >= r->hdr_len) {
+        size_t k = r->hdr_len - off;
+        shm_copy(r, off, (uint8_t *)data, k, 0);
+        r->done = r->hdr_len;
+        int rc = r->check(r);
+        if (rc) {
+            c->err = rc;
+            return -1;
+        }
+        off += k;
+        data += k;
+        n -= k;
+    }
+    shm_copy(r, off, (uint8_t *)data, n, 0);
+    r->done = off + n;
+    return 0;
+}
+
+/* A slot with SHM_SLOT_BASE taken: the message's first n bytes, its
+ * header, become the base. From the receive's header where it holds them
+ * (this rank's memory: read again from the slot, the line would be asked
+ * of the other core a second time while the first read is still under
+ * way, which costs a small message up to a third of its time). */
+static void shm_keep_base(struct shm_conn *c, const struct hoop_tp_req *r, const uint8_t *data,
+                          size_t n)
+{
+    memcpy(c->base, r->hdr_len >= n ? (const uint8_t *)r->hdr : data, n);
+}
+
+/* A compact slot (slot.h): its line copied out and checked, the header
+ * put together from the base and the words that changed, then the
+ * message taken whole. 0, or -1 with the connection failed. */
+static int shm_take_compact(struct shm_conn *c, struct hoop_tp_req *r, const uint8_t *slot)
+{
+    uint8_t raw[SHM_SLOT_READY_OFF];
+    memcpy(raw, slot, sizeof(raw));
+    /* A stream that goes on past the first line: ask for the rest now,
+     * not once the header has been checked. */
+    for (size_t at = 0; at < SHM_COMPACT_MAX - SHM_COMPACT_LINE; at += 64) {
+        if (at >= (size_t)((const struct shm_slot_compact *)raw)->len)
+            break;
+        __builtin_prefetch(slot + SHM_SLOT_HDR + at);
+    }
+    struct shm_slot_expect e = {.pos = c->pos,
+                                .msg = c->msg,
+                                .offset = r->done,
+                                .msg_len = c->msg_len,
+                                .slot_bytes = c->slot_bytes};
+    struct shm_slot_compact h;
+    char why[200];
+    if (shm_slot_parse_compact(raw, &e, &h, why, sizeof(why))) {
+        shm_corrupt(c, why);
+        return -1;
+    }
+    const uint8_t *p = raw + sizeof(h);
+    for (unsigned i = 0; i < h.words; i++)
+        if (h.mask & (1u << i)) {
+            memcpy(c->base + 8 * i, p, 8);
+            p += 8;
+        }
+    size_t hdr = 8 * (size_t)h.words, left = (size_t)(raw + sizeof(raw) - p);
+    size_t in_line = h.len < left ? h.len : left;
+    c->msg_len = hdr + h.len;
+    if (c->msg_len != hoop_tp_req_total(r)) {
+        struct shm_slot_hdr whole = {.msg_len = c->msg_len, .len = (uint32_t)hdr};
+        shm_wrong_length(c, r, c->base, &whole);
+        return -1;
+    }
+    if (shm_take_bytes(c, r, c->base, hdr) || shm_take_bytes(c, r, p, in_line) ||
+        shm_take_bytes(c, r, slot + SHM_SLOT_HDR, h.len - in_line))
+        return -1;
+    return 0;
+}
+
 /* The consumer: copy the slots published into the queue's receives. */
 static int shm_consume(struct shm_conn *c)
 {
@@ -324,6 +487,13 @@ static int shm_consume(struct shm_conn *c)
             }
             break;
         }
+        uint32_t magic;
+        memcpy(&magic, slot, sizeof(magic));
+        if (magic == SHM_SLOT_MAGIC_COMPACT) {
+            if (shm_take_compact(c, r, slot))
+                continue;
+            goto taken;
+        }
         uint8_t raw[SHM_SLOT_HDR];
         memcpy(raw, slot, SHM_SLOT_HDR);
         size_t total = hoop_tp_req_total(r);
@@ -332,9 +502,7 @@ static int shm_consume(struct shm_conn *c)
         struct shm_slot_hdr h;
         char why[200];
         if (shm_slot_parse(raw, &e, &h, why, sizeof(why))) {
-            char what[260];
-            snprintf(what, sizeof(what), "wrote a corrupt slot header into the segment: %s", why);
-            shm_fail(c, -EPROTO, "rank %d %s", what);
+            shm_corrupt(c, why);
             continue;
         }
         const uint8_t *data = slot + SHM_SLOT_HDR;
@@ -345,28 +513,11 @@ static int shm_consume(struct shm_conn *c)
                 continue;
             }
         }
-        if (h.flags & SHM_SLOT_REMOTE) {
-            if (shm_take_remote(c, r, data, &h))
-                continue;
-            goto taken;
-        }
-        size_t off = r->done, n = h.len;
-        if (r->check && off < r->hdr_len && off + n >= r->hdr_len) {
-            /* The header is in: check it before any payload byte is trusted. */
-            size_t k = r->hdr_len - off;
-            shm_copy(r, off, (uint8_t *)data, k, 0);
-            r->done = r->hdr_len;
-            int rc = r->check(r);
-            if (rc) {
-                c->err = rc;
-                continue;
-            }
-            off += k;
-            data += k;
-            n -= k;
-        }
-        shm_copy(r, off, (uint8_t *)data, n, 0);
-        r->done = off + n;
+        if ((h.flags & SHM_SLOT_REMOTE) ? shm_take_remote(c, r, data, &h)
+                                        : shm_take_bytes(c, r, data, h.len))
+            continue;
+        if (h.flags & SHM_SLOT_BASE)
+            shm_keep_base(c, r, data, 8 * SHM_SLOT_BASE_WORDS(h.flags));
     taken:
         c->pos++;
         took = 1;
@@ -374,7 +525,7 @@ static int shm_consume(struct shm_conn *c)
         if (atomic_load(&ctl->prod_wait) &&
             atomic_exchange(&ctl->prod_wait, 0))
             shm_ring(c->efd_peer);
-        if (r->done == total) {
+        if (r->done == hoop_tp_req_total(r)) {
             c->msg++;
             shm_end(c, 0);
             ended++;

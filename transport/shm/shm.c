@@ -32,8 +32,9 @@
 #define SHM_HELLO_MAGIC 0x43485348u /* "HSHC" */
 #define SHM_HELLO_BYTES 72
 /* 2: a MAC where version 1 carried the job token itself; 3: slots published
- * by their ready word (slot.h), which a peer of version 2 would not write */
-#define SHM_HELLO_VERSION 3
+ * by their ready word (slot.h), which a peer of version 2 would not write;
+ * 4: compact slots and the base flag (slot.h) */
+#define SHM_HELLO_VERSION 4
 _Static_assert(SHM_HELLO_BYTES > HOOP_HELLO_BYTES, "the hello's tail is the MAC's body");
 #define SHM_HELLO_FDS 3 /* memfd, the receiver's eventfd, the sender's */
 

@@ -39,8 +39,16 @@ int shm_slot_parse(const uint8_t raw[SHM_SLOT_HDR], const struct shm_slot_expect
                  "%llu was due", (unsigned long long)e->pos, (unsigned long long)h.offset,
                  (unsigned long long)h.msg_len, (unsigned long long)e->offset,
                  (unsigned long long)(e->offset ? e->msg_len : h.msg_len));
-    else if (h.flags & ~SHM_SLOT_REMOTE)
+    else if ((h.flags & ~SHM_SLOT_FLAGS_KNOWN) ||
+             (!(h.flags & SHM_SLOT_BASE) && SHM_SLOT_BASE_WORDS(h.flags)))
         snprintf(why, n, "slot %llu has unknown flags 0x%x", (unsigned long long)e->pos, h.flags);
+    else if ((h.flags & SHM_SLOT_BASE) &&
+             (h.offset != 0 || SHM_SLOT_BASE_WORDS(h.flags) > SHM_BASE_WORDS ||
+              h.len < 8 * SHM_SLOT_BASE_WORDS(h.flags)))
+        snprintf(why, n,
+                 "slot %llu says its first %u bytes are a header, at byte %llu, in %u bytes",
+                 (unsigned long long)e->pos, 8 * SHM_SLOT_BASE_WORDS(h.flags),
+                 (unsigned long long)h.offset, h.len);
     else if ((h.flags & SHM_SLOT_REMOTE) && (h.offset != 0 || h.remote == 0))
         snprintf(why, n, "slot %llu points into the sender's memory at byte %llu of a message, "
                  "or at address 0", (unsigned long long)e->pos, (unsigned long long)h.offset);
@@ -49,6 +57,39 @@ int shm_slot_parse(const uint8_t raw[SHM_SLOT_HDR], const struct shm_slot_expect
         snprintf(why, n, "slot %llu holds %u bytes at byte %llu of a %llu-byte message",
                  (unsigned long long)e->pos, h.len, (unsigned long long)h.offset,
                  (unsigned long long)h.msg_len);
+    else {
+        *out = h;
+        return 0;
+    }
+    return -EPROTO;
+}
+
+int shm_slot_parse_compact(const uint8_t raw[SHM_SLOT_READY_OFF], const struct shm_slot_expect *e,
+                           struct shm_slot_compact *out, char *why, size_t n)
+{
+    struct shm_slot_compact h;
+    memcpy(&h, raw, sizeof(h));
+    unsigned changed = shm_mask_words(h.mask);
+    if (h.magic != SHM_SLOT_MAGIC_COMPACT)
+        snprintf(why, n, "slot %llu has no compact slot header (magic 0x%08x)",
+                 (unsigned long long)e->pos, h.magic);
+    else if (h.msg != (uint32_t)e->msg)
+        snprintf(why, n, "slot %llu carries message %u (low 32 bits) where message %llu was due",
+                 (unsigned long long)e->pos, h.msg, (unsigned long long)e->msg);
+    else if (e->offset != 0)
+        snprintf(why, n,
+                 "slot %llu holds a whole message where byte %llu of a %llu-byte message was due",
+                 (unsigned long long)e->pos, (unsigned long long)e->offset,
+                 (unsigned long long)e->msg_len);
+    else if (h.words > SHM_BASE_WORDS || (h.mask >> h.words) || h.pad)
+        snprintf(why, n,
+                 "slot %llu says its header has %u words, of which 0x%02x follow (pad 0x%x)",
+                 (unsigned long long)e->pos, h.words, h.mask, h.pad);
+    else if (8 * changed > SHM_COMPACT_LINE || 8 * changed + h.len > SHM_COMPACT_MAX ||
+             8 * changed + h.len > SHM_COMPACT_LINE + (size_t)e->slot_bytes)
+        snprintf(why, n,
+                 "slot %llu: %u changed header words and %u bytes, more than a compact slot's",
+                 (unsigned long long)e->pos, changed, h.len);
     else {
         *out = h;
         return 0;
