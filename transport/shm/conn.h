@@ -16,6 +16,7 @@ enum { SHM_TX = 0, SHM_RX = 1 };
  * read with one copy (process_vm_readv) where the kernel lets the receiver
  * read it; smaller ones go through the slots. */
 #define SHM_REMOTE_MIN (128u << 10)
+_Static_assert(SHM_COMPACT_MAX < SHM_REMOTE_MIN, "no payload read in place fits a compact slot");
 
 /* Epoll tags, in the low bits of a connection's address. */
 #define SHM_TAG_EFD 1u

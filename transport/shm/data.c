@@ -141,7 +141,7 @@ static uint64_t shm_read_tail(struct shm_conn *c)
 
 /* The slot for the producer's next position, or NULL while the ring is
  * full (or the connection failed looking). */
-static uint8_t *shm_free_slot(struct shm_conn *c)
+static inline uint8_t *shm_free_slot(struct shm_conn *c)
 {
     if (c->pos - c->tail_seen == c->nslots && (c->pos - shm_read_tail(c) == c->nslots || c->err))
         return NULL;
@@ -160,51 +160,74 @@ static void shm_post(struct shm_conn *c, uint8_t *slot)
         shm_ring(c->efd_peer);
 }
 
-/* The words of r's header that differ from the base (mask bit i: word i),
- * or -1 where the header cannot be a base (not whole words, or longer). */
-static int shm_base_mask(const struct shm_conn *c, const struct hoop_tp_req *r)
+/* The words of hdr (n of them) that differ from base's, as a mask; each
+ * is written at out + *at, and *at moves past the ones that differ. */
+static unsigned shm_diff(const void *hdr, const uint8_t *base, size_t n, uint8_t *out, size_t *at)
 {
-    if (r->hdr_len % 8 || r->hdr_len > sizeof(c->base))
-        return -1;
-    int mask = 0;
-    for (size_t i = 0; i < r->hdr_len / 8; i++) {
+    unsigned mask = 0;
+    for (size_t i = 0; i < n; i++) {
         uint64_t a, b;
-        memcpy(&a, (const uint8_t *)r->hdr + 8 * i, 8);
-        memcpy(&b, c->base + 8 * i, 8);
-        if (a != b)
-            mask |= 1 << i;
+        memcpy(&a, (const uint8_t *)hdr + 8 * i, 8);
+        memcpy(&b, base + 8 * i, 8);
+        memcpy(out + *at, &a, 8);
+        unsigned d = a != b;
+        mask |= d << i;
+        *at += 8 * (size_t)d;
     }
     return mask;
 }
 
-/* Publish request r (none of it out yet) whole in one compact slot
- * (slot.h): 1, or 0 while the ring is full. */
-static int shm_publish_compact(struct shm_conn *c, struct hoop_tp_req *r, int mask)
+/* The words of the base (n of them) that the mask names, from p on in
+ * turn; the pointer past the last one taken. */
+static const uint8_t *shm_patch(uint8_t *base, size_t n, unsigned mask, const uint8_t *p)
 {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t w, b;
+        unsigned keep = (mask >> i) & 1u;
+        memcpy(&w, p, 8);
+        memcpy(&b, base + 8 * i, 8);
+        b = keep ? w : b;
+        memcpy(base + 8 * i, &b, 8);
+        p += 8 * keep;
+    }
+    return p;
+}
+
+/* Publish request r (none of it out yet) whole in one compact slot
+ * (slot.h) where its header and payload fit one: 1 once published, 0
+ * while the ring is full, -1 where they do not fit. */
+static int shm_publish_compact(struct shm_conn *c, struct hoop_tp_req *r)
+{
+    if (r->hdr_len % 8 || r->hdr_len > sizeof(c->base) || r->len > SHM_COMPACT_MAX)
+        return -1;
+    /* The first line as it will be: the compact header, the header's
+     * words that differ from the base, the payload's start. Every word is
+     * written where the next changed one goes, and kept only if it
+     * differs: no branch per word, and room for all of them. */
+    uint8_t line[sizeof(struct shm_slot_compact) + sizeof(c->base) + 8] = {0};
+    size_t at = sizeof(struct shm_slot_compact);
+    unsigned mask = shm_diff(r->hdr, c->base, r->hdr_len / 8, line, &at);
+    size_t changed = at - sizeof(struct shm_slot_compact);
+    if (changed > SHM_COMPACT_LINE || changed + r->len > SHM_COMPACT_MAX ||
+        changed + r->len > SHM_COMPACT_LINE + c->slot_bytes)
+        return -1;
     uint8_t *slot = shm_free_slot(c);
     if (!slot)
         return 0;
-    uint8_t line[SHM_SLOT_READY_OFF] = {0};
     struct shm_slot_compact h = {.magic = SHM_SLOT_MAGIC_COMPACT,
                                  .msg = (uint32_t)c->msg,
                                  .len = (uint16_t)r->len,
                                  .words = (uint8_t)(r->hdr_len / 8),
                                  .mask = (uint8_t)mask};
     memcpy(line, &h, sizeof(h));
-    size_t at = sizeof(h);
-    for (size_t i = 0; i < r->hdr_len / 8; i++)
-        if (mask & (1 << i)) {
-            memcpy(line + at, (const uint8_t *)r->hdr + 8 * i, 8);
-            at += 8;
-        }
-    size_t in_line = r->len < sizeof(line) - at ? r->len : sizeof(line) - at;
+    size_t in_line = r->len < SHM_SLOT_READY_OFF - at ? r->len : SHM_SLOT_READY_OFF - at;
     if (in_line)
         memcpy(line + at, r->buf, in_line);
     /* The rest first: the consumer looks at the first line, and the line
      * should leave this core once, with the ready word. */
     if (r->len > in_line)
         memcpy(slot + SHM_SLOT_HDR, (const uint8_t *)r->buf + in_line, r->len - in_line);
-    memcpy(slot, line, sizeof(line));
+    memcpy(slot, line, SHM_SLOT_READY_OFF);
     if (r->hdr_len)
         memcpy(c->base, r->hdr, r->hdr_len);
     r->done = hoop_tp_req_total(r);
@@ -222,12 +245,10 @@ static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r)
     int remote = r->done == 0 && r->len >= SHM_REMOTE_MIN && r->hdr_len &&
                  r->hdr_len <= c->slot_bytes &&
                  atomic_load_explicit(&c->ctl->cma_ok, memory_order_acquire);
-    int mask = r->done == 0 ? shm_base_mask(c, r) : -1;
-    if (mask >= 0 && !remote) {
-        size_t stream = 8 * (size_t)shm_mask_words((uint8_t)mask) + r->len;
-        if (stream - r->len <= SHM_COMPACT_LINE && stream <= SHM_COMPACT_MAX &&
-            stream <= SHM_COMPACT_LINE + c->slot_bytes)
-            return shm_publish_compact(c, r, mask);
+    if (r->done == 0 && !remote) {
+        int rc = shm_publish_compact(c, r);
+        if (rc >= 0)
+            return rc;
     }
     do {
         uint8_t *slot = shm_free_slot(c);
@@ -242,7 +263,7 @@ static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r)
             h.flags = SHM_SLOT_REMOTE;
             h.remote = (uint64_t)(uintptr_t)r->buf;
         }
-        if (mask >= 0 && r->done == 0 && r->hdr_len) {
+        if (r->done == 0 && r->hdr_len && r->hdr_len % 8 == 0 && r->hdr_len <= sizeof(c->base)) {
             /* The whole header is in the first slot (slot_bytes > 64). */
             h.flags |= SHM_SLOT_BASE | (uint32_t)(r->hdr_len / 8) << 8;
             memcpy(c->base, r->hdr, r->hdr_len);
@@ -419,8 +440,11 @@ static void shm_keep_base(struct shm_conn *c, const struct hoop_tp_req *r, const
  * message taken whole. 0, or -1 with the connection failed. */
 static int shm_take_compact(struct shm_conn *c, struct hoop_tp_req *r, const uint8_t *slot)
 {
-    uint8_t raw[SHM_SLOT_READY_OFF];
-    memcpy(raw, slot, sizeof(raw));
+    /* The line before the ready word, and zeros: the words are read
+     * whether or not they are kept, so the last may be read past it. */
+    uint8_t raw[SHM_SLOT_READY_OFF + 16];
+    memcpy(raw, slot, SHM_SLOT_READY_OFF);
+    memset(raw + SHM_SLOT_READY_OFF, 0, 16);
     /* A stream that goes on past the first line: ask for the rest now,
      * not once the header has been checked. */
     for (size_t at = 0; at < SHM_COMPACT_MAX - SHM_COMPACT_LINE; at += 64) {
@@ -439,19 +463,34 @@ static int shm_take_compact(struct shm_conn *c, struct hoop_tp_req *r, const uin
         shm_corrupt(c, why);
         return -1;
     }
-    const uint8_t *p = raw + sizeof(h);
-    for (unsigned i = 0; i < h.words; i++)
-        if (h.mask & (1u << i)) {
-            memcpy(c->base + 8 * i, p, 8);
-            p += 8;
-        }
-    size_t hdr = 8 * (size_t)h.words, left = (size_t)(raw + sizeof(raw) - p);
+    /* The header: each word the base's or the next that follows (at most
+     * SHM_COMPACT_LINE bytes of them, checked), no branch per word. */
+    const uint8_t *p = shm_patch(c->base, h.words, h.mask, raw + sizeof(h));
+    size_t hdr = 8 * (size_t)h.words, left = (size_t)(raw + SHM_SLOT_READY_OFF - p);
     size_t in_line = h.len < left ? h.len : left;
     c->msg_len = hdr + h.len;
     if (c->msg_len != hoop_tp_req_total(r)) {
         struct shm_slot_hdr whole = {.msg_len = c->msg_len, .len = (uint32_t)hdr};
         shm_wrong_length(c, r, c->base, &whole);
         return -1;
+    }
+    if (r->hdr_len == hdr) {
+        /* The receive's header is the message's: straight into place. */
+        if (hdr) {
+            memcpy(r->hdr, c->base, hdr);
+            r->done = hdr;
+            int rc = r->check ? r->check(r) : 0;
+            if (rc) {
+                c->err = rc;
+                return -1;
+            }
+        }
+        if (in_line)
+            memcpy(r->buf, p, in_line);
+        if (h.len > in_line)
+            memcpy((uint8_t *)r->buf + in_line, slot + SHM_SLOT_HDR, h.len - in_line);
+        r->done = c->msg_len;
+        return 0;
     }
     if (shm_take_bytes(c, r, c->base, hdr) || shm_take_bytes(c, r, p, in_line) ||
         shm_take_bytes(c, r, slot + SHM_SLOT_HDR, h.len - in_line))
