@@ -197,8 +197,10 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # suites again with sends from "device" memory as under GPUDirect RDMA
 # (HOOP_GPU_DIRECT=1); shm, the multi-process suites and the shm suite with
 # shared memory between the ranks (HOOP_SHM=auto, the default: the tests that
-# put ranks in network namespaces of their own still cross them over tcp;
-# every other pass sets HOOP_SHM=0, so that it tests the transport it names).
+# put ranks in network namespaces of their own still cross them over tcp),
+# then the collective, fault, mismatch and shm suites again with large
+# payloads read in place (HOOP_SHM_SINGLE_COPY=1); every other pass sets
+# HOOP_SHM=0, so that it tests the transport it names.
 TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python gpuemu shm
 MP_SUITES := @(allreduce|async|auth|bootstrap|collectives|faults|gpucoll|hier|mismatch|paths|soak)/*
 OFI_SUITES := @(allreduce|collectives|faults|gpucoll|mismatch|paths|soak)/*
@@ -259,7 +261,9 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	        --filter='@(allreduce|collectives|faults|mismatch|paths|async)/*' $(TEST_ARGS); \
 	        $(TEST_ENV) HOOP_GPU_EMULATE=1 HOOP_GPU_DIRECT=1 $(TEST_RUN) \
 	        --filter='@(allreduce|collectives)/*' $(TEST_ARGS) ;; \
-	    shm) $(TEST_ENV) HOOP_SHM=auto $(TEST_RUN) --filter='@($(MP_SUITES)|shm/*)' $(TEST_ARGS) ;; \
+	    shm) $(TEST_ENV) HOOP_SHM=auto $(TEST_RUN) --filter='@($(MP_SUITES)|shm/*)' $(TEST_ARGS); \
+	        $(TEST_ENV) HOOP_SHM=auto HOOP_SHM_SINGLE_COPY=1 $(TEST_RUN) \
+	        --filter='@(allreduce|collectives|faults|mismatch|shm)/*' $(TEST_ARGS) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
 	done

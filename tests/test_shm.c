@@ -186,6 +186,60 @@ Test(shm, messages_around_slot_boundaries_arrive_whole, .timeout = 60)
     pair_close(&p);
 }
 
+/* Large payloads go through the slots unless HOOP_SHM_SINGLE_COPY=1 asks
+ * for them to be read in place (where ptrace rules allow); a value that is
+ * neither is refused with a sentence naming the setting. */
+static void single_copy_send(struct pair *p, uint32_t *flags)
+{
+    static uint8_t src[300000], dst[300000];
+    uint8_t sh[64] = {1}, rh[64];
+    for (size_t i = 0; i < sizeof(src); i++)
+        src[i] = (uint8_t)(i * 13);
+    struct hoop_tp_req s = {.buf = src, .len = sizeof(src), .hdr = sh, .hdr_len = sizeof(sh)};
+    struct hoop_tp_req r = {.buf = dst, .len = sizeof(dst), .hdr = rh, .hdr_len = sizeof(rh)};
+    struct shm_conn *tx = p->tx;
+    uint64_t first = tx->pos;
+    cr_assert_eq(hoop_transport_shm.isend(p->tx, &s), 0);
+    struct shm_slot_hdr h;
+    memcpy(&h, tx->seg + shm_slot_off((uint32_t)(first & (tx->nslots - 1)), tx->slot_bytes),
+           sizeof(h));
+    *flags = h.flags;
+    cr_assert_eq(hoop_transport_shm.irecv(p->rx, &r), 0);
+    cr_assert_eq(pair_wait(p->tp[1], &r), 0, "receive: %s",
+                 hoop_transport_shm.last_error(p->tp[1]));
+    cr_assert_eq(pair_wait(p->tp[0], &s), 0);
+    cr_assert(memcmp(src, dst, sizeof(src)) == 0 && memcmp(sh, rh, sizeof(sh)) == 0);
+}
+
+Test(shm, single_copy_only_when_asked, .timeout = 60)
+{
+    struct pair p;
+    uint32_t flags;
+    unsetenv("HOOP_SHM_SINGLE_COPY"); /* the default, whatever the pass sets */
+    pair_open(&p);
+    cr_assert_eq(((struct shm_conn *)p.rx)->cma_pid, 0, "single copy set up though not asked for");
+    single_copy_send(&p, &flags);
+    cr_assert_eq(flags & SHM_SLOT_REMOTE, 0, "a payload was lent in place by default");
+    pair_close(&p);
+
+    setenv("HOOP_SHM_SINGLE_COPY", "2", 1);
+    struct hoop_tp_params prm = {.rank = 0, .size = 2, .token = pair_token};
+    void *tp = NULL;
+    cr_assert_eq(hoop_transport_shm.create(&prm, &tp), HOOP_ERR_INVALID);
+    cr_assert(strstr(hoop_last_error(), "HOOP_SHM_SINGLE_COPY"), "the sentence \"%s\"",
+              hoop_last_error());
+
+    setenv("HOOP_SHM_SINGLE_COPY", "1", 1);
+    pair_open(&p);
+    int cma = ((struct shm_conn *)p.rx)->cma_pid != 0;
+    single_copy_send(&p, &flags);
+    pair_close(&p);
+    if (!cma)
+        cr_skip_test("this process may not read its own memory with process_vm_readv (a seccomp "
+                     "profile?): the default's half passed, the single copy's cannot be tried");
+    cr_assert_neq(flags & SHM_SLOT_REMOTE, 0, "HOOP_SHM_SINGLE_COPY=1: the slots took the payload");
+}
+
 /* Send s and receive r on the pair, both to their end. */
 static void pair_move(struct pair *p, struct hoop_tp_req *s, struct hoop_tp_req *r)
 {
@@ -343,6 +397,8 @@ static void corrupt_and_expect_hdr(void (*corrupt)(struct shm_conn *), int expec
                                    const char *expect_words, size_t hdr_len)
 {
     struct pair p;
+    if (hdr_len) /* a payload read in place */
+        setenv("HOOP_SHM_SINGLE_COPY", "1", 1);
     pair_open(&p);
     if (hdr_len && !((struct shm_conn *)p.rx)->cma_pid) {
         pair_close(&p);
@@ -438,6 +494,7 @@ Test(shm, wild_position_fails_cleanly, .timeout = 60)
 Test(shm, payload_freed_after_the_sender_gave_up_is_a_reset, .timeout = 60)
 {
     struct pair p;
+    setenv("HOOP_SHM_SINGLE_COPY", "1", 1);
     pair_open(&p);
     if (!((struct shm_conn *)p.rx)->cma_pid) {
         pair_close(&p);

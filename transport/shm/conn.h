@@ -12,9 +12,10 @@
 
 enum { SHM_TX = 0, SHM_RX = 1 };
 
-/* Payloads of at least this many bytes stay in the sender's memory and are
- * read with one copy (process_vm_readv) where the kernel lets the receiver
- * read it; smaller ones go through the slots. */
+/* With HOOP_SHM_SINGLE_COPY=1 on both ends, payloads of at least this many
+ * bytes stay in the sender's memory and are read with one copy
+ * (process_vm_readv) where the kernel lets the receiver read it; smaller
+ * ones, and all without it, go through the slots. */
 #define SHM_REMOTE_MIN (128u << 10)
 _Static_assert(SHM_COMPACT_MAX < SHM_REMOTE_MIN, "no payload read in place fits a compact slot");
 
@@ -74,6 +75,7 @@ struct shm_tp {
     int nstash;
     uint64_t spin_ns;
     int spin_yield;
+    int single_copy;    /* HOOP_SHM_SINGLE_COPY: large payloads read in place where allowed */
     int unreported;     /* requests ended inside isend/irecv, for the next progress */
     char why[512];      /* the first failure that its errno does not tell */
 };

@@ -243,7 +243,7 @@ static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r)
 {
     size_t total = hoop_tp_req_total(r);
     int remote = r->done == 0 && r->len >= SHM_REMOTE_MIN && r->hdr_len &&
-                 r->hdr_len <= c->slot_bytes &&
+                 r->hdr_len <= c->slot_bytes && c->tp->single_copy &&
                  atomic_load_explicit(&c->ctl->cma_ok, memory_order_acquire);
     if (r->done == 0 && !remote) {
         int rc = shm_publish_compact(c, r);
