@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# compare_shm.sh - hoop's shared memory (HOOP_SHM=1) beside hoop over
-# loopback TCP (HOOP_SHM=0) and OpenMPI's default (its shared-memory BTL,
-# vader), all ranks on this machine, in one run, interleaved.
+# compare_shm.sh - hoop's shared memory (HOOP_SHM=1), the same with large
+# payloads read in place (HOOP_SHM_SINGLE_COPY=1), hoop over loopback TCP
+# (HOOP_SHM=0) and OpenMPI's default (its shared-memory BTL, vader), all
+# ranks on this machine, in one run, interleaved.
 #
 #   bench/compare_shm.sh [OUT_DIR]
 #
 # Env: NS="2 4" rank counts, REPS="1 2 3", MINSIZE=1M, SIZE=64M, STEP=4,
 # ITERS=10; MPI_BENCH, the baseline harness's mpi_bench built against
 # OpenMPI (left out when unset). Raw outputs go to OUT_DIR/N<n>/ (default
-# bench/results/shm) as {tcp,shm,ompi}_r<rep>.txt. f32 sums; hoop out of
+# bench/results/shm) as {tcp,shm,shm1,ompi}_r<rep>.txt. f32 sums; hoop out of
 # place and in place, OpenMPI in place.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")/.." && pwd)"
@@ -26,10 +27,12 @@ for rep in $REPS; do
   for n in $NS; do
     echo "[$(date +%T)] rep $rep N=$n" >&2
     mkdir -p "$OUT/N$n"
-    for shm in 0 1; do
-      name=$([ $shm = 1 ] && echo shm || echo tcp)
-      HOOP_SHM=$shm timeout 300 "$BUILD/hooprun" -np "$n" --no-tag "$BUILD/ring_bench" \
-        -b "$MINSIZE" -e "$SIZE" -f "$STEP" -n "$ITERS" -w 3 > "$OUT/N$n/${name}_r$rep.txt"
+    for name in tcp shm shm1; do
+      shm=$([ $name = tcp ] && echo 0 || echo 1)
+      single=$([ $name = shm1 ] && echo 1 || echo 0)
+      HOOP_SHM=$shm HOOP_SHM_SINGLE_COPY=$single timeout 300 "$BUILD/hooprun" -np "$n" --no-tag \
+        "$BUILD/ring_bench" -b "$MINSIZE" -e "$SIZE" -f "$STEP" -n "$ITERS" -w 3 \
+        > "$OUT/N$n/${name}_r$rep.txt"
     done
     if [ -n "${MPI_BENCH:-}" ]; then
       timeout 300 mpirun.openmpi --allow-run-as-root --oversubscribe -np "$n" "$MPI_BENCH" \
