@@ -215,9 +215,16 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
     return HOOP_OK;
 
 err_boot:
-    st = hoop_comm_fail_init(c, st);
-    if (c->size > 1)
+    if (c->size > 1) {
+        /* The data connections go first: a peer still waiting on one of
+         * them (a handshake this rank will never answer) fails at once
+         * instead of while this rank waits for the root's verdict. */
+        char why[HOOP_NOTICE_MAX + 1];
+        snprintf(why, sizeof(why), "%s", hoop_last_error());
         hoop_ring_close(&c->ring);
+        hoop_error(st, "%s", why);
+    }
+    st = hoop_comm_fail_init(c, st);
     hoop_bootstrap_fini(&c->bs);
     hoop_comm_control_fini(c);
     free(c);

@@ -325,7 +325,22 @@ hoop_status_t hoop_comm_fail_init(hoop_comm_t *c, hoop_status_t st)
         /* What the root's first collective reads from this connection. */
         hoop_notice_write(&c->bs, c->bs.root_fd, HOOP_HELLO_NOTICE, &n,
                           hoop_deadline_after(FAIL_WRITE_S));
-        return st;
+        if (primary)
+            return st;
+        /* A peer that went away or never answered: one rank's failure
+         * takes the others' sockets down in a cascade (a rank refused by
+         * one that left, refused in turn), and what this rank saw may name
+         * only the last of them. The root's verdict names the cause, as
+         * after a collective; without it, what this rank saw stands. */
+        struct hoop_notice v;
+        int kind = HOOP_HELLO_VERDICT;
+        double waited = 2 * c->fail_grace_s + FAIL_WRITE_S;
+        if (hoop_notice_read(&c->bs, c->bs.root_fd, &kind, &v, hoop_deadline_after(waited)) ||
+            !(v.status & 0xff) || strcmp(v.why, n.why) == 0)
+            return hoop_error(st, "%s", n.why);
+        return hoop_error((hoop_status_t)(v.status & 0xff),
+                          "rank %d: forming the communicator failed: %s (this rank saw: %s)",
+                          c->rank, v.why, n.why);
     }
     /* The root whose set-up failed because a peer went (a rank that failed
      * its own set-up left, and its sockets with it): the others' reports
