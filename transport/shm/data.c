@@ -160,6 +160,12 @@ static void shm_post(struct shm_conn *c, uint8_t *slot)
         shm_ring(c->efd_peer);
 }
 
+/* Whether r's header can be a base: whole words, no more than the base. */
+static inline int shm_base_fits(const struct shm_conn *c, const struct hoop_tp_req *r)
+{
+    return r->hdr_len % 8 == 0 && r->hdr_len <= sizeof(c->base);
+}
+
 /* The words of hdr (n of them) that differ from base's, as a mask; each
  * is written at out + *at, and *at moves past the ones that differ. */
 static unsigned shm_diff(const void *hdr, const uint8_t *base, size_t n, uint8_t *out, size_t *at)
@@ -198,7 +204,7 @@ static const uint8_t *shm_patch(uint8_t *base, size_t n, unsigned mask, const ui
  * while the ring is full, -1 where they do not fit. */
 static int shm_publish_compact(struct shm_conn *c, struct hoop_tp_req *r)
 {
-    if (r->hdr_len % 8 || r->hdr_len > sizeof(c->base) || r->len > SHM_COMPACT_MAX)
+    if (!shm_base_fits(c, r) || r->len > SHM_COMPACT_MAX)
         return -1;
     /* The first line as it will be: the compact header, the header's
      * words that differ from the base, the payload's start. Every word is
@@ -263,7 +269,7 @@ static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r)
             h.flags = SHM_SLOT_REMOTE;
             h.remote = (uint64_t)(uintptr_t)r->buf;
         }
-        if (r->done == 0 && r->hdr_len && r->hdr_len % 8 == 0 && r->hdr_len <= sizeof(c->base)) {
+        if (r->done == 0 && r->hdr_len && shm_base_fits(c, r)) {
             /* The whole header is in the first slot (slot_bytes > 64). */
             h.flags |= SHM_SLOT_BASE | (uint32_t)(r->hdr_len / 8) << 8;
             memcpy(c->base, r->hdr, r->hdr_len);
@@ -445,13 +451,6 @@ static int shm_take_compact(struct shm_conn *c, struct hoop_tp_req *r, const uin
     uint8_t raw[SHM_SLOT_READY_OFF + 16];
     memcpy(raw, slot, SHM_SLOT_READY_OFF);
     memset(raw + SHM_SLOT_READY_OFF, 0, 16);
-    /* A stream that goes on past the first line: ask for the rest now,
-     * not once the header has been checked. */
-    for (size_t at = 0; at < SHM_COMPACT_MAX - SHM_COMPACT_LINE; at += 64) {
-        if (at >= (size_t)((const struct shm_slot_compact *)raw)->len)
-            break;
-        __builtin_prefetch(slot + SHM_SLOT_HDR + at);
-    }
     struct shm_slot_expect e = {.pos = c->pos,
                                 .msg = c->msg,
                                 .offset = r->done,
@@ -463,6 +462,10 @@ static int shm_take_compact(struct shm_conn *c, struct hoop_tp_req *r, const uin
         shm_corrupt(c, why);
         return -1;
     }
+    /* A stream that goes on past the first line: ask for the rest now,
+     * not once the frame has been checked (h.len is bounded, checked). */
+    for (size_t at = 0; at < h.len; at += 64)
+        __builtin_prefetch(slot + SHM_SLOT_HDR + at);
     /* The header: each word the base's or the next that follows (at most
      * SHM_COMPACT_LINE bytes of them, checked), no branch per word. */
     const uint8_t *p = shm_patch(c->base, h.words, h.mask, raw + sizeof(h));
@@ -474,17 +477,11 @@ static int shm_take_compact(struct shm_conn *c, struct hoop_tp_req *r, const uin
         shm_wrong_length(c, r, c->base, &whole);
         return -1;
     }
+    if (shm_take_bytes(c, r, c->base, hdr))
+        return -1;
     if (r->hdr_len == hdr) {
-        /* The receive's header is the message's: straight into place. */
-        if (hdr) {
-            memcpy(r->hdr, c->base, hdr);
-            r->done = hdr;
-            int rc = r->check ? r->check(r) : 0;
-            if (rc) {
-                c->err = rc;
-                return -1;
-            }
-        }
+        /* The receive's header is the message's (every frame): the
+         * payload straight into place. */
         if (in_line)
             memcpy(r->buf, p, in_line);
         if (h.len > in_line)
@@ -492,7 +489,7 @@ static int shm_take_compact(struct shm_conn *c, struct hoop_tp_req *r, const uin
         r->done = c->msg_len;
         return 0;
     }
-    if (shm_take_bytes(c, r, c->base, hdr) || shm_take_bytes(c, r, p, in_line) ||
+    if (shm_take_bytes(c, r, p, in_line) ||
         shm_take_bytes(c, r, slot + SHM_SLOT_HDR, h.len - in_line))
         return -1;
     return 0;

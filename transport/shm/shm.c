@@ -454,19 +454,19 @@ static int shm_take_hello(struct shm_tp *tp, int fd, uint64_t comm_id, uint64_t 
             c->pos = 0;
             /* Single copy, where asked for, works where this rank may
              * read the peer's memory (ptrace rules, a seccomp profile):
-             * try it once. */
-            uint64_t v = 0, want = c->ctl->probe;
-            struct iovec lo = {.iov_base = &v, .iov_len = 8};
-            struct iovec re = {.iov_base = (void *)(uintptr_t)hoop_get_le(m + 64, 8),
-                               .iov_len = 8};
-            if (!tp->single_copy) {
-                /* the slots carry everything */
-            } else if (process_vm_readv(cred.pid, &lo, 1, &re, 1, 0) == 8 && v == want) {
-                c->cma_pid = cred.pid;
-                atomic_store(&c->ctl->cma_ok, 1);
-            } else {
-                HOOP_DEBUG("rank %d: shm transport: no single copy from rank %u: %s", tp->rank,
-                           rank, hoop_errno_str(-errno));
+             * try it once. Else the slots carry everything. */
+            if (tp->single_copy) {
+                uint64_t v = 0, want = c->ctl->probe;
+                struct iovec lo = {.iov_base = &v, .iov_len = 8};
+                struct iovec re = {.iov_base = (void *)(uintptr_t)hoop_get_le(m + 64, 8),
+                                   .iov_len = 8};
+                if (process_vm_readv(cred.pid, &lo, 1, &re, 1, 0) == 8 && v == want) {
+                    c->cma_pid = cred.pid;
+                    atomic_store(&c->ctl->cma_ok, 1);
+                } else {
+                    HOOP_DEBUG("rank %d: shm transport: no single copy from rank %u: %s", tp->rank,
+                               rank, hoop_errno_str(-errno));
+                }
             }
         }
     }
