@@ -265,6 +265,105 @@ static uint32_t pair_last_magic(struct pair *p)
     return magic;
 }
 
+/* A receive that takes its payload in place (hoop_tp_req.take, the ring's
+ * reducing receives): a message of the bulk path is handed over in pieces
+ * in order, each byte once, each piece starting at a multiple of 8 bytes,
+ * only after the header passed its check, and its buffer is never written;
+ * a message small enough for a compact slot (its stream, a changed header
+ * word and the payload, at most SHM_COMPACT_MAX bytes) lands in the buffer
+ * as usual. */
+struct lend_log {
+    struct hoop_tp_req r; /* first: take gets &log->r */
+    int checked;
+    int pieces;
+    int misaligned;
+    int before_check;
+    size_t next; /* the offset the next piece must start at */
+    uint8_t *got;
+};
+
+static int lend_check(struct hoop_tp_req *req)
+{
+    ((struct lend_log *)req)->checked = 1;
+    return 0;
+}
+
+static void lend_take(struct hoop_tp_req *req, size_t off, const void *src, size_t n)
+{
+    struct lend_log *l = (struct lend_log *)req;
+    l->pieces++;
+    l->misaligned += off % 8 != 0;
+    l->before_check += !l->checked;
+    cr_assert_eq(off, l->next, "a piece at %zu where %zu was next", off, l->next);
+    cr_assert_leq(off + n, req->len, "a piece past the payload's end");
+    memcpy(l->got + off, src, n);
+    l->next = off + n;
+}
+
+Test(shm, payloads_taken_in_place_arrive_whole_and_once, .timeout = 60)
+{
+    struct pair p;
+    unsetenv("HOOP_SHM_SINGLE_COPY");
+    pair_open(&p);
+    const size_t slot = 64u << 10, hdr = 64;
+    const size_t lens[] = {8,          SHM_COMPACT_MAX - 8, SHM_COMPACT_MAX, slot - hdr - 8,
+                           slot - hdr, slot - hdr + 8,      2 * slot,        16 * slot + 8,
+                           40 * slot};
+    size_t max = 40 * slot;
+    uint8_t *src = malloc(max), *dst = calloc(1, max), *got = malloc(max);
+    cr_assert(src && dst && got);
+    /* The connection's first header goes whole: later ones may be compact. */
+    uint8_t wh[64], wr[64];
+    memset(wh, 0x50, sizeof(wh));
+    struct hoop_tp_req ws = {.buf = src, .len = 8, .hdr = wh, .hdr_len = hdr};
+    struct hoop_tp_req wq = {.buf = got, .len = 8, .hdr = wr, .hdr_len = hdr};
+    pair_move(&p, &ws, &wq);
+    cr_assert(ws.state == 0 && wq.state == 0);
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        size_t n = lens[i];
+        for (size_t k = 0; k < n; k++)
+            src[k] = (uint8_t)(k * 7 + i);
+        uint8_t sh[64], rh[64] = {0};
+        memset(sh, 0x50, sizeof(sh));
+        sh[8] = (uint8_t)i; /* one word changes */
+        memset(got, 0, n);
+        struct hoop_tp_req s = {.buf = src, .len = n, .hdr = sh, .hdr_len = hdr};
+        struct lend_log l = {.r = {.buf = dst,
+                                   .len = n,
+                                   .hdr = rh,
+                                   .hdr_len = hdr,
+                                   .check = lend_check,
+                                   .take = lend_take},
+                             .got = got};
+        pair_move(&p, &s, &l.r);
+        cr_assert_eq(s.state, 0, "send of %zu bytes: %d", n, s.state);
+        cr_assert_eq(l.r.state, 0, "receive of %zu bytes: %d (%s)", n, l.r.state,
+                     hoop_transport_shm.last_error(p.tp[1]));
+        cr_assert(memcmp(sh, rh, hdr) == 0, "header of the %zu-byte message differs", n);
+        int compact = pair_last_magic(&p) == SHM_SLOT_MAGIC_COMPACT;
+        cr_assert_eq(compact, n + 8 <= SHM_COMPACT_MAX, "a %zu-byte message %s a compact slot", n,
+                     compact ? "in" : "not in");
+        if (compact) {
+            cr_assert_eq(l.pieces, 0, "a %zu-byte message in a compact slot was lent", n);
+            cr_assert(memcmp(src, dst, n) == 0, "compact payload of %zu bytes differs", n);
+            memset(dst, 0, n);
+            continue;
+        }
+        cr_assert_gt(l.pieces, 0, "the %zu-byte payload was copied, not handed over", n);
+        cr_assert_eq(l.next, n, "%zu of %zu bytes handed over", l.next, n);
+        cr_assert_eq(l.misaligned, 0, "%d pieces of %zu bytes off a multiple of 8", l.misaligned,
+                     n);
+        cr_assert_eq(l.before_check, 0, "%d pieces handed over before the check", l.before_check);
+        cr_assert(memcmp(src, got, n) == 0, "payload of %zu bytes handed over differs", n);
+        for (size_t k = 0; k < n; k++)
+            cr_assert_eq(dst[k], 0, "byte %zu of the lent %zu-byte receive's buffer written", k, n);
+    }
+    free(src);
+    free(dst);
+    free(got);
+    pair_close(&p);
+}
+
 /* Small messages go in compact slots, their header written as the words
  * that changed since the last header on the connection: messages whose
  * headers change in no word, one, five (the most the first line holds),

@@ -60,6 +60,15 @@ struct hoop_tp_req {
      * rendezvous, shm). A message longer still ends as today. */
     void *spill;
     size_t spill_len;
+    /* Receives only, optional: a transport that holds a message's payload
+     * in memory the caller can read (shared memory) may hand it over in
+     * pieces instead of copying it to buf: take(req, off, src, n) for
+     * payload bytes [off, off + n), in order, each byte once, only after
+     * check passed, every piece starting at a multiple of 8 bytes; either
+     * every byte of a message goes through take or none does (then buf
+     * holds them as usual). The caller (the ring: a reducing receive folds
+     * each piece into place) counts what it was given. */
+    void (*take)(struct hoop_tp_req *req, size_t off, const void *src, size_t n);
     /* Sends only: buf (and region) is device memory, which the transport
      * registers as use_device_memory said; set only after it accepted. */
     int on_device;

@@ -105,25 +105,18 @@ void shm_conn_shut(struct shm_conn *c)
 }
 
 /* Copy bytes [off, off + n) of the request's message (header, then
- * payload) to or from p. */
-static void shm_copy(struct hoop_tp_req *r, size_t off, uint8_t *p, size_t n, int out)
+ * payload) to p. */
+static void shm_copy_out(const struct hoop_tp_req *r, size_t off, uint8_t *p, size_t n)
 {
     if (off < r->hdr_len) {
         size_t k = r->hdr_len - off < n ? r->hdr_len - off : n;
-        if (out)
-            memcpy(p, (uint8_t *)r->hdr + off, k);
-        else
-            memcpy((uint8_t *)r->hdr + off, p, k);
+        memcpy(p, (const uint8_t *)r->hdr + off, k);
         off += k;
         p += k;
         n -= k;
     }
-    if (n) {
-        if (out)
-            memcpy(p, (uint8_t *)r->buf + (off - r->hdr_len), n);
-        else
-            memcpy((uint8_t *)r->buf + (off - r->hdr_len), p, n);
-    }
+    if (n)
+        memcpy(p, (const uint8_t *)r->buf + (off - r->hdr_len), n);
 }
 
 /* The producer: read the consumer's tail from the segment (only when the
@@ -262,7 +255,7 @@ static int shm_publish(struct shm_conn *c, struct hoop_tp_req *r)
             return 0;
         size_t n = remote ? r->hdr_len
                  : total - r->done < c->slot_bytes ? total - r->done : c->slot_bytes;
-        shm_copy(r, r->done, slot + SHM_SLOT_HDR, n, 1);
+        shm_copy_out(r, r->done, slot + SHM_SLOT_HDR, n);
         struct shm_slot_hdr h = {.magic = SHM_SLOT_MAGIC, .pos = c->pos, .msg = c->msg,
                                  .msg_len = total, .offset = r->done, .len = (uint32_t)n};
         if (remote) {
@@ -408,24 +401,34 @@ static void shm_corrupt(struct shm_conn *c, const char *why)
 
 /* Copy n bytes of the head message (from r->done on) from data into r;
  * the header, once whole, goes to the check before any payload byte is
- * trusted. 0, or -1 with the connection failed. */
-static int shm_take_bytes(struct shm_conn *c, struct hoop_tp_req *r, const uint8_t *data, size_t n)
+ * trusted. With lend (a slot of the bulk path, whose pieces start at
+ * multiples of 8 bytes when the header's length is one) a receive that
+ * takes its payload in place (hoop_tp_req.take) is handed it there
+ * instead. 0, or -1 with the connection failed. */
+static int shm_take_bytes(struct shm_conn *c, struct hoop_tp_req *r, const uint8_t *data, size_t n,
+                          int lend)
 {
     size_t off = r->done;
-    if (r->check && off < r->hdr_len && off + n >= r->hdr_len) {
-        size_t k = r->hdr_len - off;
-        shm_copy(r, off, (uint8_t *)data, k, 0);
-        r->done = r->hdr_len;
-        int rc = r->check(r);
-        if (rc) {
-            c->err = rc;
-            return -1;
-        }
-        off += k;
+    if (off < r->hdr_len) {
+        size_t k = r->hdr_len - off < n ? r->hdr_len - off : n;
+        memcpy((uint8_t *)r->hdr + off, data, k);
+        r->done = off += k;
         data += k;
         n -= k;
+        if (r->check && off == r->hdr_len) {
+            int rc = r->check(r);
+            if (rc) {
+                c->err = rc;
+                return -1;
+            }
+        }
     }
-    shm_copy(r, off, (uint8_t *)data, n, 0);
+    if (!n)
+        return 0;
+    if (lend && r->take && r->hdr_len % 8 == 0)
+        r->take(r, off - r->hdr_len, data, n);
+    else
+        memcpy((uint8_t *)r->buf + (off - r->hdr_len), data, n);
     r->done = off + n;
     return 0;
 }
@@ -477,7 +480,7 @@ static int shm_take_compact(struct shm_conn *c, struct hoop_tp_req *r, const uin
         shm_wrong_length(c, r, c->base, &whole);
         return -1;
     }
-    if (shm_take_bytes(c, r, c->base, hdr))
+    if (shm_take_bytes(c, r, c->base, hdr, 0))
         return -1;
     if (r->hdr_len == hdr) {
         /* The receive's header is the message's (every frame): the
@@ -489,8 +492,8 @@ static int shm_take_compact(struct shm_conn *c, struct hoop_tp_req *r, const uin
         r->done = c->msg_len;
         return 0;
     }
-    if (shm_take_bytes(c, r, p, in_line) ||
-        shm_take_bytes(c, r, slot + SHM_SLOT_HDR, h.len - in_line))
+    if (shm_take_bytes(c, r, p, in_line, 0) ||
+        shm_take_bytes(c, r, slot + SHM_SLOT_HDR, h.len - in_line, 0))
         return -1;
     return 0;
 }
@@ -552,7 +555,7 @@ static int shm_consume(struct shm_conn *c)
             }
         }
         if ((h.flags & SHM_SLOT_REMOTE) ? shm_take_remote(c, r, data, &h)
-                                        : shm_take_bytes(c, r, data, h.len))
+                                        : shm_take_bytes(c, r, data, h.len, 1))
             continue;
         if (h.flags & SHM_SLOT_BASE)
             shm_keep_base(c, r, data, 8 * SHM_SLOT_BASE_WORDS(h.flags));
