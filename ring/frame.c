@@ -87,6 +87,7 @@ void hoop_frame_expect(struct hoop_ring *r, struct hoop_ring_req *q, int from, u
     q->tp.region_len = 0;
     q->tp.spill = NULL; /* the same */
     q->tp.spill_len = 0;
+    q->tp.take = NULL; /* the same */
 }
 
 /* "allreduce #5 (1000 x f32 sum, root 2)" */

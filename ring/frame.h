@@ -45,11 +45,23 @@ enum hoop_coll_kind {
  * their first frame, whatever their lengths. */
 #define HOOP_FRAME_HIER 0x6869657261726368ull
 
+/* A reducing receive whose transport hands its payload over in place
+ * (hoop_tp_req.take): where each piece is folded (pipeline.c). */
+struct hoop_ring_fold {
+    char *dst;         /* the chunk's destination */
+    const char *local; /* this rank's own input for it */
+    hoop_dtype_t dtype;
+    int op;
+    int avg_n;
+    size_t done; /* payload bytes folded so far */
+};
+
 /* A transport request with room for its frame. */
 struct hoop_ring_req {
     struct hoop_tp_req tp;
     struct hoop_frame expect; /* receives: what the header must say */
     uint8_t hdr[HOOP_FRAME_BYTES];
+    struct hoop_ring_fold fold;
 };
 
 struct hoop_ring;

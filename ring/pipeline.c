@@ -90,7 +90,21 @@ static void run_init(struct run *x, struct hoop_ring *r, const struct hoop_pipe 
     x->cfm_s = p->confirm_to_next;
 }
 
-/* Received chunks, in order: reduce into place, free the slot. Returns 1
+/* hoop_tp_req.take for a reducing receive: fold the piece into place
+ * straight from the transport's memory, with no copy to a scratch slot. */
+static void fold_piece(struct hoop_tp_req *req, size_t off, const void *src, size_t n)
+{
+    struct hoop_ring_req *q =
+        (struct hoop_ring_req *)((char *)req - offsetof(struct hoop_ring_req, tp));
+    struct hoop_ring_fold *f = &q->fold;
+    size_t es = hoop_dtype_size(f->dtype);
+    hoop_reduce_kernel(f->dst + off, f->local + off, src, n / es, f->dtype, (hoop_op_t)f->op,
+                       f->avg_n);
+    f->done += n;
+}
+
+/* Received chunks, in order: reduce into place (unless the transport
+ * handed the payload to fold_piece), free the slot. Returns 1
  * when one was taken in, 0 when none, -errno when one failed. */
 static int take_recvs(struct run *x)
 {
@@ -118,13 +132,14 @@ static int take_recvs(struct run *x)
             moved = 1;
             continue;
         }
-        if (s->recv_mode == HOOP_RECV_REDUCE) {
+        if (s->recv_mode == HOOP_RECV_REDUCE && r->rreq[i].fold.done != q->len) {
             size_t at = x->meta[i].k.c * x->ce;
             hoop_reduce_kernel(x->bufs[s->recv_buf] + (s->recv_off + at) * x->es,
                                x->bufs[HOOP_BUF_INPUT] + (s->local_off + at) * x->es, q->buf,
                                x->meta[i].len, x->p->dtype, (hoop_op_t)x->p->op, s->avg_n);
-            x->slot_free |= 1ull << x->slot_of[i];
         }
+        if (s->recv_mode == HOOP_RECV_REDUCE)
+            x->slot_free |= 1ull << x->slot_of[i];
         x->rbytes_left -= x->meta[i].len * x->es;
         x->rdone = x->meta[i].k;
         x->rdone.c++;
@@ -198,6 +213,16 @@ static int post_recvs(struct run *x)
         if (s->recv_mode == HOOP_RECV_REDUCE) {
             q->region = x->slots;
             q->region_len = (size_t)D * r->chunk_bytes;
+            /* Device buffers: a GPU kernel reduces what lands (run_gpu_take). */
+            struct hoop_ring_fold *f = &r->rreq[i].fold;
+            f->done = 0;
+            if (!x->p->device)
+                q->take = fold_piece;
+            f->dst = x->bufs[s->recv_buf] + (s->recv_off + at) * x->es;
+            f->local = x->bufs[HOOP_BUF_INPUT] + (s->local_off + at) * x->es;
+            f->dtype = x->p->dtype;
+            f->op = x->p->op;
+            f->avg_n = s->avg_n;
         } else if (x->p->device) {
             q->region = x->pool;
             q->region_len = (size_t)x->npool * r->chunk_bytes;
