@@ -184,14 +184,25 @@ void hoop_ring_small_free(struct hoop_ring *r)
     }
 }
 
+/* The call's deadline, read from the clock when a wait first needs it: a
+ * call whose messages are in when it looks waits for nothing, and reading
+ * the clock costs as much as a look (about 20 ns in a virtual machine).
+ * It starts a few microseconds after the call at most. */
+static uint64_t small_deadline(uint64_t *deadline, double timeout_s)
+{
+    if (!*deadline)
+        *deadline = hoop_deadline_after(timeout_s);
+    return *deadline;
+}
+
 /* Send `sb` to `to` and receive from `from` (either may be -1) with frames
  * of step `round`, over the ring's connection where the peer is the ring
  * neighbour that way, else the direct one. The message from prev was
  * posted at the start (into its own buffer) where `posted`; *got is where
  * the received bytes are. */
 static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb, int from,
-                          int posted, void *rb, size_t bytes, uint64_t deadline, int *bad_peer,
-                          const void **got)
+                          int posted, void *rb, size_t bytes, uint64_t *deadline, double timeout_s,
+                          int *bad_peer, const void **got)
 {
     const uint32_t step = HOOP_FRAME_SMALL + (uint32_t)round;
     struct hoop_tp_req *sq = &r->sreq[0].tp, *rq = NULL;
@@ -236,12 +247,12 @@ static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb
         }
         if (rs != HOOP_REQ_PENDING && sq->state != HOOP_REQ_PENDING)
             return 0;
-        rc = hoop_ring_progress(r, deadline);
+        rc = hoop_ring_progress(r, small_deadline(deadline, timeout_s));
         if (rc < 0) {
             *bad_peer = from >= 0 ? from : to;
             return rc;
         }
-        if (rc == 0 && hoop_now_ns() >= deadline) {
+        if (rc == 0 && hoop_now_ns() >= *deadline) {
             *bad_peer = rs == HOOP_REQ_PENDING ? from : to;
             return -ETIMEDOUT;
         }
@@ -260,7 +271,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     hier = hier && r->hier_local <= SMALL_LOCAL_MAX;
     if (hier)
         r->cur.blocks = HOOP_FRAME_HIER;
-    uint64_t deadline = hoop_deadline_after(timeout_s);
+    uint64_t deadline = 0; /* small_deadline */
     hoop_status_t st;
     const int avg_n = op == HOOP_AVG ? n : 0;
     /* The plan is kept from the first call; without memory for it, one on
@@ -283,7 +294,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     /* Beyond N = 2 the partners are not all ring neighbours both ways: the
      * direct connections (made on the first call). */
     st = n > 2 ? hoop_ring_peers(r, hier ? HOOP_PEERS_HSMALL : HOOP_PEERS_SMALL, pl->list, pl->np,
-                                 deadline)
+                                 small_deadline(&deadline, timeout_s))
                : HOOP_OK;
     if (st) {
         hoop_ring_cancel(r);
@@ -321,8 +332,8 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
                 : x->to >= 0 && x->from >= 0    ? "exchanging partial results"
                 : x->to >= 0                    ? "handing on its partial result"
                                                 : "taking a partner's partial result";
-        err = small_exchange(r, x->step, x->to, acc, x->from, k == prev_round, rb, bytes,
-                             deadline, &bad, &got);
+        err = small_exchange(r, x->step, x->to, acc, x->from, k == prev_round, rb, bytes, &deadline,
+                             timeout_s, &bad, &got);
         if (err || x->from < 0)
             continue;
         if (x->copy) {
@@ -339,7 +350,8 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     if (!err) {
         phase = "waiting for its predecessor's announcement";
         bad = r->prev;
-        err = hoop_frame_announce_wait(r, deadline);
+        int a = hoop_frame_announced(r);
+        err = a < 0 ? a : a ? 0 : hoop_frame_announce_wait(r, small_deadline(&deadline, timeout_s));
     }
     if (!err)
         return HOOP_OK;
