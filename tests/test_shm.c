@@ -550,6 +550,12 @@ static void huge_len(struct shm_conn *c)
     h->len = 0xfffffff0u;
 }
 
+static void short_slot(struct shm_conn *c)
+{
+    struct shm_slot_hdr *h = (struct shm_slot_hdr *)(c->seg + shm_slot_off(0, c->slot_bytes));
+    h->len = 3; /* the message goes on in the next slot */
+}
+
 static void wrong_pos(struct shm_conn *c)
 {
     struct shm_slot_hdr *h = (struct shm_slot_hdr *)(c->seg + shm_slot_off(0, c->slot_bytes));
@@ -569,6 +575,11 @@ Test(shm, corrupted_slot_magic_fails_cleanly, .timeout = 60)
 Test(shm, slot_length_beyond_the_slot_fails_cleanly, .timeout = 60)
 {
     corrupt_and_expect(huge_len, -EPROTO, "more than a slot's");
+}
+
+Test(shm, short_slot_before_the_message_end_fails_cleanly, .timeout = 60)
+{
+    corrupt_and_expect(short_slot, -EPROTO, "neither a full slot nor the message's end");
 }
 
 Test(shm, slot_from_elsewhere_in_the_ring_fails_cleanly, .timeout = 60)

@@ -57,6 +57,16 @@ int shm_slot_parse(const uint8_t raw[SHM_SLOT_HDR], const struct shm_slot_expect
         snprintf(why, n, "slot %llu holds %u bytes at byte %llu of a %llu-byte message",
                  (unsigned long long)e->pos, h.len, (unsigned long long)h.offset,
                  (unsigned long long)h.msg_len);
+    /* A message fills every slot but its last (or its payload is read in
+     * place), so each slot's bytes start at a multiple of the slot's size:
+     * a receive that takes the payload in place gets aligned pieces. */
+    else if (!(h.flags & SHM_SLOT_REMOTE) && h.len != e->slot_bytes &&
+             h.offset + h.len != h.msg_len)
+        snprintf(why, n,
+                 "slot %llu holds %u bytes at byte %llu of a %llu-byte message: neither a "
+                 "full slot nor the message's end",
+                 (unsigned long long)e->pos, h.len, (unsigned long long)h.offset,
+                 (unsigned long long)h.msg_len);
     else {
         *out = h;
         return 0;
