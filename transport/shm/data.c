@@ -693,19 +693,21 @@ int shm_progress(void *vtp, uint64_t deadline_ns)
     uint64_t now = hoop_now_ns();
     uint64_t spin_until = now + tp->spin_ns < deadline_ns ? now + tp->spin_ns : deadline_ns;
     uint64_t yield_at = now + SHM_SPIN_YIELD_NS, quick_until = now + SHM_SPIN_QUICK_NS;
-    int relax = 1;
+    int relax = 1, spinning = now < spin_until;
     unsigned looks = 0;
     for (;;) {
         if ((n = shm_move_all(tp)))
             return n;
-        /* While it pauses once a look, the clock is read every fourth
-         * look, so that a message is seen sooner after it lands. */
-        if (relax == 1 && !tp->spin_yield && (++looks & 3)) {
+        /* While it spins pausing once a look, the clock is read every
+         * fourth look, so that a message is seen sooner after it lands (a
+         * wait that does not spin, deadline 0 among them, goes straight on). */
+        if (spinning && relax == 1 && !tp->spin_yield && (++looks & 3)) {
             shm_cpu_relax();
             continue;
         }
         now = hoop_now_ns();
-        if (now < spin_until) {
+        spinning = now < spin_until;
+        if (spinning) {
             if (tp->spin_yield || now >= yield_at) {
                 sched_yield();
                 yield_at = now + SHM_SPIN_YIELD_NS;
