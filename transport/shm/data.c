@@ -693,33 +693,29 @@ int shm_progress(void *vtp, uint64_t deadline_ns)
     uint64_t now = hoop_now_ns();
     uint64_t spin_until = now + tp->spin_ns < deadline_ns ? now + tp->spin_ns : deadline_ns;
     uint64_t yield_at = now + SHM_SPIN_YIELD_NS, quick_until = now + SHM_SPIN_QUICK_NS;
-    int relax = 1, spinning = now < spin_until;
+    int relax = 1;
     unsigned looks = 0;
-    for (;;) {
+    /* Spin: pause (or yield), look, and so on until spin_until. */
+    while (now < spin_until) {
+        if (tp->spin_yield || now >= yield_at) {
+            sched_yield();
+            yield_at = now + SHM_SPIN_YIELD_NS;
+        } else {
+            for (int i = 0; i < relax; i++)
+                shm_cpu_relax();
+            if (relax < SHM_SPIN_RELAX_MAX && now >= quick_until)
+                relax *= 2;
+        }
         if ((n = shm_move_all(tp)))
             return n;
-        /* While it spins pausing once a look, the clock is read every
-         * fourth look, so that a message is seen sooner after it lands (a
-         * wait that does not spin, deadline 0 among them, goes straight on). */
-        if (spinning && relax == 1 && !tp->spin_yield && (++looks & 3)) {
-            shm_cpu_relax();
+        /* While it pauses once a look, the clock is read every fourth
+         * look, so that a message is seen sooner after it lands. */
+        if (relax == 1 && !tp->spin_yield && (++looks & 3))
             continue;
-        }
         now = hoop_now_ns();
-        spinning = now < spin_until;
-        if (spinning) {
-            if (tp->spin_yield || now >= yield_at) {
-                sched_yield();
-                yield_at = now + SHM_SPIN_YIELD_NS;
-            } else {
-                for (int i = 0; i < relax; i++)
-                    shm_cpu_relax();
-                if (relax < SHM_SPIN_RELAX_MAX && now >= quick_until)
-                    relax *= 2;
-            }
-            continue;
-        }
-        /* Sleep until a peer moves, a watched descriptor or the deadline. */
+    }
+    /* Sleep until a peer moves, a watched descriptor or the deadline. */
+    for (;;) {
         if ((n = hoop_shm_arm(tp)))
             return n;
         int woken = shm_take_events(tp, now >= deadline_ns ? 0 : hoop_ms_left(deadline_ns));
@@ -728,7 +724,7 @@ int shm_progress(void *vtp, uint64_t deadline_ns)
             return n;
         if (woken)
             return -EINTR;
-        if (hoop_now_ns() >= deadline_ns)
+        if ((now = hoop_now_ns()) >= deadline_ns)
             return 0;
     }
 }
