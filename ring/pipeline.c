@@ -213,16 +213,18 @@ static int post_recvs(struct run *x)
         if (s->recv_mode == HOOP_RECV_REDUCE) {
             q->region = x->slots;
             q->region_len = (size_t)D * r->chunk_bytes;
-            /* Device buffers: a GPU kernel reduces what lands (run_gpu_take). */
-            struct hoop_ring_fold *f = &r->rreq[i].fold;
-            f->done = 0;
-            if (!x->p->device)
+            /* Host buffers fold what lands in place; on a device a GPU
+             * kernel reduces it from the slot (run_gpu_take). */
+            if (!x->p->device) {
+                r->rreq[i].fold = (struct hoop_ring_fold){
+                    .dst = x->bufs[s->recv_buf] + (s->recv_off + at) * x->es,
+                    .local = x->bufs[HOOP_BUF_INPUT] + (s->local_off + at) * x->es,
+                    .dtype = x->p->dtype,
+                    .op = x->p->op,
+                    .avg_n = s->avg_n,
+                };
                 q->take = fold_piece;
-            f->dst = x->bufs[s->recv_buf] + (s->recv_off + at) * x->es;
-            f->local = x->bufs[HOOP_BUF_INPUT] + (s->local_off + at) * x->es;
-            f->dtype = x->p->dtype;
-            f->op = x->p->op;
-            f->avg_n = s->avg_n;
+            }
         } else if (x->p->device) {
             q->region = x->pool;
             q->region_len = (size_t)x->npool * r->chunk_bytes;
