@@ -17,6 +17,17 @@ static inline uint64_t hoop_deadline_after(double seconds)
     return hoop_now_ns() + (uint64_t)(seconds * 1e9);
 }
 
+/* A deadline read from the clock when a wait first needs it (*deadline
+ * is 0 until then): a call whose messages are in when it looks waits for
+ * nothing, and reading the clock costs as much as a look (about 20 ns in a
+ * virtual machine). It starts a few microseconds after the call at most. */
+static inline uint64_t hoop_deadline_lazy(uint64_t *deadline, double seconds)
+{
+    if (!*deadline)
+        *deadline = hoop_deadline_after(seconds);
+    return *deadline;
+}
+
 /* Milliseconds left until deadline, for poll(2): 0 when passed, capped. */
 static inline int hoop_ms_left(uint64_t deadline_ns)
 {

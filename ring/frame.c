@@ -314,16 +314,16 @@ int hoop_frame_announced(const struct hoop_ring *r)
     return ss == HOOP_REQ_PENDING || rs == HOOP_REQ_PENDING ? 0 : 1;
 }
 
-int hoop_frame_announce_wait(struct hoop_ring *r, uint64_t deadline_ns)
+int hoop_frame_announce_wait(struct hoop_ring *r, uint64_t *deadline_ns, double timeout_s)
 {
     for (;;) {
         int a = hoop_frame_announced(r);
         if (a)
             return a < 0 ? a : 0;
-        int rc = hoop_ring_progress(r, deadline_ns);
+        int rc = hoop_ring_progress(r, hoop_deadline_lazy(deadline_ns, timeout_s));
         if (rc < 0)
             return rc;
-        if (rc == 0 && hoop_now_ns() >= deadline_ns)
+        if (rc == 0 && hoop_now_ns() >= *deadline_ns)
             return -ETIMEDOUT;
     }
 }

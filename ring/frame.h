@@ -96,8 +96,10 @@ int hoop_frame_announce(struct hoop_ring *r, int to_next, int from_prev);
  * waits for meanwhile. hoop_frame_announced() covers it. 0 or -errno. */
 int hoop_frame_expect_prev(struct hoop_ring *r, void *buf, size_t len, uint32_t step);
 int hoop_frame_announced(const struct hoop_ring *r);
-/* Progress until the announcements are done: 0, -ETIMEDOUT or -errno. */
-int hoop_frame_announce_wait(struct hoop_ring *r, uint64_t deadline_ns);
+/* Progress until the announcements are done: 0, -ETIMEDOUT or -errno.
+ * The deadline is *deadline_ns, or timeout_s from the first wait where it
+ * is 0 (hoop_deadline_lazy). */
+int hoop_frame_announce_wait(struct hoop_ring *r, uint64_t *deadline_ns, double timeout_s);
 
 /* A failed request's -errno that came from a frame check (-EBADMSG: the
  * ranks called different things; -EPROTO: not a frame): the status and the

@@ -184,17 +184,6 @@ void hoop_ring_small_free(struct hoop_ring *r)
     }
 }
 
-/* The call's deadline, read from the clock when a wait first needs it: a
- * call whose messages are in when it looks waits for nothing, and reading
- * the clock costs as much as a look (about 20 ns in a virtual machine).
- * It starts a few microseconds after the call at most. */
-static uint64_t small_deadline(uint64_t *deadline, double timeout_s)
-{
-    if (!*deadline)
-        *deadline = hoop_deadline_after(timeout_s);
-    return *deadline;
-}
-
 /* Send `sb` to `to` and receive from `from` (either may be -1) with frames
  * of step `round`, over the ring's connection where the peer is the ring
  * neighbour that way, else the direct one. The message from prev was
@@ -247,7 +236,7 @@ static int small_exchange(struct hoop_ring *r, int round, int to, const void *sb
         }
         if (rs != HOOP_REQ_PENDING && sq->state != HOOP_REQ_PENDING)
             return 0;
-        rc = hoop_ring_progress(r, small_deadline(deadline, timeout_s));
+        rc = hoop_ring_progress(r, hoop_deadline_lazy(deadline, timeout_s));
         if (rc < 0) {
             *bad_peer = from >= 0 ? from : to;
             return rc;
@@ -271,7 +260,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     hier = hier && r->hier_local <= SMALL_LOCAL_MAX;
     if (hier)
         r->cur.blocks = HOOP_FRAME_HIER;
-    uint64_t deadline = 0; /* small_deadline */
+    uint64_t deadline = 0; /* hoop_deadline_lazy */
     hoop_status_t st;
     const int avg_n = op == HOOP_AVG ? n : 0;
     /* The plan is kept from the first call; without memory for it, one on
@@ -294,7 +283,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     /* Beyond N = 2 the partners are not all ring neighbours both ways: the
      * direct connections (made on the first call). */
     st = n > 2 ? hoop_ring_peers(r, hier ? HOOP_PEERS_HSMALL : HOOP_PEERS_SMALL, pl->list, pl->np,
-                                 small_deadline(&deadline, timeout_s))
+                                 hoop_deadline_lazy(&deadline, timeout_s))
                : HOOP_OK;
     if (st) {
         hoop_ring_cancel(r);
@@ -350,8 +339,7 @@ hoop_status_t hoop_ring_allreduce_small(struct hoop_ring *r, const void *sendbuf
     if (!err) {
         phase = "waiting for its predecessor's announcement";
         bad = r->prev;
-        int a = hoop_frame_announced(r);
-        err = a < 0 ? a : a ? 0 : hoop_frame_announce_wait(r, small_deadline(&deadline, timeout_s));
+        err = hoop_frame_announce_wait(r, &deadline, timeout_s);
     }
     if (!err)
         return HOOP_OK;
