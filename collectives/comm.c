@@ -126,6 +126,64 @@ static void comm_hier(hoop_comm_t *c)
     }
 }
 
+struct host_rank {
+    uint64_t host_id;
+    int rank;
+};
+
+static int host_rank_cmp(const void *a, const void *b)
+{
+    const struct host_rank *x = a, *y = b;
+    if (x->host_id != y->host_id)
+        return x->host_id < y->host_id ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Where this rank is, Horovod's way: its place among the ranks of its
+ * host (in rank order), and among the ranks with its local rank (one a
+ * host, in rank order); and whether every host has as many ranks. From
+ * the bootstrap's table, so every rank agrees. */
+static hoop_status_t comm_places(hoop_comm_t *c)
+{
+    const int n = c->size;
+    struct host_rank *hr = malloc((size_t)n * sizeof(*hr));
+    int *lr = calloc((size_t)n, sizeof(*lr));
+    if (!hr || !lr) {
+        free(hr);
+        free(lr);
+        return hoop_error(HOOP_ERR_SYSTEM,
+                          "rank %d: out of memory for the table of %d ranks' hosts", c->rank, n);
+    }
+    for (int r = 0; r < n; r++)
+        hr[r] = (struct host_rank){c->bs.peers[r].host_id, r};
+    qsort(hr, (size_t)n, sizeof(*hr), host_rank_cmp);
+    c->homogeneous = 1;
+    for (int i = 0, first = -1; i < n;) {
+        int j = i;
+        while (j < n && hr[j].host_id == hr[i].host_id) {
+            lr[hr[j].rank] = j - i;
+            j++;
+        }
+        if (hr[i].host_id == c->bs.peers[c->rank].host_id)
+            c->local_size = j - i;
+        if (first < 0)
+            first = j - i;
+        else if (j - i != first)
+            c->homogeneous = 0;
+        i = j;
+    }
+    c->local_rank = lr[c->rank];
+    c->cross_rank = c->cross_size = 0;
+    for (int r = 0; r < n; r++)
+        if (lr[r] == c->local_rank) {
+            c->cross_rank += r < c->rank;
+            c->cross_size++;
+        }
+    free(hr);
+    free(lr);
+    return HOOP_OK;
+}
+
 static hoop_status_t comm_busy_poll(hoop_comm_t *c)
 {
     unsigned long long us;
@@ -193,12 +251,8 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
     snprintf(c->transport, sizeof(c->transport), "%s", hoop_ring_describe(&c->ring));
     if ((st = hoop_bootstrap_init(&c->bs, &bcfg, hoop_ring_listen, &c->ring)))
         goto err_ring;
-    for (int r = 0; r < c->size; r++)
-        if (c->bs.peers[r].host_id == c->bs.peers[c->rank].host_id) {
-            if (r < c->rank)
-                c->local_rank++;
-            c->local_size++;
-        }
+    if ((st = comm_places(c)))
+        goto err_boot;
     if (c->size > 1 && (st = hoop_ring_connect(&c->ring, c->bs.peers, c->bs.comm_id, deadline)))
         goto err_boot;
     /* Again, now that the links are known: which are shared memory. */
@@ -268,6 +322,21 @@ int hoop_comm_local_rank(const hoop_comm_t *c)
 int hoop_comm_local_size(const hoop_comm_t *c)
 {
     return c ? c->local_size : -1;
+}
+
+int hoop_comm_cross_rank(const hoop_comm_t *c)
+{
+    return c ? c->cross_rank : -1;
+}
+
+int hoop_comm_cross_size(const hoop_comm_t *c)
+{
+    return c ? c->cross_size : -1;
+}
+
+int hoop_comm_is_homogeneous(const hoop_comm_t *c)
+{
+    return c ? c->homogeneous : -1;
 }
 
 const char *hoop_comm_transport(const hoop_comm_t *c)

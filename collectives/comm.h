@@ -13,6 +13,9 @@ struct hoop_comm {
     int size;
     int local_rank;
     int local_size;
+    int cross_rank;  /* among the ranks of this local rank, in rank order */
+    int cross_size;  /* the hosts that have this local rank */
+    int homogeneous; /* every host has local_size ranks */
     double timeout_s;
     size_t small_bytes; /* allreduce at or below this uses recursive doubling */
     int hier_mode;      /* HOOP_HIERARCHICAL: 0, 1 or HOOP_PARAM_AUTO */

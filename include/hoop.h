@@ -127,6 +127,14 @@ HOOP_API int hoop_comm_rank(const hoop_comm_t *comm);
 HOOP_API int hoop_comm_size(const hoop_comm_t *comm);
 HOOP_API int hoop_comm_local_rank(const hoop_comm_t *comm);
 HOOP_API int hoop_comm_local_size(const hoop_comm_t *comm);
+/* As Horovod defines them: among the ranks whose local rank is this
+ * rank's (one on each machine that has it), this rank's place in rank
+ * order, and how many they are; and 1 when every machine has the same
+ * number of ranks, else 0 (-1 for a NULL communicator). The same whatever
+ * order the launcher gave the ranks in. */
+HOOP_API int hoop_comm_cross_rank(const hoop_comm_t *comm);
+HOOP_API int hoop_comm_cross_size(const hoop_comm_t *comm);
+HOOP_API int hoop_comm_is_homogeneous(const hoop_comm_t *comm);
 
 /* Name of the transport in use ("tcp/io_uring", ...). */
 HOOP_API const char *hoop_comm_transport(const hoop_comm_t *comm);

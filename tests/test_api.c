@@ -110,6 +110,9 @@ Test(api, null_handles)
     cr_assert_eq(hoop_comm_size(NULL), -1);
     cr_assert_eq(hoop_comm_local_rank(NULL), -1);
     cr_assert_eq(hoop_comm_local_size(NULL), -1);
+    cr_assert_eq(hoop_comm_cross_rank(NULL), -1);
+    cr_assert_eq(hoop_comm_cross_size(NULL), -1);
+    cr_assert_eq(hoop_comm_is_homogeneous(NULL), -1);
 }
 
 Test(api, config_init_marks_everything_unset)
