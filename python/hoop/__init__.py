@@ -48,13 +48,19 @@ def local_size():
 
 
 def cross_rank():
-    s = _engine.state()
-    return s.rank // max(s.local_size, 1)
+    """This rank's place among the ranks with its local rank (one on each
+    host that has it), in rank order: Horovod's cross rank."""
+    return _engine.state().cross_rank
 
 
 def cross_size():
-    s = _engine.state()
-    return max(s.size // max(s.local_size, 1), 1)
+    """How many hosts have this rank's local rank."""
+    return _engine.state().cross_size
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks."""
+    return _engine.state().homogeneous
 
 
 def transport():

@@ -21,12 +21,13 @@ _fn_allreduce = _fn_wait = _fn_test = _fn_status = _fn_release = None
 
 
 class _State:
-    def __init__(self, engine, rank, size, local_rank, local_size, transport):
-        self.engine = engine
-        self.rank = rank
-        self.size = size
-        self.local_rank = local_rank
-        self.local_size = local_size
+    def __init__(self, comm, transport):
+        L = _lib.lib()
+        self.engine = None
+        self.rank, self.size = L.hoop_comm_rank(comm), L.hoop_comm_size(comm)
+        self.local_rank, self.local_size = L.hoop_comm_local_rank(comm), L.hoop_comm_local_size(comm)
+        self.cross_rank, self.cross_size = L.hoop_comm_cross_rank(comm), L.hoop_comm_cross_size(comm)
+        self.homogeneous = L.hoop_comm_is_homogeneous(comm) == 1
         self.transport = transport
 
 
@@ -42,16 +43,15 @@ def init():
         st = L.hoop_comm_init(ctypes.byref(comm), None)
         if st != _lib.OK:
             raise error(st, (L.hoop_last_error() or b"").decode(errors="replace"))
-        rank, size = L.hoop_comm_rank(comm), L.hoop_comm_size(comm)
-        lrank, lsize = L.hoop_comm_local_rank(comm), L.hoop_comm_local_size(comm)
-        transport = (L.hoop_comm_transport(comm) or b"").decode()
+        s = _State(comm, (L.hoop_comm_transport(comm) or b"").decode())
         eng = ctypes.c_void_p()
         st = L.hoop_engine_create_with(ctypes.byref(eng), comm)
         if st != _lib.OK:
             sentence = (L.hoop_last_error() or b"").decode(errors="replace")
             L.hoop_comm_destroy(comm)
             raise error(st, sentence)
-        _state = _State(eng, rank, size, lrank, lsize, transport)
+        s.engine = eng
+        _state = s
         _names.clear()
         global _fn_allreduce, _fn_wait, _fn_test, _fn_status, _fn_release
         _fn_allreduce, _fn_wait, _fn_test = L.hoop_engine_allreduce, L.hoop_engine_wait, L.hoop_engine_test

@@ -20,7 +20,10 @@ def test_basics():
     assert hvd.is_initialized()
     assert 0 <= R < N and hvd.size() == hoop.size()
     assert 0 <= hvd.local_rank() < hvd.local_size()
-    assert hvd.cross_size() * hvd.local_size() == N and hvd.cross_rank() == 0
+    # One host: each local rank is on it alone.
+    assert hvd.local_size() == N and hvd.local_rank() == R
+    assert hvd.cross_size() == 1 and hvd.cross_rank() == 0 and hvd.is_homogeneous() is True
+    assert hoop.cross_size() == 1 and hoop.is_homogeneous() is True
     assert hvd.mpi_built() is False and hvd.gloo_built() is False and hvd.nccl_built() is False
     assert hoop.library_path().endswith(".so") or ".so." in hoop.library_path()
 

@@ -105,3 +105,39 @@ def test_torchrun_runs_the_training_example():
                        stderr=subprocess.STDOUT, text=True, timeout=300)
     assert r.returncode == 0, r.stdout
     assert "epoch 4: loss" in r.stdout, r.stdout
+
+
+PLACES = r"""
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x04000000) != 0:  # CLONE_NEWUTS
+    print("NO_UTS errno %d" % ctypes.get_errno(), flush=True)
+    sys.exit(77)
+name = sys.argv[1].encode()
+libc.sethostname(name, len(name))
+import hoop.torch as hvd
+hvd.init()
+print("PLACES", hvd.rank(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size(),
+      hvd.is_homogeneous(), flush=True)
+hvd.shutdown()
+"""
+
+
+def test_places_follow_the_hosts_when_ranks_are_interleaved():
+    """Two emulated hosts (a UTS namespace each), the ranks given
+    alternately as srun's cyclic distribution does: Horovod's cross rank is
+    the place among the ranks of one local rank, not rank // local_size."""
+    size, port = 4, free_ports()
+    hosts = ["hoop-py-host-a", "hoop-py-host-b", "hoop-py-host-a", "hoop-py-host-b"]
+    procs = [subprocess.Popen([PY, "-c", PLACES, hosts[r]], env=env_for(r, size, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(size)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    if any(p.returncode == 77 for p in procs):
+        for p in procs:
+            p.kill()
+        pytest.skip("no UTS namespace here (it needs CAP_SYS_ADMIN): %s" % outs)
+    want = {0: "0 2 0 2 True", 1: "0 2 1 2 True", 2: "1 2 0 2 True", 3: "1 2 1 2 True"}
+    for r, out in enumerate(outs):
+        assert procs[r].returncode == 0, "rank %d: %s" % (r, out)
+        line = [x for x in out.splitlines() if x.startswith("PLACES")]
+        assert line and line[0] == "PLACES %d %s" % (r, want[r]), "rank %d: %s" % (r, out)

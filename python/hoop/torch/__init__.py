@@ -6,10 +6,11 @@
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 
 Not supported (NotImplementedError naming it): Adasum, elastic training,
-process sets. CUDA tensors go through host memory.
+process sets. CUDA tensors: allreduces take the device memory itself where
+libhoop is built with CUDA; the other collectives copy through host memory.
 """
 from .. import (init as _init, shutdown, is_initialized, rank, size, local_rank, local_size, cross_rank,
-                cross_size, library_path, Average, Sum, Min, Max, Product, Adasum, HoopError,
+                cross_size, is_homogeneous, library_path, Average, Sum, Min, Max, Product, Adasum, HoopError,
                 HoopInvalidError, HoopTimeoutError, HoopPeerError, HoopMismatchError, HoopUnsupportedError,
                 HoopSystemError, HoopAbortedError, _engine)
 from .. import _lib
