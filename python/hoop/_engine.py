@@ -177,6 +177,48 @@ class Handle:
             pass
 
 
+class HandleGroup:
+    """Several operations behind one handle (a grouped or a sparse
+    collective made of others): done once all are; synchronize() waits for
+    every one (each is released, whatever the others do), then returns
+    finish(their results), or raises the first error."""
+
+    __slots__ = ("_handles", "_finish", "_done", "_result", "_error", "name", "id", "__weakref__")
+
+    def __init__(self, handles, finish, name):
+        self._handles = list(handles)
+        self._finish = finish
+        self._done = False
+        self._result = self._error = None
+        self.name = name
+        self.id = next(Handle._ids)
+
+    def poll(self):
+        return self._done or all(h.poll() for h in self._handles)
+
+    def synchronize(self):
+        if not self._done:
+            results = []
+            for h in self._handles:
+                try:
+                    results.append(h.synchronize())
+                except Exception as e:  # the others are still waited for and released
+                    if self._error is None:
+                        self._error = e
+            self._done = True
+            if self._error is None:
+                try:
+                    self._result = self._finish(results)
+                except Exception as e:
+                    self._error = e
+            self._handles = self._finish = None
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    wait = synchronize
+
+
 def _check(st, name):
     if st != _lib.OK:
         raise error(st, (_lib.lib().hoop_last_error() or b"").decode(errors="replace")
@@ -295,4 +337,4 @@ def not_supported(what):
     return NotImplementedError("hoop does not support %s" % what)
 
 
-__all__ = ["HoopError", "Handle"]
+__all__ = ["HoopError", "Handle", "HandleGroup"]

@@ -175,6 +175,37 @@ def test_torch_reducescatter():
     assert torch.equal(avg, torch.full((1,), SUM_R / N))
 
 
+def test_torch_grouped_allgather_and_reducescatter():
+    a = torch.full((R + 1, 2), float(R))  # rank r: r + 1 rows of r
+    b = torch.arange(3, dtype=torch.int64) * (R + 1)
+    outs = hvd.grouped_allgather([a, b], name="gag")
+    assert torch.equal(outs[0], torch.cat([torch.full((r + 1, 2), float(r)) for r in range(N)]))
+    assert torch.equal(outs[1], torch.cat([torch.arange(3, dtype=torch.int64) * (r + 1) for r in range(N)]))
+    h = hvd.grouped_allgather_async([b])
+    assert torch.equal(hvd.synchronize(h)[0], outs[1]) and hvd.poll(h)
+    # differentiable: each input gets the sum of every rank's gradient for its rows
+    x = torch.ones(2, 3, requires_grad=True)
+    y, = hvd.grouped_allgather([x])
+    (y * (R + 1)).sum().backward()
+    assert torch.equal(x.grad, torch.full((2, 3), float(N * (N + 1) // 2)))
+    xs = [torch.arange(2 * N * 3, dtype=torch.float32).reshape(2 * N, 3) + R, torch.ones(N, dtype=torch.int32)]
+    rs = hvd.grouped_reducescatter(xs, op=hvd.Sum)
+    assert torch.equal(rs[0], N * torch.arange(2 * N * 3.).reshape(2 * N, 3)[2 * R:2 * R + 2] + SUM_R)
+    assert torch.equal(rs[1], torch.full((1,), N, dtype=torch.int32))
+
+
+def test_process_sets():
+    g = hvd.global_process_set
+    assert g.process_set_id == 0 and g.size() == N and g.rank() == R and g.included()
+    assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=g), torch.full((1,), float(N)))
+    ps = hvd.ProcessSet([0])
+    assert ps.size() == 1 and ps.included() == (R == 0) and ps.rank() == (0 if R == 0 else -1)
+    with pytest.raises(NotImplementedError, match="process sets"):
+        hvd.allreduce(torch.ones(1), process_set=ps)
+    with pytest.raises(NotImplementedError, match="process sets"):
+        hvd.DistributedOptimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1), process_set=ps)
+
+
 def _share(rows, r):
     base, extra = divmod(rows, N)
     start = r * base + min(r, extra)

@@ -18,8 +18,10 @@ from .compression import Compression
 from .functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_,
                       alltoall, alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
-                      broadcast_async_, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
-                      grouped_allreduce_async_, join, poll, reducescatter, reducescatter_async, synchronize)
+                      broadcast_async_, grouped_allgather, grouped_allgather_async, grouped_allreduce,
+                      grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+                      grouped_reducescatter, grouped_reducescatter_async, join, poll, reducescatter,
+                      reducescatter_async, synchronize)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
 
@@ -91,6 +93,56 @@ class _Elastic:
 
 
 elastic = _Elastic()
+
+
+class ProcessSet:
+    """horovod.torch's ProcessSet. hoop runs every collective over the
+    whole job: a set other than global_process_set is never registered
+    (process_set_id stays None), and a collective given one raises
+    NotImplementedError."""
+
+    def __init__(self, ranks_or_comm):
+        if not isinstance(ranks_or_comm, (list, tuple, range)):
+            raise _engine.not_supported("a process set from an MPI communicator (hoop needs no MPI)")
+        self.ranks = sorted(int(r) for r in ranks_or_comm)
+        self.process_set_id = None
+
+    def included(self):
+        return rank() in self.ranks
+
+    def size(self):
+        return len(self.ranks)
+
+    def rank(self):
+        """This process's place in the set, or -1 where it is not in it."""
+        r = rank()
+        return self.ranks.index(r) if r in self.ranks else -1
+
+    def __repr__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
+
+
+class _GlobalProcessSet(ProcessSet):
+    """Every rank of the job: what every hoop collective runs over."""
+
+    def __init__(self):
+        self.process_set_id = 0
+
+    @property
+    def ranks(self):
+        return list(range(size()))
+
+    def included(self):
+        return True
+
+    def size(self):
+        return size()
+
+    def rank(self):
+        return rank()
+
+
+global_process_set = _GlobalProcessSet()
 
 
 def add_process_set(*args, **kwargs):

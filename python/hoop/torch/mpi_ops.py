@@ -11,7 +11,7 @@ import torch
 
 from .. import _engine, _lib, check_op
 from .. import Average, Sum, Min, Max, Product, Adasum  # noqa: F401 (re-exported)
-from .._engine import Handle
+from .._engine import Handle, HandleGroup
 
 _DTYPES = {torch.int8: _lib.I8, torch.uint8: _lib.U8, torch.int32: _lib.I32, torch.int64: _lib.I64,
            torch.float16: _lib.F16, torch.bfloat16: _lib.BF16, torch.float32: _lib.F32,
@@ -259,6 +259,38 @@ def allgather(tensor, name=None, process_set=None):
     return _AllgatherFn.apply(tensor, name)
 
 
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    """Each tensor's allgather, started together; synchronize() gives the
+    list of results."""
+    _no_process_set(process_set)
+    name = _engine.auto_name("grouped_allgather", name)
+    hs = [_allgather_async(t, "%s.%d" % (name, i), None, False) for i, t in enumerate(tensors)]
+    return HandleGroup(hs, list, name)
+
+
+class _GroupedAllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, *tensors):
+        hs = [_allgather_async(t, "%s.%d" % (name, i), None, True) for i, t in enumerate(tensors)]
+        outs = HandleGroup(hs, list, name).synchronize()
+        r = _engine.state().rank
+        ctx.spans = [(sum(counts[:r]), counts[r]) for _, counts in outs]
+        return tuple(out for out, _ in outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        # as allgather's: this rank's rows of the sum of every rank's gradient
+        hs = [allreduce_async(g.contiguous(), op=Sum) for g in grads]
+        return (None,) + tuple(h.synchronize().narrow(0, s, n) for h, (s, n) in zip(hs, ctx.spans))
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    """allgather of each tensor, started together; differentiable."""
+    _no_process_set(process_set)
+    name = _engine.auto_name("grouped_allgather", name)
+    return list(_GroupedAllgatherFn.apply(name, *[t.reshape(1) if t.dim() == 0 else t for t in tensors]))
+
+
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     _no_process_set(process_set)
     name = _engine.auto_name("broadcast", name)
@@ -357,6 +389,27 @@ def reducescatter(tensor, name=None, compression=None, op=Average, prescale_fact
     t, ctx = compression.compress(tensor)
     out = reducescatter_async(t, name, op, prescale_factor, postscale_factor, process_set).synchronize()
     return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                                process_set=None):
+    """Each tensor's reducescatter, started together; synchronize() gives
+    the list of this rank's shares."""
+    _no_process_set(process_set)
+    name = _engine.auto_name("grouped_reducescatter", name)
+    hs = [reducescatter_async(t, "%s.%d" % (name, i), op, prescale_factor, postscale_factor)
+          for i, t in enumerate(tensors)]
+    return HandleGroup(hs, list, name)
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average, prescale_factor=1.0,
+                          postscale_factor=1.0, process_set=None):
+    from .compression import Compression
+    compression = compression or Compression.none
+    pairs = [compression.compress(t) for t in tensors]
+    outs = grouped_reducescatter_async([t for t, _ in pairs], name, op, prescale_factor, postscale_factor,
+                                       process_set).synchronize()
+    return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
 def poll(handle):
