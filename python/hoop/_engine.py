@@ -217,6 +217,8 @@ class HandleGroup:
         return self._result
 
     wait = synchronize
+    # horovod.torch's sparse allreduce hands back a callable
+    __call__ = synchronize
 
 
 def _check(st, name):

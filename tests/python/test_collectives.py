@@ -194,6 +194,25 @@ def test_torch_grouped_allgather_and_reducescatter():
     assert torch.equal(rs[1], torch.full((1,), N, dtype=torch.int32))
 
 
+@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
+def test_torch_sparse_allreduce(op):
+    # rank r: entries at rows r and r + 1, one index twice (entries add up)
+    def mine(r):
+        return torch.sparse_coo_tensor(torch.tensor([[r, r + 1, r + 1], [0, 1, 1]]), torch.tensor([12., 24., 36.]),
+                                       (N + 1, 2))
+    h = hvd.sparse_allreduce_async(mine(R), name="sparse.%s" % op, op=op)
+    got = h()  # callable, as Horovod's
+    want = sum(mine(r).to_dense() for r in range(N))
+    assert got.is_sparse and torch.equal(got.to_dense(), want / N if op == hvd.Average else want)
+    # the last rank has no entries at all
+    empty = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.int64), torch.zeros(0), (N + 1, 2))
+    got = hvd.synchronize(hvd.sparse_allreduce_async(empty if R == N - 1 else mine(R), op=op))
+    want = sum([mine(r).to_dense() for r in range(N - 1)], torch.zeros(N + 1, 2))
+    assert torch.equal(got.to_dense(), want / N if op == hvd.Average else want)
+    with pytest.raises(NotImplementedError, match="Sum and Average"):
+        hvd.sparse_allreduce_async(mine(R), op=hvd.Max)
+
+
 def test_process_sets():
     g = hvd.global_process_set
     assert g.process_set_id == 0 and g.size() == N and g.rank() == R and g.included()

@@ -126,6 +126,49 @@ def test_matches_distributed_data_parallel_over_gloo():
         dist.destroy_process_group()
 
 
+class Bag(torch.nn.Module):
+    """A sparse embedding (its gradient a sparse tensor) under a linear layer."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(99)
+        self.emb = torch.nn.Embedding(40, 6, sparse=True).double()
+        self.lin = torch.nn.Linear(6, 2).double()
+
+    def forward(self, idx):
+        return self.lin(self.emb(idx).mean(1))
+
+
+def train_bag(m, opt, shard_it=True):
+    for s in range(STEPS):
+        g = torch.Generator().manual_seed(500 + s)
+        idx = torch.randint(0, 40, (BATCH, 3), generator=g)
+        y = torch.randn(BATCH, 2, generator=g, dtype=torch.float64)
+        if shard_it:
+            idx, y = shard(idx), shard(y)
+        opt.zero_grad()
+        F.mse_loss(m(idx), y).backward()
+        opt.step()
+
+
+@pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
+@pytest.mark.parametrize("as_dense", [False, True])
+def test_sparse_gradients_match_one_process(as_dense):
+    # sparse_as_dense=False: the embedding's gradient is gathered as indices
+    # and values (a sparse sum); True: allreduced as a dense tensor.
+    m = Bag()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.5), named_parameters=m.named_parameters(),
+                                   sparse_as_dense=as_dense)
+    train_bag(m, opt)
+    assert m.emb.weight.grad.is_sparse != as_dense
+    ref = Bag()
+    train_bag(ref, torch.optim.SGD(ref.parameters(), lr=0.5), shard_it=False)
+    assert_same_on_every_rank(m)
+    assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=1e-10), \
+        (params_of(m) - params_of(ref)).abs().max()
+    assert not torch.equal(params_of(m), params_of(Bag())), "training did not move the parameters"
+
+
 def test_sync_batch_norm_matches_batch_norm_on_the_whole_batch():
     torch.manual_seed(7)
     x = torch.randn(4 * N, 3, 5, dtype=torch.float64)

@@ -21,7 +21,7 @@ from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allredu
                       broadcast_async_, grouped_allgather, grouped_allgather_async, grouped_allreduce,
                       grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
                       grouped_reducescatter, grouped_reducescatter_async, join, poll, reducescatter,
-                      reducescatter_async, synchronize)
+                      reducescatter_async, sparse_allreduce_async, synchronize)
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
 

@@ -412,6 +412,33 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=Average, pres
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
+def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
+    """A sparse COO tensor's allreduce, as horovod.torch does it: every
+    rank's indices and values gathered, one sparse tensor of all of them
+    (entries at one index add up when it is coalesced), divided by the
+    number of ranks for Average. Only Sum and Average: the others do not
+    survive the gathering. The handle is also callable, as Horovod's."""
+    _no_process_set(process_set)
+    if op not in (Average, Sum):
+        raise _engine.not_supported("a sparse allreduce with op %s (Sum and Average only)" % op)
+    if not tensor.is_sparse:
+        raise ValueError("hoop: sparse_allreduce_async takes a sparse COO tensor, not %s" % tensor.layout)
+    name = _engine.auto_name("sparse_allreduce", name)
+    t = tensor.detach()
+    # Gathered along the first dimension: the entries, one index tuple a row.
+    hs = [_allgather_async(t._indices().t().contiguous(), name + ".indices", None, False),
+          _allgather_async(t._values().contiguous(), name + ".values", None, False)]
+    n = _engine.state().size
+
+    def finish(results):
+        indices, values = results
+        if op == Average:
+            values = values / n
+        return torch.sparse_coo_tensor(indices.t(), values, t.size(), dtype=values.dtype,
+                                       device=t.device)
+    return HandleGroup(hs, finish, name)
+
+
 def poll(handle):
     """True once the operation behind handle has completed."""
     return handle.poll()

@@ -6,15 +6,20 @@ import warnings
 import torch
 
 from .compression import Compression
-from .mpi_ops import allreduce_async_, grouped_allreduce_async_, synchronize
+from .mpi_ops import allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async, synchronize
 from .. import Average, Adasum, _engine
+
+
+# The context of a sparse gradient's handle: its result replaces the gradient.
+_SPARSE = object()
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, groups):
+                 gradient_predivide_factor, groups, sparse_as_dense):
         super(self.__class__, self).__init__(params)
         self._compression = compression
+        self.sparse_as_dense = sparse_as_dense
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         else:
@@ -88,6 +93,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # Not computed here (a dynamic graph), but maybe on another rank.
             p.grad = p.data.new(p.size()).zero_()
         name = self._parameter_names.get(p)
+        if p.grad.is_sparse:
+            if not self.sparse_as_dense:
+                # Gathered, not reduced (horovod.torch's way); not compressed.
+                return sparse_allreduce_async(p.grad, name=name, op=self.op), (None, _SPARSE)
+            p.grad = p.grad.to_dense()
         tensor_compressed, ctx = self._compression.compress(p.grad)
         pre, post = self._scales()
         handle = allreduce_async_(tensor_compressed, name=name, op=self.op, prescale_factor=pre,
@@ -99,6 +109,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in ps:
             if p.grad is None:
                 p.grad = p.data.new(p.size()).zero_()
+            elif p.grad.is_sparse:  # a group is one dense allreduce
+                p.grad = p.grad.to_dense()
         pairs = [self._compression.compress(p.grad) for p in ps]
         pre, post = self._scales()
         handle = grouped_allreduce_async_([t for t, _ in pairs], name="grouped.%s" % self._parameter_names[ps[0]],
@@ -162,6 +174,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if id(handle) not in done:
                     synchronize(handle)
                     done[id(handle)] = True
+                if ctx is _SPARSE:
+                    p.grad = handle.synchronize()  # the sparse sum, kept by the handle
+                    continue
                 out = self._compression.decompress(tensor, ctx)
                 if out.data_ptr() != p.grad.data_ptr():
                     p.grad.copy_(out)
@@ -219,4 +234,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = num_groups
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups)
+               gradient_predivide_factor, groups, sparse_as_dense)
