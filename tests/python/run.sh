@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # run.sh [BUILD_DIR] - make test's python pass: hoop and hoop.torch on
 # 1..4 ranks started by hooprun, training on 2 and 4, and the jobs that a
-# single pytest starts (a rank killed, the examples). Skipped, saying why,
-# where the interpreter (HOOP_PYTHON, default /usr/bin/python3) lacks torch,
-# numpy or pytest; HOOP_TEST_REQUIRE_PYTHON=1 makes that a failure.
+# single pytest starts (a rank killed, the examples, a Horovod script).
+# Skipped, saying why, where the interpreter (HOOP_PYTHON, default
+# /usr/bin/python3) lacks torch, numpy or pytest;
+# HOOP_TEST_REQUIRE_PYTHON=1 makes that a failure.
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$src/build}

@@ -141,3 +141,21 @@ def test_places_follow_the_hosts_when_ranks_are_interleaved():
         assert procs[r].returncode == 0, "rank %d: %s" % (r, out)
         line = [x for x in out.splitlines() if x.startswith("PLACES")]
         assert line and line[0] == "PLACES %d %s" % (r, want[r]), "rank %d: %s" % (r, out)
+
+
+@pytest.mark.parametrize("extra", [[], ["--fp16-allreduce", "--gradient-predivide-factor", "2"]])
+def test_a_horovod_script_runs_with_only_its_import_changed(tmp_path, extra):
+    """horovod_style_train.py is written for horovod.torch; the one line
+    `import horovod.torch as hvd` becomes `import hoop.torch as hvd`, and
+    nothing else changes."""
+    text = open(os.path.join(HERE, "horovod_style_train.py")).read()
+    assert text.count("import horovod.torch as hvd\n") == 1 and "hoop" not in text.split('"""')[2]
+    script = tmp_path / "train.py"
+    script.write_text(text.replace("import horovod.torch as hvd\n", "import hoop.torch as hvd\n"))
+    env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"))
+    r = subprocess.run([os.path.join(BUILD, "hooprun"), "-np", "2", PY, str(script)] + extra, env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout
+    assert "on 2 worker(s)" in r.stdout, r.stdout
+    final = [line for line in r.stdout.splitlines() if "final accuracy" in line]
+    assert final and float(final[0].split()[-1]) > 0.8, r.stdout  # four classes: chance is 0.25
