@@ -2,6 +2,8 @@
 shard of each batch and must end where one process trained on the whole
 batch ends (and where torch's DistributedDataParallel over gloo ends).
 Run on every rank: hooprun -np N python3 -m pytest tests/python/test_training.py"""
+import time
+
 from ports import free_ports
 
 import pytest
@@ -167,6 +169,30 @@ def test_sparse_gradients_match_one_process(as_dense):
     assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=1e-10), \
         (params_of(m) - params_of(ref)).abs().max()
     assert not torch.equal(params_of(m), params_of(Bag())), "training did not move the parameters"
+
+
+@pytest.mark.skipif(N == 1, reason="needs 2+ ranks")
+def test_a_sparse_gradient_missing_on_a_rank_is_told_everywhere():
+    # Only rank 0's forward uses the embedding: the others give it a dense
+    # zero gradient, rank 0 a sparse one. Every rank raises, naming it and
+    # the way out, instead of waiting for the others forever.
+    def step(m, opt):
+        opt.zero_grad()
+        x = m.emb(torch.tensor([[1, 2, 3]])).mean(1) if R == 0 else torch.ones(1, 6, dtype=torch.float64)
+        m.lin(x).sum().backward()
+        opt.step()
+    m = Bag()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters())
+    t0 = time.time()
+    with pytest.raises(hvd.HoopMismatchError, match="sparse_as_dense=True") as e:
+        step(m, opt)
+    assert "'emb.weight'" in str(e.value) and time.time() - t0 < 30, str(e.value)
+    # as the sentence says: dense everywhere, and it trains
+    m = Bag()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+                                   sparse_as_dense=True)
+    step(m, opt)
+    assert_same_on_every_rank(m)
 
 
 def test_sync_batch_norm_matches_batch_norm_on_the_whole_batch():

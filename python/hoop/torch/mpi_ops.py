@@ -413,11 +413,17 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=Average, pres
 
 
 def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
-    """A sparse COO tensor's allreduce, as horovod.torch does it: every
-    rank's indices and values gathered, one sparse tensor of all of them
-    (entries at one index add up when it is coalesced), divided by the
-    number of ranks for Average. Only Sum and Average: the others do not
-    survive the gathering. The handle is also callable, as Horovod's."""
+    """A sparse COO tensor's allreduce, as horovod.torch computes it: every
+    rank's entries (indices and values) gathered into one sparse tensor
+    (entries at one index add up when it is coalesced), the values divided
+    by the number of ranks for Average. Only Sum and Average: the others do
+    not survive the gathering. The handle is also callable, as Horovod's.
+
+    One allgather under the name itself, each entry a row of bytes (its
+    indices, then its values): a rank that enqueues something else under
+    that name (a dense allreduce of a gradient that is missing there) is
+    told so, as every other rank is, instead of a second gather waiting for
+    it forever."""
     _no_process_set(process_set)
     if op not in (Average, Sum):
         raise _engine.not_supported("a sparse allreduce with op %s (Sum and Average only)" % op)
@@ -425,18 +431,27 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
         raise ValueError("hoop: sparse_allreduce_async takes a sparse COO tensor, not %s" % tensor.layout)
     name = _engine.auto_name("sparse_allreduce", name)
     t = tensor.detach()
-    # Gathered along the first dimension: the entries, one index tuple a row.
-    hs = [_allgather_async(t._indices().t().contiguous(), name + ".indices", None, False),
-          _allgather_async(t._values().contiguous(), name + ".values", None, False)]
+    idx, val = t._indices().t(), t._values()
+    nnz, ndim, dense = idx.shape[0], idx.shape[1], tuple(val.shape[1:])
+    iw = ndim * idx.element_size()
+    vw = val.element_size()
+    for d in dense:
+        vw *= d
+    # flat first (a copy where the layout asks): a dimension of one may keep
+    # any stride, which a view as bytes refuses
+    rows = torch.cat([idx.reshape(-1).view(torch.uint8).reshape(nnz, iw),
+                      val.reshape(-1).view(torch.uint8).reshape(nnz, vw)], dim=1)
     n = _engine.state().size
 
-    def finish(results):
-        indices, values = results
+    def finish(gathered):
+        total = gathered.shape[0]
+        # flat first: a column slice may keep its row stride (one row)
+        indices = gathered[:, :iw].reshape(-1).view(idx.dtype).reshape(total, ndim).t()
+        values = gathered[:, iw:].reshape(-1).view(val.dtype).reshape((total,) + dense)
         if op == Average:
             values = values / n
-        return torch.sparse_coo_tensor(indices.t(), values, t.size(), dtype=values.dtype,
-                                       device=t.device)
-    return HandleGroup(hs, finish, name)
+        return torch.sparse_coo_tensor(indices, values, t.size(), dtype=values.dtype, device=t.device)
+    return HandleGroup([_allgather_async(rows, name, None, False)], lambda r: finish(r[0]), name)
 
 
 def poll(handle):

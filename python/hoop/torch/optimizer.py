@@ -7,7 +7,7 @@ import torch
 
 from .compression import Compression
 from .mpi_ops import allreduce_async_, grouped_allreduce_async_, sparse_allreduce_async, synchronize
-from .. import Average, Adasum, _engine
+from .. import Average, Adasum, HoopMismatchError, _engine
 
 
 # The context of a sparse gradient's handle: its result replaces the gradient.
@@ -44,6 +44,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self._handles = {}
+        self._filled = set()  # parameters given a zero gradient this step (none computed here)
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -92,6 +93,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if p.grad is None:
             # Not computed here (a dynamic graph), but maybe on another rank.
             p.grad = p.data.new(p.size()).zero_()
+            self._filled.add(p)
         name = self._parameter_names.get(p)
         if p.grad.is_sparse:
             if not self.sparse_as_dense:
@@ -172,7 +174,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if handle is None:
                     continue
                 if id(handle) not in done:
-                    synchronize(handle)
+                    try:
+                        synchronize(handle)
+                    except HoopMismatchError as e:
+                        if ctx is not _SPARSE and p not in self._filled:
+                            raise
+                        raise HoopMismatchError(
+                            "%s. The gradient of '%s' is sparse on some ranks and dense or missing on "
+                            "others (a parameter that a rank's forward did not use gets a dense zero "
+                            "gradient there): pass sparse_as_dense=True to DistributedOptimizer"
+                            % (str(e).rstrip("."), self._parameter_names.get(p)), e.status) from e
                     done[id(handle)] = True
                 if ctx is _SPARSE:
                     p.grad = handle.synchronize()  # the sparse sum, kept by the handle
@@ -185,6 +196,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in self._handles:
                 self._allreduce_delay[p] = self.backward_passes_per_step
             self._handles.clear()
+            self._filled.clear()
             self._group_ready = {}
         self._synchronized = True
 
