@@ -175,7 +175,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     continue
                 if id(handle) not in done:
                     try:
-                        synchronize(handle)
+                        done[id(handle)] = synchronize(handle)
                     except HoopMismatchError as e:
                         if ctx is not _SPARSE and p not in self._filled:
                             raise
@@ -184,9 +184,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                             "others (a parameter that a rank's forward did not use gets a dense zero "
                             "gradient there): pass sparse_as_dense=True to DistributedOptimizer"
                             % (str(e).rstrip("."), self._parameter_names.get(p)), e.status) from e
-                    done[id(handle)] = True
                 if ctx is _SPARSE:
-                    p.grad = handle.synchronize()  # the sparse sum, kept by the handle
+                    p.grad = done[id(handle)]  # the sparse sum
                     continue
                 out = self._compression.decompress(tensor, ctx)
                 if out.data_ptr() != p.grad.data_ptr():
