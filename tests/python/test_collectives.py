@@ -216,6 +216,7 @@ def test_torch_sparse_allreduce(op):
 def test_process_sets():
     g = hvd.global_process_set
     assert g.process_set_id == 0 and g.size() == N and g.rank() == R and g.included()
+    assert g.ranks == list(range(N))
     assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=g), torch.full((1,), float(N)))
     ps = hvd.ProcessSet([0])
     assert ps.size() == 1 and ps.included() == (R == 0) and ps.rank() == (0 if R == 0 else -1)

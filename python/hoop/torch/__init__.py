@@ -104,8 +104,14 @@ class ProcessSet:
     def __init__(self, ranks_or_comm):
         if not isinstance(ranks_or_comm, (list, tuple, range)):
             raise _engine.not_supported("a process set from an MPI communicator (hoop needs no MPI)")
-        self.ranks = sorted(int(r) for r in ranks_or_comm)
+        self._ranks = sorted(int(r) for r in ranks_or_comm)
         self.process_set_id = None
+
+    @property
+    def ranks(self):
+        """The set's ranks; the global set's are every rank of the job,
+        known once init() has run."""
+        return list(range(size())) if self._ranks is None else self._ranks
 
     def included(self):
         return rank() in self.ranks
@@ -115,34 +121,17 @@ class ProcessSet:
 
     def rank(self):
         """This process's place in the set, or -1 where it is not in it."""
-        r = rank()
-        return self.ranks.index(r) if r in self.ranks else -1
+        r, ranks = rank(), self.ranks
+        return ranks.index(r) if r in ranks else -1
 
     def __repr__(self):
         return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
 
 
-class _GlobalProcessSet(ProcessSet):
-    """Every rank of the job: what every hoop collective runs over."""
-
-    def __init__(self):
-        self.process_set_id = 0
-
-    @property
-    def ranks(self):
-        return list(range(size()))
-
-    def included(self):
-        return True
-
-    def size(self):
-        return size()
-
-    def rank(self):
-        return rank()
-
-
-global_process_set = _GlobalProcessSet()
+# Every rank of the job: what every hoop collective runs over.
+global_process_set = ProcessSet(())
+global_process_set._ranks = None
+global_process_set.process_set_id = 0
 
 
 def add_process_set(*args, **kwargs):
