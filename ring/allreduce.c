@@ -50,10 +50,12 @@ void hoop_ring_allreduce_steps(struct hoop_step *st, int n, int me, size_t count
  * For segments longer than four of the ring's chunks the smaller chunks
  * only add transfers (16 MiB at N = 2 lost 10-30 %): those keep
  * chunk_bytes, as do rings with a network link, where 256 KiB chunks lost
- * a third on loopback TCP. Device buffers lose by them too (each chunk is
- * GPU work: docs/gpu.md), but the chunk cannot follow the buffers: one
+ * a third on loopback TCP. The chunk cannot follow the buffers (one
  * rank's device buffers may meet another's host buffers, and every link
- * must cut alike; HOOP_SHM_CHUNK_BYTES=0 turns the rule off. */
+ * must cut alike): on device buffers the pipeline copies and reduces the
+ * small chunks in groups of a ring chunk (run.h), so that the GPU does
+ * as many operations as without the rule. HOOP_SHM_CHUNK_BYTES=0 turns
+ * the rule off. */
 #define SHM_MID_SEG_CHUNKS 4
 
 static size_t run_chunk(const struct hoop_ring *r, size_t count, hoop_dtype_t dtype)

@@ -39,6 +39,7 @@ static void run_init(struct run *x, struct hoop_ring *r, const struct hoop_pipe 
     x->es = hoop_dtype_size(p->dtype);
     size_t cb = p->chunk_bytes && p->chunk_bytes < r->chunk_bytes ? p->chunk_bytes : r->chunk_bytes;
     x->ce = cb / x->es ? cb / x->es : 1;
+    x->group = 1; /* device buffers: run_device_init */
     x->bufs[HOOP_BUF_INPUT] = (char *)p->input;
     x->bufs[HOOP_BUF_OUTPUT] = p->output;
     x->bufs[HOOP_BUF_WORK] = (char *)r->work;
@@ -125,9 +126,11 @@ static int take_recvs(struct run *x)
             int rc = run_gpu_take(x, i, s, q->buf);
             if (rc < 0)
                 return rc;
-            x->rtake = x->meta[i].k;
-            x->rtake.c++;
-            normalize(x, &x->rtake, 0);
+            if (rc) { /* its group's work is queued */
+                x->rtake = x->meta[i].k;
+                x->rtake.c++;
+                normalize(x, &x->rtake, 0);
+            }
             x->rhead++;
             moved = 1;
             continue;
@@ -164,9 +167,9 @@ static int take_sends(struct run *x)
         }
         x->sbytes_left -= q->len;
         if (x->p->device) {
-            int slot = x->stage_slot[x->shead % (2 * x->depth)];
-            if (slot >= 0)
-                x->hs[slot].use &= (unsigned char)~HS_SEND;
+            unsigned m = (unsigned)(x->shead % (2 * x->depth));
+            if (x->stage_slot[m] >= 0 && x->stage_end[m])
+                x->hs[x->stage_slot[m]].use &= (unsigned char)~HS_SEND;
         }
         x->shead++;
         moved = 1;
@@ -186,25 +189,33 @@ static int post_recvs(struct run *x)
         unsigned i = (unsigned)(x->rtail % D);
         struct hoop_tp_req *q = &r->rreq[i].tp;
         size_t at = x->rpost.c * x->ce;
+        /* Where in its group's slot or host chunk it lands (0 on host
+         * buffers); the group's first takes one. */
+        size_t sub = x->rpost.c % x->group;
         x->meta[i].k = x->rpost;
         x->meta[i].len = chunk_len(x, s->recv_len, x->rpost.c);
         if (s->recv_mode == HOOP_RECV_REDUCE) {
-            if (!x->slot_free)
-                break;
-            int slot = __builtin_ctzll(x->slot_free);
-            x->slot_free &= ~(1ull << slot);
-            x->slot_of[i] = (unsigned char)slot;
-            q->buf = x->slots + (size_t)slot * r->chunk_bytes;
+            if (!sub) {
+                if (!x->slot_free)
+                    break;
+                x->rgroup = __builtin_ctzll(x->slot_free);
+                x->slot_free &= ~(1ull << x->rgroup);
+            }
+            x->slot_of[i] = (unsigned char)x->rgroup;
+            q->buf = x->slots + (size_t)x->rgroup * r->chunk_bytes + sub * x->ce * x->es;
         } else if (x->p->device) {
             /* Into a host chunk; a copy places it on the device. */
-            int slot = run_pool_take(x, 1);
-            if (slot < 0)
-                break;
-            int fwd = s->recv_fwd && !x->gsend; /* sent on from here */
-            x->hs[slot].use = (unsigned char)(HS_RECV | (fwd ? HS_FWD : 0));
-            x->hs[slot].send_no = fwd ? x->st[x->rpost.t + 1].send_first + x->rpost.c : 0;
-            x->land_slot[i] = (short)slot;
-            q->buf = run_pool_at(x, slot);
+            if (!sub) {
+                int slot = run_pool_take(x, 1);
+                if (slot < 0)
+                    break;
+                int fwd = s->recv_fwd && !x->gsend; /* sent on from here */
+                x->hs[slot].use = (unsigned char)(HS_RECV | (fwd ? HS_FWD : 0));
+                x->hs[slot].send_no = fwd ? x->st[x->rpost.t + 1].send_first + x->rpost.c : 0;
+                x->rgroup = slot;
+            }
+            x->land_slot[i] = (short)x->rgroup;
+            q->buf = run_pool_at(x, x->rgroup) + sub * x->ce * x->es;
         } else {
             q->buf = x->bufs[s->recv_buf] + (s->recv_off + at) * x->es;
         }
@@ -274,7 +285,8 @@ static int post_sends(struct run *x)
          * a host chunk of the pipe's. */
         char *sb = slot >= 0 ? x->pool
                    : x->p->device ? x->dbufs[s->send_buf] : x->bufs[s->send_buf];
-        q->buf = slot >= 0 ? run_pool_at(x, slot) : sb + (s->send_off + x->spost.c * x->ce) * x->es;
+        q->buf = slot >= 0 ? run_pool_at(x, slot) + (x->spost.c % x->group) * x->ce * x->es
+                           : sb + (s->send_off + x->spost.c * x->ce) * x->es;
         q->len = chunk_len(x, s->send_len, x->spost.c) * x->es;
         /* The frame first: it clears the region, named after it. */
         hoop_frame_send(r, &r->sreq[x->stail % D], (uint32_t)s->send_ord, (uint32_t)x->spost.c);

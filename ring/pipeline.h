@@ -64,7 +64,9 @@ struct hoop_pipe {
      * from there, and a copy places it on the device. Where no host chunk
      * is free for a copy to be sent on, the send copies its chunk from the
      * device again when its turn comes. Events after each, polled by the
-     * loop, say when a chunk is done. */
+     * loop, say when a chunk is done. Chunks smaller than the ring's
+     * (chunk_bytes below) go in groups that fill one of the ring's: one
+     * copy or kernel per group (run.h). */
     int device;
     /* A chain (chain.c): only its end hears, through the chunks, from
      * every rank, so only it knows that every rank made the same call.

@@ -44,6 +44,9 @@ int run_device_init(struct run *x)
     x->pool = h;
     memset(x->hs, 0, x->npool * sizeof(x->hs[0]));
     x->slots = hoop_gpu_pipe_slots(x->g);
+    x->group = r->chunk_bytes / (x->ce * x->es);
+    if (!x->group)
+        x->group = 1;
     /* With GPUDirect RDMA the NIC reads the device buffers themselves. */
     x->gsend = r->gdr_send;
     normalize(x, &x->sstage, 1);
@@ -77,12 +80,18 @@ static int pool_find(const struct run *x, unsigned long long m)
     return -1;
 }
 
-/* Device buffers: a received chunk is in its slot or host buffer. Queue
- * its reduction (into the device buffer and, where it is sent on, the
- * host copy) or its copy to the device, and an event after it. */
+/* Device buffers: a received chunk is in its slot or host buffer. When it
+ * ends its group, queue the group's reduction (into the device buffer
+ * and, where it is sent on, the host copy) or its copy to the device, and
+ * an event after it: 1. A chunk before the end of its group waits in the
+ * group's slot or host chunk: 0. */
 int run_gpu_take(struct run *x, unsigned i, const struct hoop_step *s, void *landed)
 {
-    size_t at = x->meta[i].k.c * x->ce, n = x->meta[i].len;
+    size_t c = x->meta[i].k.c, first = group_first(x, c);
+    if (!group_ends(x, s->recv_len, c))
+        return 0;
+    landed = (char *)landed - (c - first) * x->ce * x->es; /* the group's start */
+    size_t at = first * x->ce, n = group_len(x, s->recv_len, first);
     size_t off = (s->recv_off + at) * x->es;
     struct gwork *w = &x->fifo[x->ftail % GPU_FIFO];
     w->k = x->meta[i].k;
@@ -94,7 +103,7 @@ int run_gpu_take(struct run *x, unsigned i, const struct hoop_step *s, void *lan
         char *hd = NULL;
         if (s->recv_fwd && !x->gsend && (w->hslot = run_pool_take(x, 0)) >= 0) {
             x->hs[w->hslot].use = HS_RECV | HS_FWD;
-            x->hs[w->hslot].send_no = x->st[w->k.t + 1].send_first + w->k.c;
+            x->hs[w->hslot].send_no = x->st[w->k.t + 1].send_first + first;
             hd = run_pool_at(x, w->hslot);
         }
         if (hoop_gpu_pipe_reduce(x->g, x->dbufs[s->recv_buf] + off, hd,
@@ -112,7 +121,8 @@ int run_gpu_take(struct run *x, unsigned i, const struct hoop_step *s, void *lan
     if (hoop_gpu_pipe_mark(x->g, (unsigned)(x->ftail % GPU_FIFO), x->gpu_why, sizeof(x->gpu_why)))
         return gpu_fail(x, NULL);
     x->ftail++;
-    return 0;
+    x->r->gpu_ops++;
+    return 1;
 }
 
 /* Device buffers: received chunks whose GPU work is done, in order: free
@@ -143,46 +153,53 @@ int run_gpu_done(struct run *x)
 }
 
 /* Device buffers: give each send, up to depth sends ahead, the host chunk
- * it leaves from: the one a received chunk to be sent on went to, else a
- * free one and an asynchronous copy of the chunk from the device (the
- * caller's data; or a received chunk whose host copy was given up or
- * never made), with an event the send waits for. With GPUDirect RDMA
- * sends leave from the device, and nothing is staged. 1 when one was
- * staged, 0 when none, -EIO. */
+ * it leaves from. A group's first send finds one for the whole group: the
+ * one a received group to be sent on went to, else a free one and an
+ * asynchronous copy of the group from the device (the caller's data; or
+ * a received group whose host copy was given up or never made), with an
+ * event the send waits for; the group's other sends leave from the same
+ * chunk, after it. With GPUDirect RDMA sends leave from the device, and
+ * nothing is staged. 1 when one was staged, 0 when none, -EIO. */
 int run_gpu_stage(struct run *x)
 {
     const unsigned D = x->depth;
     int moved = 0;
     while (x->gstage - x->stail < D && x->sstage.t < x->nsteps) {
         const struct hoop_step *s = &x->st[x->sstage.t];
-        /* What a step sends on: once the GPU work of its chunk is queued
+        size_t c = x->sstage.c, first = group_first(x, c);
+        size_t glen = group_len(x, s->send_len, first);
+        /* What a step sends on: once the GPU work of its group is queued
          * (a copy from the device then comes after it on the stream). */
-        if (s->send_dep && !past(x->rtake, x->sstage.t - 1, x->sstage.c))
+        if (s->send_dep && !past(x->rtake, x->sstage.t - 1, first + span_chunks(x, glen) - 1))
             break;
         unsigned j = (unsigned)(x->gstage % D);
         int slot = -1;
         x->staged_copy[j] = 0;
-        if (!x->gsend) {
+        if (!x->gsend && c != first) {
+            slot = x->sgroup;
+        } else if (!x->gsend) {
             slot = s->send_dep ? pool_find(x, x->gstage) : -1;
             if (slot >= 0) {
                 x->hs[slot].use = (unsigned char)((x->hs[slot].use & ~HS_FWD) | HS_SEND);
             } else {
                 if ((slot = run_pool_take(x, 1)) < 0)
                     break;
-                size_t off = (s->send_off + x->sstage.c * x->ce) * x->es;
-                size_t len = chunk_len(x, s->send_len, x->sstage.c) * x->es;
-                if (hoop_gpu_pipe_copy(x->g, run_pool_at(x, slot), x->dbufs[s->send_buf] + off, len,
-                                       x->gpu_why, sizeof(x->gpu_why)))
+                size_t off = (s->send_off + first * x->ce) * x->es;
+                if (hoop_gpu_pipe_copy(x->g, run_pool_at(x, slot), x->dbufs[s->send_buf] + off,
+                                       glen * x->es, x->gpu_why, sizeof(x->gpu_why)))
                     return gpu_fail(x, "queueing a copy to the host");
                 if (hoop_gpu_pipe_mark(x->g, GPU_FIFO + j, x->gpu_why, sizeof(x->gpu_why)))
                     return gpu_fail(x, NULL);
                 x->hs[slot].use = HS_SEND;
                 x->staged_copy[j] = 1;
+                x->r->gpu_ops++;
                 if (s->send_dep)
                     x->r->gpu_restaged++;
             }
+            x->sgroup = slot;
         }
         x->stage_slot[x->gstage % (2 * D)] = (short)slot;
+        x->stage_end[x->gstage % (2 * D)] = (unsigned char)group_ends(x, s->send_len, c);
         x->gstage++;
         x->sstage.c++;
         normalize(x, &x->sstage, 1);

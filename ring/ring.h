@@ -85,6 +85,7 @@ struct hoop_ring {
     int stage_chunks;      /* pinned host chunks device buffers go through (pipeline_device.c) */
     uint64_t gpu_restaged; /* chunks the pipeline copied from the GPU again: their host
                             * copy was given up, or never made, for want of a slot */
+    uint64_t gpu_ops;      /* copies and kernels the pipeline queued on the GPU */
     int gdr_send; /* GPUDirect RDMA chosen (gdr.h): sends leave from device memory */
     int gdr_nic;  /* ... which the transport registers (not under the emulation) */
     /* small.c's plans, flat [0] and hierarchical [1], made on first use. */

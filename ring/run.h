@@ -59,6 +59,13 @@ struct run {
     unsigned depth;
     size_t ce; /* elements per chunk */
     size_t es;
+    /* Device buffers: consecutive chunks of a step's span that share one
+     * copy or kernel on the GPU (1 on host buffers). Where the run's
+     * chunks are smaller than the ring's (allreduce.c's shared-memory
+     * rule), as many as fit in one of the ring's chunks: each GPU
+     * operation covers as many bytes as without the rule. A group lands
+     * in one slot or host chunk and leaves from one host chunk. */
+    size_t group;
     char *bufs[4];      /* what the transport moves from and into */
     size_t extent[4];   /* elements of each buffer the schedule reaches */
     uint8_t *slots;     /* the receive slots of reducing receives */
@@ -81,6 +88,8 @@ struct run {
     struct cursor sstage;            /* the next send to stage */
     struct cursor rtake;             /* the next receive whose GPU work is not queued yet */
     unsigned long long gstage;       /* sends staged so far (those needing no copy too) */
+    int rgroup;                      /* the slot or host chunk the posted group lands in */
+    int sgroup;                      /* the host chunk the staged group leaves from */
     int gpu_failed;
     const char *gpu_what; /* what failed on the GPU (or NULL), and the pipe's sentence */
     char gpu_why[320];
@@ -90,6 +99,7 @@ struct run {
     struct gwork fifo[GPU_FIFO];
     unsigned char staged_copy[HOOP_RING_DEPTH_MAX]; /* per send number % depth */
     short stage_slot[2 * HOOP_RING_DEPTH_MAX];      /* per send number % 2 depth: its host chunk */
+    unsigned char stage_end[2 * HOOP_RING_DEPTH_MAX]; /* ... and whether it ends its group */
     short land_slot[HOOP_RING_DEPTH_MAX];           /* per receive request: its host chunk */
     struct hslot hs[HOOP_RING_STAGE_MAX];           /* device buffers: cleared by run_device_init */
 };
@@ -123,6 +133,25 @@ static inline size_t chunk_len(const struct run *x, size_t span_len, size_t c)
 {
     size_t left = span_len - c * x->ce;
     return left < x->ce ? left : x->ce;
+}
+
+/* Device buffers: the first chunk of chunk c's group, and the group's
+ * elements in a span of span_len. */
+static inline size_t group_first(const struct run *x, size_t c)
+{
+    return c - c % x->group;
+}
+
+static inline size_t group_len(const struct run *x, size_t span_len, size_t first)
+{
+    size_t left = span_len - first * x->ce, whole = x->group * x->ce;
+    return left < whole ? left : whole;
+}
+
+/* Whether chunk c of a span of span_len is its group's last. */
+static inline int group_ends(const struct run *x, size_t span_len, size_t c)
+{
+    return (c + 1) % x->group == 0 || (c + 1) * x->ce >= span_len;
 }
 
 /* Device buffers: host chunk slot of the pipe's pool (every chunk's send

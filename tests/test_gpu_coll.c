@@ -494,6 +494,81 @@ static void stage_test(int n)
 Test(gpucoll, bounded_pinned_memory_ranks_3, .timeout = 300) { stage_test(3); }
 Test(gpucoll, bounded_pinned_memory_ranks_4, .timeout = 300) { stage_test(4); }
 
+/* ---- allreduces in a shared-memory ring's small chunks ---- */
+
+/* Over a ring of shared memory an allreduce whose segments are at most
+ * four of the ring's chunks (1 MiB) moves in chunks of 256 KiB
+ * (ring/allreduce.c); on device buffers the pipeline still copies and
+ * reduces a group of four of them, a whole 1 MiB, per GPU operation.
+ * Segments of one short group, of a group and a piece, and of four
+ * groups less an element; f32, f64 and bf16; the host chunks at their
+ * least and a late rank, so that groups kept to be sent on are given up
+ * and copied from the GPU again. */
+static const size_t rule_segs[] = {70001, 300007, 1048576};
+
+static int rule_rank(hoop_comm_t *comm, int rank, int size, void *varg)
+{
+    const struct coll_arg *base = varg;
+#ifdef HOOP_HAVE_CUDA
+    if (base->real && cudaSetDevice(0) != cudaSuccess)
+        return harness_failf(rank, "cudaSetDevice(0) failed");
+#endif
+    if (!strstr(hoop_comm_transport(comm), "shm (every ring link"))
+        return harness_failf(rank, "hoop_comm_transport() is \"%s\"", hoop_comm_transport(comm));
+    static const struct {
+        hoop_dtype_t dt;
+        hoop_op_t op;
+    } kinds[] = {{HOOP_F32, HOOP_SUM}, {HOOP_F64, HOOP_AVG}, {HOOP_BF16, HOOP_MAX}};
+    struct coll_arg a = *base;
+    a.coll = C_ALLREDUCE;
+    struct hoop_ring *r = &comm->ring;
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+        for (size_t g = 0; g < sizeof(rule_segs) / sizeof(rule_segs[0]); g++)
+            for (int in_place = 0; in_place < 2; in_place++) {
+                size_t count = (size_t)size * rule_segs[g] - (g == 2 ? 1 : 0);
+                size_t es = hoop_dtype_size(kinds[k].dt);
+                /* Each of the 2 (N - 1) steps: a kernel or copy per 1 MiB
+                 * group received, and at most a copy per group sent. */
+                uint64_t groups = (rule_segs[g] * es + (1u << 20) - 1) >> 20;
+                uint64_t bound = 2 * (uint64_t)(size - 1) * 2 * groups;
+                uint64_t before = r->gpu_ops;
+                int rc = one_case(comm, rank, size, &a, kinds[k].dt, kinds[k].op, in_place, count);
+                if (rc)
+                    return rc;
+                uint64_t ops = r->gpu_ops - before;
+                if (ops > bound)
+                    return harness_failf(rank,
+                                         "an allreduce of %zu %s on device buffers queued %llu "
+                                         "copies and kernels on the GPU, more than the %llu of one "
+                                         "per 1 MiB group of each step's receive and send",
+                                         count, hoop_dtype_str(kinds[k].dt),
+                                         (unsigned long long)ops, (unsigned long long)bound);
+            }
+    fprintf(stderr, "rank %d: %llu GPU operations in all, %llu groups copied from the GPU again\n",
+            rank, (unsigned long long)r->gpu_ops, (unsigned long long)r->gpu_restaged);
+    return 0;
+}
+
+static void rule_test(int n)
+{
+    struct coll_arg a = {.real = gpu_mode(), .late_rank = n - 1, .late_ms = 20};
+    hoop_config_t base;
+    hoop_config_init(&base);
+    base.timeout_s = 60;
+    base.pipeline_depth = 4;
+    char report[8192];
+    setenv("HOOP_SHM", "1", 1);
+    setenv("HOOP_GPU_STAGING_CHUNKS", "12", 1);
+    bool ok = harness_run(n, &base, rule_rank, &a, 240, report, sizeof(report));
+    unsetenv("HOOP_GPU_STAGING_CHUNKS");
+    cr_assert(ok,
+              "allreduces in 256 KiB chunks over shared memory at N = %d on %s device buffers:\n%s",
+              n, a.real ? "GPU" : "emulated", report);
+}
+
+Test(gpucoll, small_shm_chunks_move_in_groups_ranks_2, .timeout = 300) { rule_test(2); }
+Test(gpucoll, small_shm_chunks_move_in_groups_ranks_3, .timeout = 300) { rule_test(3); }
+
 /* A setting below the least the pipeline can run on is refused. */
 Test(gpucoll, staging_chunks_below_three_depths_is_refused)
 {
