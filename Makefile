@@ -154,6 +154,12 @@ $(BUILD)/form_bench: bench/form_bench.c $(LIB_A) include/hoop.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
 
+# Not installed: the copies and kernels a device allreduce queues on the
+# GPU, by size (hooprun -np N build/gpu_ops; bench/RESULTS.md).
+$(BUILD)/gpu_ops: bench/gpu_ops.c $(LIB_A) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
+
 # Not installed: one cache line each way between two processes, the floor
 # under a small allreduce of two ranks (bench/small_latency.py).
 $(BUILD)/line_floor: bench/line_floor.c
