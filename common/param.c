@@ -57,6 +57,7 @@ static const struct hoop_param hoop_params[] = {
     {"HOOP_CACHE_CAPACITY", "1024", "Engine: names remembered after they ran, so that the next time the ranks agree on them with one word each in the cycle's allreduce instead of sending the request again; 0 turns the cache off. The same on every rank."},
     {"HOOP_TIMELINE", "", "Engine: path of a Chrome trace-event JSON file (chrome://tracing, Perfetto) of every operation's negotiation, queue, copies and collective, one track per name, written by rank 0; valid JSON at every moment."},
     {"HOOP_TIMELINE_ALL_RANKS", "0", "Engine: 1 makes every rank write its own timeline, to HOOP_TIMELINE.<rank>."},
+    {"HOOP_TIMELINE_MARK_CYCLES", "0", "Engine: 1 adds an instant event, CYCLE_START, at the start of each of the engine's cycles to the timeline (Horovod's HOROVOD_TIMELINE_MARK_CYCLES)."},
     {"HOOP_STALL_CHECK_TIME", "60", "Engine: seconds a name may wait for some ranks to enqueue it before rank 0 logs it with the missing ranks (again every as many seconds); 0 turns the check off."},
     {"HOOP_STALL_SHUTDOWN_TIME", "0", "Engine: seconds after which a name still missing on some ranks fails with HOOP_ERR_TIMEOUT, naming them, on the ranks that enqueued it; 0 waits for ever (with the stall check's warnings)."},
     {"HOOP_AUTOTUNE", "0", "Engine: 1 makes rank 0 try pairs of fusion threshold and cycle time on the running job (each for a settling sample and two scored ones) and keep the one that reduced the most bytes per second; a variable set by the user is not tuned."},

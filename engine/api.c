@@ -582,6 +582,44 @@ int hoop_engine_size(const hoop_engine_t *e)
     return e ? e->size : -1;
 }
 
+/* Hand the engine's thread the timeline it takes at its next turn
+ * (take_queue in loop.c), ending one handed over but not yet taken. */
+static void timeline_hand_over(hoop_engine_t *e, struct eng_timeline *tl, int marks)
+{
+    pthread_mutex_lock(&e->mu);
+    struct eng_timeline *unused = e->tl_next;
+    e->tl_next = tl;
+    e->tl_next_marks = marks;
+    e->tl_change = 1;
+    pthread_mutex_unlock(&e->mu);
+    eng_timeline_close(unused);
+}
+
+hoop_status_t hoop_engine_timeline_start(hoop_engine_t *e, const char *path, int mark_cycles)
+{
+    if (!e || !path || !path[0])
+        return hoop_error(HOOP_ERR_INVALID, "engine: timeline_start needs %s",
+                          !e ? "an engine" : "a file path");
+    char err[4400];
+    struct eng_timeline *tl = eng_timeline_for(e, path, err, sizeof(err));
+    if (!tl && err[0])
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: timeline_start: %s (name a file "
+                          "this process can create)",
+                          e->rank, err);
+    if (tl)
+        timeline_hand_over(e, tl, mark_cycles != 0);
+    return HOOP_OK;
+}
+
+hoop_status_t hoop_engine_timeline_stop(hoop_engine_t *e)
+{
+    if (!e)
+        return hoop_error(HOOP_ERR_INVALID, "engine: timeline_stop needs an engine");
+    timeline_hand_over(e, NULL, 0);
+    return HOOP_OK;
+}
+
 hoop_status_t hoop_engine_stats(hoop_engine_t *e, hoop_engine_stats_t *stats)
 {
     if (!e || !stats || stats->struct_size < sizeof(size_t))

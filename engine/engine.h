@@ -186,7 +186,13 @@ struct hoop_engine {
     /* responses of this cycle */
     struct eng_resp *resp;
     int nresp, resp_cap;
-    struct eng_timeline *tl;
+    struct eng_timeline *tl; /* written by the engine's thread only */
+    int tl_marks;            /* ... with an instant event at each cycle's start */
+    int tl_all;              /* HOOP_TIMELINE_ALL_RANKS: every rank writes one */
+    /* hoop_engine_timeline_start/stop, under mu: the timeline the thread
+     * takes at its next turn (tl_change; NULL: none) */
+    struct eng_timeline *tl_next;
+    int tl_next_marks, tl_change;
     uint8_t *inv;          /* per cache slot: this rank holds it stale */
     eng_op_t **slot_op;    /* per cache slot: this rank's pending op in ES_CACHED on it */
     int idle_cycles;       /* cycles in a row in which no rank had anything */
@@ -258,10 +264,17 @@ void eng_out_free(const eng_op_t *op, void *out);
 
 /* timeline.c (rank 0, or every rank with HOOP_TIMELINE_ALL_RANKS=1). */
 struct eng_timeline *eng_timeline_open(const char *path, int rank, char *err, size_t err_len);
+/* This rank's timeline at path (path.<rank> with HOOP_TIMELINE_ALL_RANKS=1,
+ * e->tl_all), opened; NULL where this rank writes none (err empty) or it
+ * cannot be opened (err says why). */
+struct eng_timeline *eng_timeline_for(const struct hoop_engine *e, const char *path, char *err,
+                                      size_t err_len);
 void eng_timeline_close(struct eng_timeline *tl);
 void eng_timeline_begin(struct eng_timeline *tl, const char *tensor, const char *activity);
 void eng_timeline_end(struct eng_timeline *tl, const char *tensor, const char *args);
 void eng_timeline_tick(struct eng_timeline *tl, const char *tensor, int rank);
+/* An instant event, CYCLE_START, on track 0 (HOOP_TIMELINE_MARK_CYCLES). */
+void eng_timeline_cycle(struct eng_timeline *tl);
 /* Write what was recorded this cycle, leaving a valid JSON array. */
 void eng_timeline_flush(struct eng_timeline *tl);
 

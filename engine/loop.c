@@ -86,11 +86,20 @@ static void append_pending(struct hoop_engine *e, eng_op_t **tail, eng_op_t *o)
  * cache gives it. */
 static int take_queue(struct hoop_engine *e)
 {
+    struct eng_timeline *old = NULL;
     pthread_mutex_lock(&e->mu);
     eng_op_t *q = e->q_head;
     e->q_head = e->q_tail = NULL;
     int stop = e->stop;
+    if (e->tl_change) { /* hoop_engine_timeline_start or _stop */
+        old = e->tl;
+        e->tl = e->tl_next;
+        e->tl_marks = e->tl_next_marks;
+        e->tl_next = NULL;
+        e->tl_change = 0;
+    }
     pthread_mutex_unlock(&e->mu);
+    eng_timeline_close(old);
     eng_op_t *tail = e->pending;
     while (tail && tail->next)
         tail = tail->next;
@@ -227,6 +236,8 @@ static hoop_status_t gather_lists(struct hoop_engine *e, const uint32_t *lens)
 static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
 {
     uint64_t now = hoop_now_ns();
+    if (e->tl && e->tl_marks)
+        eng_timeline_cycle(e->tl);
     uint64_t stall_ns = e->stall_check_s > 0 ? (uint64_t)(e->stall_check_s * 1e9) : 0;
     /* My list: the new requests, then (rank 0) the names to fail. */
     e->mylist_len = 0;
@@ -411,17 +422,18 @@ static void *engine_thread(void *arg)
 
 /* ---- create and destroy ---------------------------------------------------- */
 
-static hoop_status_t read_params(struct hoop_engine *e, char *tl_path, size_t tl_len, int *tl_all)
+static hoop_status_t read_params(struct hoop_engine *e, char *tl_path, size_t tl_len)
 {
     hoop_status_t st;
     double cycle_ms, stall, shut;
-    unsigned long long thr, cap, all;
+    unsigned long long thr, cap, all, marks;
     if ((st = hoop_param_double("HOOP_CYCLE_TIME", 0.0, 60000.0, &cycle_ms)) ||
         (st = hoop_param_u64("HOOP_FUSION_THRESHOLD", 0, 1ull << 40, &thr)) ||
         (st = hoop_param_u64("HOOP_CACHE_CAPACITY", 0, 1u << 20, &cap)) ||
         (st = hoop_param_double("HOOP_STALL_CHECK_TIME", 0.0, 1e6, &stall)) ||
         (st = hoop_param_double("HOOP_STALL_SHUTDOWN_TIME", 0.0, 1e6, &shut)) ||
-        (st = hoop_param_u64("HOOP_TIMELINE_ALL_RANKS", 0, 1, &all)))
+        (st = hoop_param_u64("HOOP_TIMELINE_ALL_RANKS", 0, 1, &all)) ||
+        (st = hoop_param_u64("HOOP_TIMELINE_MARK_CYCLES", 0, 1, &marks)))
         return st;
     e->cycle_ns = (uint64_t)(cycle_ms * 1e6);
     e->fusion_threshold = thr;
@@ -429,7 +441,8 @@ static hoop_status_t read_params(struct hoop_engine *e, char *tl_path, size_t tl
     e->stall_check_s = stall;
     e->stall_shutdown_s = shut;
     snprintf(tl_path, tl_len, "%s", hoop_param_str("HOOP_TIMELINE"));
-    *tl_all = (int)all;
+    e->tl_all = (int)all;
+    e->tl_marks = (int)marks;
     return HOOP_OK;
 }
 
@@ -449,6 +462,7 @@ static void engine_free(struct hoop_engine *e)
     free(e->fusion);
     hoop_gpu_free(e->dfusion);
     eng_timeline_close(e->tl);
+    eng_timeline_close(e->tl_next);
     eng_tune_free(e);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->mu);
@@ -477,8 +491,7 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
     e->last_joined = -1;
     e->drained = 1;
     char tl_path[4096];
-    int tl_all = 0;
-    hoop_status_t st = read_params(e, tl_path, sizeof(tl_path), &tl_all);
+    hoop_status_t st = read_params(e, tl_path, sizeof(tl_path));
     if (st) {
         e->comm = NULL;
         engine_free(e);
@@ -503,14 +516,10 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
         return hoop_error(HOOP_ERR_SYSTEM, "engine: out of memory");
     }
     e->ldispls = e->lcounts + e->size;
-    if (tl_path[0] && (e->rank == 0 || tl_all)) {
-        char path[4200], err[256];
-        if (tl_all)
-            snprintf(path, sizeof(path), "%s.%d", tl_path, e->rank);
-        else
-            snprintf(path, sizeof(path), "%s", tl_path);
-        e->tl = eng_timeline_open(path, e->rank, err, sizeof(err));
-        if (!e->tl) {
+    if (tl_path[0]) {
+        char err[4400];
+        e->tl = eng_timeline_for(e, tl_path, err, sizeof(err));
+        if (!e->tl && err[0]) {
             engine_free(e);
             return hoop_error(HOOP_ERR_INVALID, "engine rank %d: HOOP_TIMELINE: %s", e->rank, err);
         }

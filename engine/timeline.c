@@ -6,6 +6,11 @@
  * with "\n]", and the events of a cycle are written with one pwrite over
  * that ending (",\n{...},\n{...}\n]"), so a process killed between two
  * writes leaves a file that parses.
+ *
+ * A timeline started while operations are under way (hoop_engine_timeline_
+ * start) would see ends of activities whose beginnings it never saw: each
+ * track counts what it has open, and an end with nothing open is left
+ * out, so that every E follows its B.
  */
 #include "engine/engine.h"
 #include "common/clock.h"
@@ -22,6 +27,7 @@
 struct tl_name {
     char *name;
     int pid;
+    int open; /* B events not ended yet */
     struct tl_name *next;
 };
 
@@ -89,7 +95,9 @@ static uint64_t tl_us(struct eng_timeline *tl)
     return (hoop_now_ns() - tl->t0_ns) / 1000;
 }
 
-static int tl_pid(struct eng_timeline *tl, const char *name)
+/* The track of a tensor name, made (and named in the file) on first use;
+ * NULL once out of memory. */
+static struct tl_name *tl_track(struct eng_timeline *tl, const char *name)
 {
     unsigned h = 2166136261u;
     for (const unsigned char *s = (const unsigned char *)name; *s; s++)
@@ -97,12 +105,12 @@ static int tl_pid(struct eng_timeline *tl, const char *name)
     h %= TL_HASH;
     for (struct tl_name *t = tl->names[h]; t; t = t->next)
         if (strcmp(t->name, name) == 0)
-            return t->pid;
-    struct tl_name *t = malloc(sizeof(*t));
+            return t;
+    struct tl_name *t = calloc(1, sizeof(*t));
     if (!t || !(t->name = strdup(name))) {
         free(t);
         tl->failed = 1;
-        return 0;
+        return NULL;
     }
     t->pid = ++tl->npids;
     t->next = tl->names[h];
@@ -114,7 +122,7 @@ static int tl_pid(struct eng_timeline *tl, const char *name)
               "\"%s\"}},\n{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": %d, "
               "\"args\": {\"sort_index\": %d}}",
               t->pid, esc, t->pid, t->pid);
-    return t->pid;
+    return t;
 }
 
 struct eng_timeline *eng_timeline_open(const char *path, int rank, char *err, size_t err_len)
@@ -156,27 +164,57 @@ struct eng_timeline *eng_timeline_open(const char *path, int rank, char *err, si
     return tl;
 }
 
+struct eng_timeline *eng_timeline_for(const struct hoop_engine *e, const char *path, char *err,
+                                      size_t err_len)
+{
+    err[0] = '\0';
+    if (e->rank != 0 && !e->tl_all)
+        return NULL;
+    char p[4200];
+    if (e->tl_all)
+        snprintf(p, sizeof(p), "%s.%d", path, e->rank);
+    else
+        snprintf(p, sizeof(p), "%s", path);
+    return eng_timeline_open(p, e->rank, err, err_len);
+}
+
 void eng_timeline_begin(struct eng_timeline *tl, const char *tensor, const char *activity)
 {
-    int pid = tl_pid(tl, tensor);
+    struct tl_name *t = tl_track(tl, tensor);
+    if (!t)
+        return;
+    t->open++;
     tl_append(tl, ",\n{\"ph\": \"B\", \"name\": \"%s\", \"ts\": %llu, \"pid\": %d, \"tid\": 0}",
-              activity, (unsigned long long)tl_us(tl), pid);
+              activity, (unsigned long long)tl_us(tl), t->pid);
 }
 
 void eng_timeline_end(struct eng_timeline *tl, const char *tensor, const char *args)
 {
-    int pid = tl_pid(tl, tensor);
+    struct tl_name *t = tl_track(tl, tensor);
+    if (!t || !t->open) /* begun before this timeline started */
+        return;
+    t->open--;
     tl_append(tl, ",\n{\"ph\": \"E\", \"ts\": %llu, \"pid\": %d, \"tid\": 0%s%s}",
-              (unsigned long long)tl_us(tl), pid, args ? ", \"args\": " : "", args ? args : "");
+              (unsigned long long)tl_us(tl), t->pid, args ? ", \"args\": " : "", args ? args : "");
 }
 
 void eng_timeline_tick(struct eng_timeline *tl, const char *tensor, int rank)
 {
-    int pid = tl_pid(tl, tensor);
+    struct tl_name *t = tl_track(tl, tensor);
+    if (!t)
+        return;
     tl_append(tl,
               ",\n{\"ph\": \"X\", \"name\": \"%d\", \"ts\": %llu, \"dur\": 0, \"pid\": %d, "
               "\"tid\": 0}",
-              rank, (unsigned long long)tl_us(tl), pid);
+              rank, (unsigned long long)tl_us(tl), t->pid);
+}
+
+void eng_timeline_cycle(struct eng_timeline *tl)
+{
+    tl_append(tl,
+              ",\n{\"ph\": \"i\", \"name\": \"CYCLE_START\", \"ts\": %llu, \"pid\": 0, "
+              "\"tid\": 0, \"s\": \"g\"}",
+              (unsigned long long)tl_us(tl));
 }
 
 void eng_timeline_flush(struct eng_timeline *tl)

@@ -187,6 +187,24 @@ typedef struct hoop_engine_stats {
 
 HOOP_API hoop_status_t hoop_engine_stats(hoop_engine_t *engine, hoop_engine_stats_t *stats);
 
+/* Start writing the timeline (as HOOP_TIMELINE does from the start) to
+ * path, from the engine's next cycle on: on rank 0, or on every rank to
+ * path.<rank> with HOOP_TIMELINE_ALL_RANKS=1; on the other ranks nothing
+ * is written and the call returns HOOP_OK. The file is opened (and
+ * emptied) before the call returns, so a path that cannot be written is
+ * HOOP_ERR_INVALID at once. A timeline already being written (this call's
+ * or HOOP_TIMELINE's) is ended first, its file left whole. mark_cycles:
+ * an instant event, CYCLE_START, at each cycle's start (as
+ * HOOP_TIMELINE_MARK_CYCLES=1). Activities under way when it starts show
+ * from their next step. Horovod's hvd.start_timeline. */
+HOOP_API hoop_status_t hoop_engine_timeline_start(hoop_engine_t *engine, const char *path,
+                                                  int mark_cycles);
+
+/* Stop writing the timeline at the engine's next cycle; the file stays a
+ * valid JSON array of what was written (it is at every moment). HOOP_OK
+ * also where none is being written. Horovod's hvd.stop_timeline. */
+HOOP_API hoop_status_t hoop_engine_timeline_stop(hoop_engine_t *engine);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -991,6 +992,120 @@ Test(async, timeline_parses_after_a_kill_n1, .timeout = 60)
     cr_expect(timeline_check(path, "NEGOTIATE_ALLREDUCE,w0") == 0,
               "the timeline %s of a killed rank does not parse", path);
     unlink(path);
+}
+
+/* Exit status of python3 checking that every E event of the timeline at
+ * path follows a B of its track (none ends what it never began). */
+static int timeline_balanced(const char *path)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import json,sys\n"
+             "open_ = {}\n"
+             "for e in json.load(open(sys.argv[1])):\n"
+             "    p = e.get(\"pid\")\n"
+             "    open_[p] = open_.get(p, 0) + {\"B\": 1, \"E\": -1}.get(e.get(\"ph\"), 0)\n"
+             "    assert open_[p] >= 0, \"an E with no B on track %%s\" %% p' %s",
+             path);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+static long file_size(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) ? -1 : (long)sb.st_size;
+}
+
+/* Steps of four named allreduces; rank 0's timeline started at run time
+ * in step 5, while that step's allreduces are under way, with cycle
+ * marks, and stopped before step 20: by step 25 the engine has taken the
+ * stop, and the file must not grow after it. */
+static int body_timeline_at_run_time(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)size;
+    const char *path = arg;
+    static int32_t w[5][256];
+    long stopped_size = -1;
+    hoop_status_t st;
+    for (int step = 0; step < 30; step++) {
+        if (step == 20 && (st = hoop_engine_timeline_stop(e)))
+            return harness_fail(rank, "hoop_engine_timeline_stop", st);
+        if (step == 25 && rank == 0)
+            stopped_size = file_size(path);
+        /* At step 5 rank 1 comes late, so that rank 0's operations are
+         * under way when its timeline starts. */
+        if (step == 5 && rank == 1)
+            harness_sleep_ms(20);
+        /* Step 5 also has a name not seen before, whose negotiation has
+         * begun on rank 0 when its timeline starts. */
+        hoop_engine_handle_t *h[5];
+        int n = step == 5 ? 5 : 4;
+        for (int t = 0; t < n; t++) {
+            char name[32] = "fresh";
+            if (t < 4)
+                snprintf(name, sizeof name, "w%d", t);
+            if (hoop_engine_allreduce(e, name, w[t], w[t], 256, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
+                                      NULL, &h[t]))
+                return harness_failf(rank, "enqueue");
+        }
+        if (step == 5 && rank == 0)
+            harness_sleep_ms(5);
+        if (step == 5 && (st = hoop_engine_timeline_start(e, path, 1)))
+            return harness_fail(rank, "hoop_engine_timeline_start", st);
+        for (int t = 0; t < n; t++) {
+            if (wait_ok(h[t], rank, "w"))
+                return 1;
+            hoop_engine_release(h[t]);
+        }
+    }
+    if (rank == 0 && (stopped_size <= 0 || file_size(path) != stopped_size))
+        return harness_failf(rank,
+                             "the timeline was %ld bytes five steps after the stop and %ld "
+                             "at the end: it was still written to",
+                             stopped_size, file_size(path));
+    return 0;
+}
+
+Test(async, timeline_started_and_stopped_at_run_time_n2, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_timeline_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    unlink(path); /* made by the start, by rank 0 only */
+    async_case_t c = {.body = body_timeline_at_run_time, .arg = path, .env = {"HOOP_CYCLE_TIME=2"}};
+    run_case(2, &c, 40);
+    cr_expect(timeline_check(path, "ALLREDUCE,QUEUE,CYCLE_START,w0,w3") == 0,
+              "the timeline %s started at run time does not parse or lacks events", path);
+    cr_expect(timeline_balanced(path) == 0, "the timeline %s ends what it did not begin", path);
+    unlink(path);
+}
+
+/* A path that cannot be created: HOOP_ERR_INVALID at once on rank 0,
+ * naming it; rank 1 writes no timeline and is not asked to. */
+static int body_timeline_bad_path(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    const char *bad = "/nonexistent-dir-of-hoop/timeline.json";
+    hoop_status_t st = hoop_engine_timeline_start(e, bad, 0);
+    if (rank != 0)
+        return st ? harness_fail(rank, "hoop_engine_timeline_start on rank 1", st) : 0;
+    if (st != HOOP_ERR_INVALID)
+        return harness_failf(rank, "a timeline at %s: wanted HOOP_ERR_INVALID, got %s", bad,
+                             hoop_status_str(st));
+    if (!strstr(hoop_last_error(), bad))
+        return harness_failf(rank, "the sentence does not name the path: %s", hoop_last_error());
+    if (hoop_engine_timeline_start(e, "", 0) != HOOP_ERR_INVALID)
+        return harness_failf(rank, "an empty path was taken");
+    return 0;
+}
+
+Test(async, timeline_start_names_a_path_it_cannot_write_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_timeline_bad_path};
+    run_case(2, &c, 40);
 }
 
 /* ---- autotune ------------------------------------------------------------------ */
