@@ -11,7 +11,8 @@ hoop.torch is the same over torch tensors, with horovod.torch's names.
 import ctypes
 
 from . import _engine, _lib
-from ._engine import Handle, init, shutdown, is_initialized, barrier, join
+from ._engine import (Handle, init, shutdown, is_initialized, barrier, join, start_timeline,
+                      stop_timeline)
 from ._lib import (HoopError, HoopInvalidError, HoopTimeoutError, HoopPeerError, HoopMismatchError,
                    HoopUnsupportedError, HoopSystemError, HoopAbortedError, library_path)
 

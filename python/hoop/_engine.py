@@ -7,6 +7,7 @@ operation returns a Handle whose synchronize() waits and gives its result.
 import atexit
 import ctypes
 import itertools
+import os
 import threading
 
 from . import _lib
@@ -333,6 +334,24 @@ def join():
     h = ctypes.c_void_p()
     _check(_lib.lib().hoop_engine_join(state().engine, None, None, ctypes.byref(h)), "join")
     return Handle(h, "join", [], lambda hd: hd.last_joined()).synchronize()
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Write the engine's timeline (Chrome trace-event JSON) to file_path
+    from its next cycle on: rank 0's, or every rank's to file_path.<rank>
+    with HOOP_TIMELINE_ALL_RANKS=1; with mark_cycles, an instant event at
+    each cycle's start. A timeline already being written is ended first."""
+    if not file_path:
+        raise ValueError("file_path must not be empty")
+    path = os.fsencode(file_path)
+    _check(_lib.lib().hoop_engine_timeline_start(state().engine, path, 1 if mark_cycles else 0),
+           "start_timeline")
+
+
+def stop_timeline():
+    """Stop writing the timeline at the engine's next cycle (the file is a
+    valid JSON array at every moment)."""
+    _check(_lib.lib().hoop_engine_timeline_stop(state().engine), "stop_timeline")
 
 
 def not_supported(what):

@@ -1,5 +1,8 @@
 """Every collective of hoop (numpy) and hoop.torch, exact on integer values.
 Run on every rank: hooprun -np N python3 -m pytest tests/python/test_collectives.py"""
+import json
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -211,6 +214,27 @@ def test_torch_sparse_allreduce(op):
     assert torch.equal(got.to_dense(), want / N if op == hvd.Average else want)
     with pytest.raises(NotImplementedError, match="Sum and Average"):
         hvd.sparse_allreduce_async(mine(R), op=hvd.Max)
+
+
+def test_timeline_at_run_time(tmp_path):
+    """horovod.torch's start_timeline/stop_timeline: rank 0 writes the
+    file, with cycle marks when asked; the others write none."""
+    path = str(tmp_path / "timeline.json")
+    with pytest.raises(ValueError):
+        hvd.start_timeline("")
+    hvd.start_timeline(path, mark_cycles=True)
+    for i in range(6):
+        hvd.allreduce(torch.ones(3), name="tl.%d" % (i % 2))
+    hvd.stop_timeline()
+    for _ in range(3):  # cycles in which the engine takes the stop
+        hvd.allreduce(torch.ones(3), name="tl.0")
+    if R != 0:
+        assert not os.path.exists(path)
+        return
+    with open(path) as f:
+        ev = json.load(f)
+    names = {e.get("name") for e in ev} | {e.get("args", {}).get("name") for e in ev}
+    assert {"tl.0", "tl.1", "ALLREDUCE", "CYCLE_START"} <= names, names
 
 
 def test_process_sets():

@@ -12,7 +12,7 @@ libhoop is built with CUDA; the other collectives copy through host memory.
 from .. import (init as _init, shutdown, is_initialized, rank, size, local_rank, local_size, cross_rank,
                 cross_size, is_homogeneous, library_path, Average, Sum, Min, Max, Product, Adasum, HoopError,
                 HoopInvalidError, HoopTimeoutError, HoopPeerError, HoopMismatchError, HoopUnsupportedError,
-                HoopSystemError, HoopAbortedError, _engine)
+                HoopSystemError, HoopAbortedError, start_timeline, stop_timeline, _engine)
 from .. import _lib
 from .compression import Compression
 from .functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
@@ -77,14 +77,6 @@ def cuda_built():
 
 def rocm_built():
     return False
-
-
-def start_timeline(file_path, mark_cycles=False):
-    raise _engine.not_supported("start_timeline() at run time (set HOOP_TIMELINE before the job starts)")
-
-
-def stop_timeline():
-    raise _engine.not_supported("stop_timeline() (set HOOP_TIMELINE before the job starts)")
 
 
 class _Elastic:
