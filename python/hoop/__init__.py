@@ -12,7 +12,7 @@ import ctypes
 
 from . import _engine, _lib
 from ._engine import (Handle, init, shutdown, is_initialized, barrier, join, start_timeline,
-                      stop_timeline)
+                      stop_timeline, engine_stats)
 from ._lib import (HoopError, HoopInvalidError, HoopTimeoutError, HoopPeerError, HoopMismatchError,
                    HoopUnsupportedError, HoopSystemError, HoopAbortedError, library_path)
 

@@ -336,6 +336,22 @@ def join():
     return Handle(h, "join", [], lambda hd: hd.last_joined()).synchronize()
 
 
+class _Stats(ctypes.Structure):  # hoop_engine_stats_t
+    _fields_ = [("struct_size", ctypes.c_size_t), ("cycles", ctypes.c_uint64),
+                ("negotiations", ctypes.c_uint64), ("cache_hits", ctypes.c_uint64),
+                ("collectives", ctypes.c_uint64), ("fused_ops", ctypes.c_uint64),
+                ("ops_done", ctypes.c_uint64), ("fusion_threshold", ctypes.c_uint64),
+                ("cycle_time_ms", ctypes.c_double)]
+
+
+def engine_stats():
+    """What this rank's engine has done so far, and its fusion threshold
+    (bytes) and cycle time (ms) now: hoop_engine_stats as a dict."""
+    s = _Stats(struct_size=ctypes.sizeof(_Stats))
+    _check(_lib.lib().hoop_engine_stats(state().engine, ctypes.byref(s)), "engine_stats")
+    return {name: getattr(s, name) for name, _ in _Stats._fields_[1:]}
+
+
 def start_timeline(file_path, mark_cycles=False):
     """Write the engine's timeline (Chrome trace-event JSON) to file_path
     from its next cycle on: rank 0's, or every rank's to file_path.<rank>

@@ -178,6 +178,7 @@ def _prototypes(L):
         "hoop_engine_release": (None, [c_void_p]),
         "hoop_engine_timeline_start": (c_int, [c_void_p, c_char_p, c_int]),
         "hoop_engine_timeline_stop": (c_int, [c_void_p]),
+        "hoop_engine_stats": (c_int, [c_void_p, c_void_p]),
     }
     for name, (res, args) in sig.items():
         f = getattr(L, name)

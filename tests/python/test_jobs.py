@@ -1,5 +1,6 @@
 """Jobs started from here (one pytest process): a rank killed mid-training,
 hooprun running the examples. Run: python3 -m pytest tests/python/test_jobs.py"""
+import json
 import os
 import signal
 import subprocess
@@ -159,3 +160,55 @@ def test_a_horovod_script_runs_with_only_its_import_changed(tmp_path, extra):
     assert "on 2 worker(s)" in r.stdout, r.stdout
     final = [line for line in r.stdout.splitlines() if "final accuracy" in line]
     assert final and float(final[0].split()[-1]) > 0.8, r.stdout  # four classes: chance is 0.25
+
+
+HOROVOD_SETTINGS = r"""
+import json, os, sys, torch
+import hoop, hoop.torch as hvd
+hvd.init()
+s = hoop.engine_stats()
+print("ENV", os.environ.get("HOOP_FUSION_THRESHOLD"), os.environ.get("HOOP_CYCLE_TIME"),
+      os.environ.get("HOOP_STALL_CHECK_TIME"), flush=True)
+print("STATS", s["fusion_threshold"], s["cycle_time_ms"], flush=True)
+for i in range(4):
+    hvd.allreduce(torch.ones(5), name="hv.%d" % (i % 2))
+"""
+
+
+def test_horovods_variables_set_hoops(tmp_path):
+    """What horovodrun --fusion-threshold-mb 1 --cycle-time-ms 7
+    --timeline-filename PATH --no-stall-check sets reaches the engine; a
+    HOOP_* variable that is set wins (rank 1's fusion threshold)."""
+    size, port, timeline = 2, free_ports(), str(tmp_path / "tl.json")
+    envs = []
+    for r in range(size):
+        env = env_for(r, size, port)
+        env.update(HOROVOD_FUSION_THRESHOLD="1048576", HOROVOD_CYCLE_TIME="7", HOROVOD_TIMELINE=timeline,
+                   HOROVOD_STALL_CHECK_DISABLE="1")
+        for k in ("HOOP_FUSION_THRESHOLD", "HOOP_CYCLE_TIME", "HOOP_TIMELINE", "HOOP_STALL_CHECK_TIME"):
+            env.pop(k, None)
+        if r == 1:
+            env["HOOP_FUSION_THRESHOLD"] = "2097152"
+        envs.append(env)
+    procs = [subprocess.Popen([PY, "-c", HOROVOD_SETTINGS], env=envs[r], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(size)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for r in range(size):
+        assert procs[r].returncode == 0, "rank %d: %s" % (r, outs[r])
+    # The engine runs with rank 0's threshold and cycle time (rank 1's own
+    # threshold shows in its stats only until the first cycle).
+    assert "ENV 1048576 7 0" in outs[0] and "STATS 1048576 7.0" in outs[0], outs[0]
+    assert "ENV 2097152 7 0" in outs[1] and "7.0\n" in outs[1], outs[1]
+    with open(timeline) as f:
+        names = {e.get("args", {}).get("name") for e in json.load(f)}
+    assert {"hv.0", "hv.1"} <= names, names
+
+
+def test_a_bad_horovod_variable_is_named(tmp_path):
+    env = env_for(0, 1, free_ports())
+    env.pop("HOOP_CACHE_CAPACITY", None)
+    env["HOROVOD_CACHE_CAPACITY"] = "lots"
+    r = subprocess.run([PY, "-c", "import hoop.torch as hvd\ntry:\n    hvd.init()\nexcept hvd.HoopInvalidError as e:\n"
+                        "    print('CAUGHT', e)\n"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=60)
+    assert "CAUGHT" in r.stdout and "HOROVOD_CACHE_CAPACITY=lots" in r.stdout, r.stdout

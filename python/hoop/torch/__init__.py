@@ -14,6 +14,7 @@ from .. import (init as _init, shutdown, is_initialized, rank, size, local_rank,
                 HoopInvalidError, HoopTimeoutError, HoopPeerError, HoopMismatchError, HoopUnsupportedError,
                 HoopSystemError, HoopAbortedError, start_timeline, stop_timeline, _engine)
 from .. import _lib
+from . import horovod_env
 from .compression import Compression
 from .functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .mpi_ops import (allgather, allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_,
@@ -30,11 +31,20 @@ HorovodInternalError = HoopError
 
 
 def init(comm=None, process_sets=None):
+    """Join the job, as hoop.init() does, after taking Horovod's runtime
+    variables (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME,
+    HOROVOD_TIMELINE, ...) for the hoop ones left unset (horovod_env)."""
     if comm is not None:
         raise _engine.not_supported("init(comm=...): an MPI communicator (hoop needs no MPI)")
     if process_sets:
         raise _engine.not_supported("process sets (every collective spans the whole job)")
-    _init()
+    taken = horovod_env.apply()
+    try:
+        _init()
+    except HoopError as e:
+        if not taken:
+            raise
+        raise type(e)(horovod_env.explain(str(e), taken), e.status) from e
 
 
 def mpi_built():
