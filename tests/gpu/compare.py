@@ -7,11 +7,14 @@ Reads OUT/ring_host_n<N>.log and OUT/ring_device_n<N>.log (ring_bench on
 host buffers and with -G) and OUT/gloo_cuda_n<N>.log (torch_gloo_bench.py
 --cuda), N = 2 and 4, and prints for 64 MiB and 256 MiB the out-of-place
 busbw of each with the ratios -G/host and -G/gloo, then the time of one
-64 KiB allreduce, then issue 15's targets, each met or missed. A log that
+64 KiB allreduce, then (OUT/ring_device_mid_n<N>.log) the -G times of 1 to
+16 MiB with the shared-memory chunk rule and without it, then issue 15's
+targets, each met or missed. A log that
 is missing or holds no row for a size shows as '-'. Exit status 0 (the
 table informs; run.sh's steps say what failed).
 """
 import os
+import statistics
 import sys
 
 SIZES = [64 << 20, 256 << 20]
@@ -37,6 +40,28 @@ def ring_rows(path):
     except OSError:
         pass
     return rows
+
+
+def mid_runs(path):
+    """{setting: [rows of one run, ...]} of a ring_device_mid log: runs
+    of ring_bench, each after a line '## HOOP_SHM_CHUNK_BYTES=V'."""
+    runs, cur = {}, None
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("## HOOP_SHM_CHUNK_BYTES="):
+                    cur = {}
+                    runs.setdefault(line.split("=", 1)[1].strip(), []).append(cur)
+                    continue
+                p = line.split()
+                if cur is not None and len(p) >= 9 and p[0].isdigit() and p[1].isdigit():
+                    try:
+                        cur[int(p[0])] = (float(p[5]), float(p[9]))  # out-of-place, in-place us
+                    except (ValueError, IndexError):
+                        pass
+    except OSError:
+        pass
+    return runs
 
 
 def gloo_rows(path):
@@ -97,6 +122,24 @@ def main():
         h, d, g = pick(host[n], SMALL, 0), pick(dev[n], SMALL, 0), pick(gloo[n], SMALL, 0)
         print(f"{n:>3} {num(h, '{:.1f}'):>8} {num(d, '{:.1f}'):>8} {num(g, '{:.1f}'):>10}")
     targets.append(("-G 64 KiB at N=2 <= 100 us", pick(dev[2], SMALL, 0), 100.0, False))
+    print()
+    print("# -G mid sizes over shared memory: 256 KiB chunks (default) against the ring's own")
+    print("# (HOOP_SHM_CHUNK_BYTES=0); median time per call (us) of the runs, out of place /")
+    print("# in place, and default / 0 (out of place)")
+    print(f"{'N':>3} {'size':>8} {'256K':>16} {'0':>16} {'256K/0':>8}")
+    for n in NS:
+        runs = mid_runs(os.path.join(out, f"ring_device_mid_n{n}.log"))
+        sizes = sorted({s for rs in runs.values() for r in rs for s in r})
+        for s in sizes:
+            med = {}
+            for v in ("256K", "0"):
+                ts = [r[s] for r in runs.get(v, []) if s in r]
+                med[v] = (statistics.median(t[0] for t in ts),
+                          statistics.median(t[1] for t in ts)) if ts else None
+            a, b = med["256K"], med["0"]
+            cell = lambda m: "-" if m is None else f"{m[0]:.0f} / {m[1]:.0f}"
+            print(f"{n:>3} {s >> 20:>4} MiB {cell(a):>16} {cell(b):>16} "
+                  f"{num(ratio(a[0], b[0]) if a and b else None):>8}")
     print()
     print("# wrong results (ring_bench #wrong, gloo check), every size")
     bad = []

@@ -28,6 +28,9 @@
 #   ring-*        ring_bench allreduce (f32 sum, 64 KiB..256 MiB by 4x,
 #                 20 timed calls) under hooprun at N = 2 and 4, all ranks
 #                 on GPU 0: host buffers, then -G device buffers
+#   ring_device_mid-*  ring_bench -G 1..16 MiB at N = 2 and 4 with the
+#                 shared-memory chunk rule (the default) and without it
+#                 (HOOP_SHM_CHUNK_BYTES=0), twice each, interleaved
 #   gloo-*        torch.distributed gloo allreduce on CUDA tensors, the
 #                 same N and sizes (bench/torch_gloo_bench.py --cuda)
 #   compare       the table: busbw host, -G, gloo; -G/host, -G/gloo; the
@@ -273,6 +276,25 @@ export -f ring gloo
 for n in 2 4; do
     step ring_host_n$n 60 ring $n host
     step ring_device_n$n 60 ring $n device
+done
+# Mid sizes on device buffers over shared memory: the 256 KiB chunks
+# (the default; the GPU works on groups of them, a ring chunk per
+# operation) against the ring's own chunks (HOOP_SHM_CHUNK_BYTES=0),
+# twice each, interleaved.
+ring_mid() {
+    local k v
+    for k in 1 2; do
+        for v in 256K 0; do
+            echo "## HOOP_SHM_CHUNK_BYTES=$v"
+            (cd "$out/cwd" && CUDA_VISIBLE_DEVICES=$bench_gpus HOOP_SHM_CHUNK_BYTES=$v \
+                "$build/hooprun" -np "$1" --no-tag "$build/ring_bench" -G -b 1M -e 16M -f 2 \
+                -n "$iters" -w 5) || return 1
+        done
+    done
+}
+export -f ring_mid
+for n in 2 4; do
+    step ring_device_mid_n$n 60 ring_mid $n
 done
 for n in 2 4; do
     step gloo_cuda_n$n 75 gloo $n
