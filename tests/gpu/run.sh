@@ -41,6 +41,9 @@
 #                 (tests/gpu/torch_cuda.py) at N = 2 and 4
 #   engine_targets the engine's and hoop.torch's targets on this machine's
 #                 cores (bench/engine_targets.sh)
+#   manycore      N = 8 on one host, host buffers: hoop beside torch's gloo
+#                 on loopback, 64 and 256 MiB, two repeats, with
+#                 HOOP_SHM_SINGLE_COPY=0 then 1 (bench/manycore.sh)
 #
 # Environment:
 #   CUDA_HOME            the CUDA toolkit (default /usr/local/cuda)
@@ -51,6 +54,10 @@
 #   GPUCHECK_BUDGET_S    the run's time budget in seconds (default 450)
 #   GPUCHECK_MAX_BYTES   the benchmarks' largest size (default 256M)
 #   GPUCHECK_ITERS       the benchmarks' timed calls per size (default 20)
+#   GPUCHECK_STEPS       the steps to run, space-separated names or name
+#                        prefixes (e.g. "tests-gpu-all ring_device_mid
+#                        manycore"); default all. machine and packaging
+#                        always run; a step left out shows as skipped
 #   CUDA_VISIBLE_DEVICES the benchmarks' GPUs (default 0: every rank on GPU 0)
 set -u
 
@@ -67,6 +74,7 @@ export PYTHON=${PYTHON:-python3}
 max_bytes=${GPUCHECK_MAX_BYTES:-256M}
 iters=${GPUCHECK_ITERS:-20}
 budget=${GPUCHECK_BUDGET_S:-450}
+only=${GPUCHECK_STEPS:-}
 mkdir -p "$out" || exit 1
 out=$(cd "$out" && pwd)
 mkdir -p "$build" && build=$(cd "$build" && pwd)
@@ -81,7 +89,17 @@ t_start=$(date +%s)
 step() {
     local name=$1 limit=$2
     shift 2
-    local t0 rc left
+    local t0 rc left want
+    if [ -n "$only" ] && [ "$name" != machine ] && [ "$name" != packaging ]; then
+        for want in $only; do
+            [ "${name#"$want"}" != "$name" ] && break
+            want=
+        done
+        if [ -z "$want" ]; then
+            summary+=("skipped $name (not in GPUCHECK_STEPS)")
+            return 0
+        fi
+    fi
     t0=$(date +%s)
     left=$((t_start + budget - t0))
     if [ $left -lt 10 ]; then
@@ -330,4 +348,19 @@ targets() {
 }
 export -f targets
 step engine_targets 180 targets
+
+# Issue 18's N = 8 on one host (host buffers, shared memory) beside
+# torch's gloo, with the large payloads through the slots and read in
+# place.
+manycore() {
+    local sc
+    for sc in 0 1; do
+        echo "## HOOP_SHM_SINGLE_COPY=$sc"
+        HOOP_SHM_SINGLE_COPY=$sc NS=8 REPS="1 2" MINSIZE=64M SIZE=256M ITERS=8 WARMUP=2 \
+            BUILD="$build" PYTHON="$PYTHON" "$repo/bench/manycore.sh" \
+            "$out/manycore_sc$sc" || return 1
+    done
+}
+export -f manycore
+step manycore 150 manycore
 finish
