@@ -66,6 +66,14 @@ static int async_rank(int rank, int size, int port, void *arg)
     return rc;
 }
 
+/* A new empty file named after the template path (mkstemp's XXXXXX). */
+static void make_temp(char *path)
+{
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0, "mkstemp(%s) failed", path);
+    close(fd);
+}
+
 static void run_case(int size, async_case_t *c, double deadline_s)
 {
     char report[8192];
@@ -707,9 +715,7 @@ static int body_stall(hoop_engine_t *e, int rank, int size, void *arg)
 Test(async, stall_is_logged_with_the_missing_rank_n2, .timeout = 60)
 {
     char path[] = "/tmp/hoop_stall_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    close(fd);
+    make_temp(path);
     async_case_t c = {
         .body = body_stall, .arg = path, .env = {"HOOP_STALL_CHECK_TIME=1"}, .stderr_path = path};
     run_case(2, &c, 40);
@@ -959,9 +965,7 @@ static const char timeline_names[] =
 Test(async, timeline_is_json_with_horovods_activities_n2, .timeout = 60)
 {
     char path[] = "/tmp/hoop_timeline_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    close(fd);
+    make_temp(path);
     char env[64 + sizeof path];
     snprintf(env, sizeof env, "HOOP_TIMELINE=%s", path);
     int never = -1;
@@ -977,9 +981,7 @@ Test(async, timeline_is_json_with_horovods_activities_n2, .timeout = 60)
 Test(async, timeline_parses_after_a_kill_n1, .timeout = 60)
 {
     char path[] = "/tmp/hoop_timeline_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    close(fd);
+    make_temp(path);
     char env[64 + sizeof path];
     snprintf(env, sizeof env, "HOOP_TIMELINE=%s", path);
     int at = 20;
@@ -1070,9 +1072,7 @@ static int body_timeline_at_run_time(hoop_engine_t *e, int rank, int size, void 
 Test(async, timeline_started_and_stopped_at_run_time_n2, .timeout = 60)
 {
     char path[] = "/tmp/hoop_timeline_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    close(fd);
+    make_temp(path);
     unlink(path); /* made by the start, by rank 0 only */
     async_case_t c = {.body = body_timeline_at_run_time, .arg = path, .env = {"HOOP_CYCLE_TIME=2"}};
     run_case(2, &c, 40);
@@ -1169,9 +1169,7 @@ static int body_autotune(hoop_engine_t *e, int rank, int size, void *arg)
 Test(async, autotune_tries_pairs_and_keeps_one_n2, .timeout = 90)
 {
     char path[] = "/tmp/hoop_autotune_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    close(fd);
+    make_temp(path);
     char env[64 + sizeof path];
     snprintf(env, sizeof env, "HOOP_AUTOTUNE_LOG=%s", path);
     async_case_t c = {.body = body_autotune,
@@ -1236,9 +1234,7 @@ Test(async, callback_sees_status_and_output_n2, .timeout = 60)
 Test(async, timeline_of_every_rank_n2, .timeout = 60)
 {
     char path[] = "/tmp/hoop_timeline_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    close(fd);
+    make_temp(path);
     char env[64 + sizeof path];
     snprintf(env, sizeof env, "HOOP_TIMELINE=%s", path);
     int never = -1;
