@@ -25,21 +25,23 @@ _LOG_LEVELS = {"trace": "debug", "debug": "debug", "info": "info", "warning": "w
 
 
 def _translate(environ):
-    """(hoop name, value, horovod name, horovod value) for each HOROVOD_*
-    variable of environ that gives a hoop one."""
-    out = [(hp, environ[hv], hv, environ[hv]) for hv, hp in _SAME if environ.get(hv, "") != ""]
+    """(hoop name, value, 'HOROVOD_X=value') for each HOROVOD_* variable of
+    environ that gives a hoop one."""
+    out = [(hp, environ[hv], "%s=%s" % (hv, environ[hv])) for hv, hp in _SAME
+           if environ.get(hv, "") != ""]
     tl = environ.get("HOROVOD_TIMELINE", "")
     if tl and tl != "DYNAMIC":  # DYNAMIC: started later by start_timeline()
-        out.append(("HOOP_TIMELINE", tl, "HOROVOD_TIMELINE", tl))
+        out.append(("HOOP_TIMELINE", tl, "HOROVOD_TIMELINE=" + tl))
     off = environ.get("HOROVOD_STALL_CHECK_DISABLE", "")
     if off not in ("", "0"):
-        out.append(("HOOP_STALL_CHECK_TIME", "0", "HOROVOD_STALL_CHECK_DISABLE", off))
+        out.append(("HOOP_STALL_CHECK_TIME", "0", "HOROVOD_STALL_CHECK_DISABLE=" + off))
     lvl = environ.get("HOROVOD_LOG_LEVEL", "")
     if lvl:
-        out.append(("HOOP_LOG_LEVEL", _LOG_LEVELS.get(lvl.lower(), lvl), "HOROVOD_LOG_LEVEL", lvl))
+        out.append(("HOOP_LOG_LEVEL", _LOG_LEVELS.get(lvl.lower(), lvl),
+                    "HOROVOD_LOG_LEVEL=" + lvl))
     iface = environ.get("HOROVOD_GLOO_IFACE", "")
     if iface:
-        out.append(("HOOP_SOCKET_IFNAME", "=" + iface, "HOROVOD_GLOO_IFACE", iface))
+        out.append(("HOOP_SOCKET_IFNAME", "=" + iface, "HOROVOD_GLOO_IFACE=" + iface))
     return out
 
 
@@ -48,11 +50,11 @@ def apply(environ=None):
     {hoop name: 'HOROVOD_X=value'} for those it set (for sentences)."""
     environ = os.environ if environ is None else environ
     taken = {}
-    for hoop_name, value, hv, hv_value in _translate(environ):
+    for hoop_name, value, origin in _translate(environ):
         if hoop_name in environ or hoop_name in taken:
             continue
         environ[hoop_name] = value
-        taken[hoop_name] = "%s=%s" % (hv, hv_value)
+        taken[hoop_name] = origin
     return taken
 
 
