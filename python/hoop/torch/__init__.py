@@ -97,6 +97,10 @@ class _Elastic:
 elastic = _Elastic()
 
 
+# What ProcessSet is given for the global set: every rank, however many.
+_EVERY_RANK = object()
+
+
 class ProcessSet:
     """horovod.torch's ProcessSet. hoop runs every collective over the
     whole job: a set other than global_process_set is never registered
@@ -104,6 +108,9 @@ class ProcessSet:
     NotImplementedError."""
 
     def __init__(self, ranks_or_comm):
+        if ranks_or_comm is _EVERY_RANK:  # global_process_set
+            self._ranks, self.process_set_id = None, 0
+            return
         if not isinstance(ranks_or_comm, (list, tuple, range)):
             raise _engine.not_supported("a process set from an MPI communicator (hoop needs no MPI)")
         self._ranks = sorted(int(r) for r in ranks_or_comm)
@@ -131,9 +138,7 @@ class ProcessSet:
 
 
 # Every rank of the job: what every hoop collective runs over.
-global_process_set = ProcessSet(())
-global_process_set._ranks = None
-global_process_set.process_set_id = 0
+global_process_set = ProcessSet(_EVERY_RANK)
 
 
 def add_process_set(*args, **kwargs):
