@@ -67,13 +67,14 @@ static int ofi_complete(struct ofi_tp *tp, struct ofi_op *op, int err, size_t le
         return ofi_part_ended(tp, op, err, len);
     if (op->kind == OFI_OP_HANGUP) {
         tp->hangup_rx[op->peer] = NULL;
-        int peer = op->peer, ended = 0;
+        int peer = op->peer;
         ofi_op_release(tp, op);
-        if (!err && !tp->dead) {
+        if (!err && !tp->dead && !tp->hung[peer]) {
             HOOP_INFO("rank %d: ofi transport: rank %d hung up", tp->rank, peer);
-            ended = 1 + ofi_peer_gone(tp, peer);
+            tp->hung[peer] = 1;
+            tp->hangups++;
         }
-        return ended;
+        return 0;
     }
     if (op->ctrl || op->orphan) { /* this rank's own hangup, sent; or an orphan */
         ofi_op_release(tp, op);
@@ -112,7 +113,7 @@ static int ofi_complete(struct ofi_tp *tp, struct ofi_op *op, int err, size_t le
     return 1;
 }
 
-int ofi_poll(struct ofi_tp *tp)
+static int ofi_poll_cq(struct ofi_tp *tp)
 {
     struct fi_cq_tagged_entry e[OFI_CQ_BATCH];
     int n = 0;
@@ -160,6 +161,75 @@ int ofi_poll(struct ofi_tp *tp)
         if (ee.op_context)
             n += ofi_complete(tp, ee.op_context, err, ee.len);
     }
+}
+
+/* Whether a transfer with rank peer is still under way, either way. */
+static int ofi_busy_with(const struct ofi_tp *tp, int peer)
+{
+    for (const struct ofi_op *op = tp->posted; op; op = op->next)
+        if (op->req && op->conn && op->conn->peer == peer)
+            return 1;
+    for (const struct ofi_op *x = tp->xfers; x; x = x->next)
+        if (x->req && x->conn && x->conn->peer == peer)
+            return 1;
+    return 0;
+}
+
+/* Ranks hung up. A hangup can be read before what its sender did earlier
+ * has said so here: libfabric's shm provider reads a receiver's word that
+ * a send was delivered from one queue and messages from another, and
+ * leaves the first for a later read when the receiver holds its region's
+ * lock, but goes on to the second. A peer that finished a collective and
+ * then failed the next one must not fail this rank's part of the one it
+ * finished (its sends there were delivered), so the transfers with the
+ * hung ranks may end by themselves first: what the peer had taken or sent
+ * needs only this rank's reads, so the reads go on while they bring
+ * something, until OFI_HANGUP_QUIET_NS bring nothing (what is left then
+ * waits for what will never come) or OFI_HANGUP_SETTLE_NS in all. Only
+ * what is left then fails. How many requests ended. */
+static int ofi_hangups_end(struct ofi_tp *tp)
+{
+    tp->settling = 1;
+    int n = 0;
+    uint64_t now = hoop_now_ns(), until = now + OFI_HANGUP_SETTLE_NS;
+    uint64_t quiet = now + OFI_HANGUP_QUIET_NS;
+    for (;;) {
+        int busy = 0;
+        for (int p = 0; p < tp->size && !busy; p++)
+            busy = tp->hung[p] && ofi_busy_with(tp, p);
+        if (!busy)
+            break;
+        /* A read after every pause, however long this process slept. */
+        int k = ofi_poll_cq(tp);
+        if (k < 0)
+            break;
+        n += k;
+        now = hoop_now_ns();
+        if (k > 0)
+            quiet = now + OFI_HANGUP_QUIET_NS;
+        if (now >= quiet || now >= until)
+            break;
+        if (k == 0)
+            nanosleep(&(struct timespec){0, 50000}, NULL);
+    }
+    for (int p = 0; p < tp->size; p++) {
+        if (!tp->hung[p])
+            continue;
+        tp->hung[p] = 0;
+        if (!tp->gone[p])
+            n += 1 + ofi_peer_gone(tp, p);
+    }
+    tp->hangups = 0;
+    tp->settling = 0;
+    return n;
+}
+
+int ofi_poll(struct ofi_tp *tp)
+{
+    int n = ofi_poll_cq(tp);
+    if (n >= 0 && tp->hangups && !tp->settling)
+        n += ofi_hangups_end(tp);
+    return n;
 }
 
 /* Sleep until the queue's descriptor or a watched one is readable, or

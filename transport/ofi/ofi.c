@@ -204,7 +204,8 @@ static hoop_status_t ofi_listen(void *vtp, const struct sockaddr *local, socklen
     tp->hangup_rx = calloc((size_t)tp->size, sizeof(*tp->hangup_rx));
     tp->gone = calloc((size_t)tp->size, 1);
     tp->ended = calloc((size_t)tp->size, 1);
-    if (!tp->peer_addr || !tp->hangup_rx || !tp->gone || !tp->ended)
+    tp->hung = calloc((size_t)tp->size, 1);
+    if (!tp->peer_addr || !tp->hangup_rx || !tp->gone || !tp->ended || !tp->hung)
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: ofi transport: out of memory", tp->rank);
     for (int r = 0; r < tp->size; r++)
         tp->peer_addr[r] = FI_ADDR_NOTAVAIL;
@@ -474,6 +475,7 @@ static void ofi_destroy(void *vtp)
     free(tp->hangup_rx);
     free(tp->gone);
     free(tp->ended);
+    free(tp->hung);
     free(tp->wslot);
     free(tp->wgen);
     hoop_watch_fini(&tp->watch);

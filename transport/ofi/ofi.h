@@ -163,6 +163,10 @@ struct ofi_tp {
     fi_addr_t *peer_addr;       /* per rank; FI_ADDR_NOTAVAIL until known */
     struct ofi_op **hangup_rx;  /* per rank: the receive of its hangup, once connected */
     uint8_t *gone;              /* per rank: it hung up, or its process ended (below) */
+    uint8_t *hung;              /* per rank: its hangup was read, its transfers not yet
+                                   ended (cq.c: they settle first) */
+    int hangups;                /* how many ranks are hung, not yet gone */
+    int settling;               /* the hangups are being settled: reads leave new ones */
     uint8_t *ended;             /* per rank: its process ended; what it sent can still
                                    be received */
     struct ofi_conn *conns;
@@ -257,6 +261,10 @@ void ofi_drain(struct ofi_tp *tp);
  * a provider several reads to move: shm copies a segment at a time). */
 void ofi_settle(struct ofi_tp *tp, int peer);
 #define OFI_SETTLE_NS 1000000000ull
+/* A peer hung up: how long the transfers with it may take to report what
+ * it did before, at most and without a completion (cq.c). */
+#define OFI_HANGUP_SETTLE_NS 500000000ull
+#define OFI_HANGUP_QUIET_NS 20000000ull
 /* How long the sends to a peer whose process ended may take to report
  * their delivery before they fail (ofi.c). */
 #define OFI_SEND_SETTLE_NS 100000000ull
