@@ -239,7 +239,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	if $(URING_REFUSED); then uring=; \
 	    echo "== io_uring is refused here: the uring pass runs on poll, zerocopy is skipped"; fi; \
 	for pass in $(TEST_PASSES); do \
-	    echo "== tests: $$pass"; \
+	    echo "== tests: $$pass"; t0=$$(date +%s); \
 	    case $$pass in \
 	    uring) $(NET_ENV) HOOP_TCP_ENGINE=$${uring:-auto} $(TEST_RUN) $(TEST_ARGS) ;; \
 	    poll) $(NET_ENV) HOOP_TCP_ENGINE=poll $(TEST_RUN) --filter='$(MP_SUITES)' $(TEST_ARGS) ;; \
@@ -272,6 +272,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 	        --filter='@(allreduce|collectives|faults|mismatch|shm)/*' $(TEST_ARGS) ;; \
 	    *) echo "unknown test pass $$pass"; exit 2 ;; \
 	    esac; \
+	    echo "== tests: $$pass took $$(( $$(date +%s) - t0 )) s"; \
 	done
 
 # The quick tier, for every edit: the unit suites and the multi-process
