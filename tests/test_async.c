@@ -1361,18 +1361,24 @@ static int body_quiet(hoop_engine_t *e, int rank, int size, void *arg)
     hoop_engine_handle_t *h;
     hoop_engine_stats_t a = {.struct_size = sizeof a}, b = {.struct_size = sizeof b};
     struct timespec settle = {0, 500000000}, second = {1, 0};
-    /* Settle: past the engine's 100 idle cycles of 1 ms (counted, not
-     * timed: where the sanitizers and other jobs load the machine they take
-     * longer than 100 ms, and a second measured from 0.5 s on once took in
-     * 64 of them), then one quiet cycle's 50 ms. An engine that never goes
-     * quiet passes here at once and fails below. */
+    /* Settle: until a tenth of a second has taken in at most 4 cycles
+     * (quiet: 2; cycling: about 100, and still tens where the sanitizers
+     * and other jobs load the machine), or 20 s. Neither a time nor a count
+     * of cycles says when the engine's 100 idle cycles of 1 ms are over:
+     * under load they take longer than 100 ms (a second measured from 0.5 s
+     * on once took in 64 of them), and the first cycles of a job need not
+     * be idle (at 110 cycles and 60 ms more, one took in 61). An engine
+     * that never goes quiet passes here after 20 s and fails below. */
     double until = harness_now() + 20.0;
-    do {
-        harness_sleep_ms(50);
-        hoop_engine_stats(e, &a);
-    } while (a.cycles < 110 && harness_now() < until);
-    harness_sleep_ms(60);
     hoop_engine_stats(e, &a);
+    for (;;) {
+        harness_sleep_ms(100);
+        hoop_engine_stats(e, &b);
+        int quiet = b.cycles - a.cycles <= 4;
+        a = b;
+        if (quiet || harness_now() >= until)
+            break;
+    }
     nanosleep(&second, NULL);
     hoop_engine_stats(e, &b);
     uint64_t idle = b.cycles - a.cycles;
