@@ -485,19 +485,24 @@ static int ahead_rank(hoop_comm_t *comm, int rank, int size, void *arg)
     return rc;
 }
 
-/* Two ranks over ofi on provider prov, running fn on the ring's own
- * connections (libfabric's, not shared memory). */
-static void pair_over(const char *prov, harness_rank_fn fn)
+/* Two ranks over ofi on provider prov, running fn (given arg) on the
+ * ring's own connections (libfabric's, not shared memory). */
+static void pair_over_with(const char *prov, harness_rank_fn fn, void *arg)
 {
     setenv("HOOP_TRANSPORT", "ofi", 1);
     setenv("HOOP_OFI_PROVIDER", prov, 1);
     setenv("HOOP_SHM", "0", 1);
     char report[8192];
-    bool ok = harness_run(2, NULL, fn, NULL, 60, report, sizeof(report));
+    bool ok = harness_run(2, NULL, fn, arg, 90, report, sizeof(report));
     unsetenv("HOOP_TRANSPORT");
     unsetenv("HOOP_OFI_PROVIDER");
     unsetenv("HOOP_SHM");
     cr_assert(ok, "2 ranks over ofi/%s:\n%s", prov, report);
+}
+
+static void pair_over(const char *prov, harness_rank_fn fn)
+{
+    pair_over_with(prov, fn, NULL);
 }
 
 Test(ofi, receives_are_posted_past_sends_held_back_over_shm, .timeout = 120)
@@ -512,60 +517,105 @@ Test(ofi, receives_are_posted_past_sends_held_back_over_tcp, .timeout = 120)
 
 /* ---- a peer stopped mid-message ------------------------------------------- */
 
-/* Rank 1 starts a 256 MiB message to rank 0, moves it for a few
- * milliseconds and then stops moving it (as a rank under SIGSTOP does).
- * Rank 0 waits a second on its receive, which the provider has matched and
- * half filled, and cancels its transport: over libfabric's tcp provider the
- * receive cannot be taken back, and closing the endpoint would free the
- * half-received message twice (a crash in about one run in five, seen in
- * faults::sigstop_a_rank_mid_allreduce). The transport parks the endpoint
- * instead, the receive ends cancelled, and the communicator is destroyed
- * without a crash; rank 1, cancelling later with its send under way, the
- * same. */
+/* Rank 1 starts a 256 MiB message to rank 0 and moves it until rank 0 has
+ * the first bytes, then stops moving it (as a rank under SIGSTOP does).
+ * Rank 0 waits a little longer on its receive, which the provider has
+ * matched and partly filled, and cancels its transport: over libfabric's
+ * tcp provider the receive cannot be taken back, and closing the endpoint
+ * would free the half-received message twice (a crash in about one run in
+ * five, seen in faults::sigstop_a_rank_mid_allreduce). The transport parks
+ * the endpoint instead, the receive ends cancelled, and the communicator is
+ * destroyed without a crash; rank 1, cancelling after rank 0 with its send
+ * under way, the same. The ranks pace each other through a shared board,
+ * not through fixed sleeps: under a sanitizer on a loaded machine a rank
+ * can start its message seconds after the other. */
 #define PARK_LEN (256u << 20)
+#define PARK_WAIT_NS 30000000000ull
+
+struct park_board {
+    int arrived;   /* rank 0 has the first bytes: rank 1 stops moving them */
+    int cancelled; /* rank 0 has cancelled: rank 1 cancels */
+};
+
+static bool park_wait_flag(const int *flag)
+{
+    uint64_t until = hoop_now_ns() + PARK_WAIT_NS;
+    while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE)) {
+        if (hoop_now_ns() >= until)
+            return false;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
 
 static int park_rank(hoop_comm_t *comm, int rank, int size, void *arg)
 {
     (void)size;
-    (void)arg;
+    struct park_board *board = arg;
     struct hoop_ring *r = &((struct hoop_comm *)comm)->ring;
     struct ofi_tp *tp = (struct ofi_tp *)hoop_mixed_net(r->tp);
-    uint8_t *buf = malloc(PARK_LEN);
+    volatile uint8_t *buf = malloc(PARK_LEN);
     if (!buf)
         return harness_failf(rank, "out of memory");
-    memset(buf, rank + 1, PARK_LEN);
-    struct hoop_tp_req q = {.buf = buf, .len = PARK_LEN};
+    memset((void *)buf, rank + 1, PARK_LEN);
+    struct hoop_tp_req q = {.buf = (void *)buf, .len = PARK_LEN};
     int rc = 0;
     int e = rank == 1 ? r->ops->isend(r->tx, &q) : r->ops->irecv(r->rx, &q);
     if (e)
         rc = harness_failf(rank, "the %s was refused: %s", rank == 1 ? "send" : "receive",
                            strerror(-e));
-    uint64_t until = hoop_now_ns() + (rank == 1 ? 10000000ull : 1000000000ull);
-    while (!rc && hoop_now_ns() < until && q.state == HOOP_REQ_PENDING)
-        r->ops->progress(r->tp, hoop_now_ns() + 1000000);
+    /* Rank 1 moves the message until rank 0 has its head; rank 0 reads
+     * until the head is here (rank 1 fills with 2s), then 200 ms more. */
+    uint64_t until = hoop_now_ns() + PARK_WAIT_NS;
+    uint64_t settle = 0;
+    while (!rc && q.state == HOOP_REQ_PENDING) {
+        uint64_t now = hoop_now_ns();
+        if (rank == 1 && __atomic_load_n(&board->arrived, __ATOMIC_ACQUIRE))
+            break;
+        if (rank == 0 && !settle && buf[0] == 2) {
+            __atomic_store_n(&board->arrived, 1, __ATOMIC_RELEASE);
+            settle = now + 200000000ull;
+        }
+        if (settle && now >= settle)
+            break;
+        if (now >= until) {
+            rc = harness_failf(rank, "after %llu s %s", PARK_WAIT_NS / 1000000000ull,
+                               rank == 1 ? "rank 0 has not said that the message arrived"
+                                         : "no byte of the message has arrived");
+            break;
+        }
+        r->ops->progress(r->tp, now + 1000000);
+    }
     if (!rc && q.state != HOOP_REQ_PENDING)
         rc = harness_failf(rank, "the 256 MiB message ended (%d) where it should be under way",
                            q.state);
-    if (!rc && rank == 1) {
-        struct timespec ts = {3, 0}; /* rank 0 cancels meanwhile */
-        nanosleep(&ts, NULL);
-    }
+    if (!rc && rank == 1 && !park_wait_flag(&board->cancelled))
+        rc = harness_failf(rank, "rank 0 has not cancelled after %llu s",
+                           PARK_WAIT_NS / 1000000000ull);
     if (!rc) {
         r->ops->cancel(r->tp);
         if (q.state != -ECANCELED)
             rc = harness_failf(rank, "after the cancel the %s's state is %d, not -ECANCELED",
                                rank == 1 ? "send" : "receive", q.state);
     }
+    if (rank == 0)
+        __atomic_store_n(&board->cancelled, 1, __ATOMIC_RELEASE);
     if (!rc && rank == 0 && !tp->parked)
         rc = harness_failf(rank, "the receive was given back or the endpoint closed under it: "
                                  "nothing was parked");
-    free(buf);
+    free((void *)buf);
     return rc;
 }
 
 Test(ofi, a_peer_stopped_mid_message_parks_the_endpoint_over_tcp, .timeout = 120)
 {
-    pair_over("tcp", park_rank);
+    struct park_board *board =
+        mmap(NULL, sizeof(*board), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(board != MAP_FAILED, "mmap");
+    memset(board, 0, sizeof(*board));
+    pair_over_with("tcp", park_rank, board);
+    munmap(board, sizeof(*board));
 }
 
 /* ---- the application's signal handlers ------------------------------------ */
