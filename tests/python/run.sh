@@ -25,16 +25,29 @@ done
 export PYTHONPATH=$src/python HOOP_LIBRARY=$build/libhoop.so HOOP_BUILD_DIR=$build PYTHONDONTWRITEBYTECODE=1
 run() { timeout -k 10 300 "$@"; }
 pytest=("$py" -m pytest -q -p no:cacheprovider)
+# ranks N FILE: pytest on FILE in each of N ranks, each rank with a
+# temporary root of its own (ranks that share pytest's default one race
+# to clean it up).
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+jobs_run=0
+ranks() {
+    jobs_run=$((jobs_run + 1))
+    export HOOP_PYTEST_TMP=$tmp/job$jobs_run
+    mkdir "$HOOP_PYTEST_TMP"
+    run "$build/hooprun" -np "$1" sh -c 'exec "$@" --basetemp="$HOOP_PYTEST_TMP/rank$HOOP_RANK"' \
+        sh "${pytest[@]}" "$2"
+}
 fail=0
 for n in 1 2 3 4; do
     echo "== python: every collective on $n rank(s)"
-    run "$build/hooprun" -np "$n" "${pytest[@]}" "$src/tests/python/test_collectives.py" || fail=1
+    ranks "$n" "$src/tests/python/test_collectives.py" || fail=1
 done
 for n in 2 4; do
     echo "== python: data-parallel training on $n ranks"
-    run "$build/hooprun" -np "$n" "${pytest[@]}" "$src/tests/python/test_training.py" || fail=1
+    ranks "$n" "$src/tests/python/test_training.py" || fail=1
 done
 echo "== python: a rank killed, hooprun and the examples"
-run "${pytest[@]}" "$src/tests/python/test_jobs.py" || fail=1
+run "${pytest[@]}" --basetemp="$tmp/jobs" "$src/tests/python/test_jobs.py" || fail=1
 [ "$fail" = 0 ] || echo "python pass: some tests failed (above)"
 exit "$fail"
