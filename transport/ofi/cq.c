@@ -163,15 +163,13 @@ static int ofi_poll_cq(struct ofi_tp *tp)
     }
 }
 
-/* Whether a transfer with rank peer is still under way, either way. */
-static int ofi_busy_with(const struct ofi_tp *tp, int peer)
+int ofi_pending_with(const struct ofi_tp *tp, int peer, unsigned which)
 {
-    for (const struct ofi_op *op = tp->posted; op; op = op->next)
-        if (op->req && op->conn && op->conn->peer == peer)
-            return 1;
-    for (const struct ofi_op *x = tp->xfers; x; x = x->next)
-        if (x->req && x->conn && x->conn->peer == peer)
-            return 1;
+    for (int l = 0; l < (which & OFI_WITH_XFERS ? 2 : 1); l++)
+        for (const struct ofi_op *op = l ? tp->xfers : tp->posted; op; op = op->next)
+            if (op->req && op->conn && op->conn->peer == peer &&
+                which & (op->is_send ? OFI_WITH_SENDS : OFI_WITH_RECVS))
+                return 1;
     return 0;
 }
 
@@ -196,7 +194,8 @@ static int ofi_hangups_end(struct ofi_tp *tp)
     for (;;) {
         int busy = 0;
         for (int p = 0; p < tp->size && !busy; p++)
-            busy = tp->hung[p] && ofi_busy_with(tp, p);
+            busy = tp->hung[p] &&
+                   ofi_pending_with(tp, p, OFI_WITH_SENDS | OFI_WITH_RECVS | OFI_WITH_XFERS);
         if (!busy)
             break;
         /* A read after every pause, however long this process slept. */
@@ -302,19 +301,11 @@ void ofi_drain(struct ofi_tp *tp)
     }
 }
 
-static int ofi_waits_for(const struct ofi_tp *tp, int peer)
-{
-    for (const struct ofi_op *op = tp->posted; op; op = op->next)
-        if (op->req && !op->is_send && op->conn && op->conn->peer == peer)
-            return 1;
-    return ofi_xfer_waits_for(tp, peer);
-}
-
 void ofi_settle(struct ofi_tp *tp, int peer)
 {
     ofi_drain(tp);
     uint64_t until = hoop_now_ns() + OFI_SETTLE_NS;
-    while (ofi_waits_for(tp, peer) && hoop_now_ns() < until)
+    while (ofi_pending_with(tp, peer, OFI_WITH_RECVS | OFI_WITH_XFERS) && hoop_now_ns() < until)
         if (ofi_poll(tp) < 0)
             break;
 }

@@ -483,15 +483,6 @@ static void ofi_destroy(void *vtp)
     ofi_sigs_restore(&sigs);
 }
 
-/* A send to peer whose completion has not been read. */
-static int ofi_sends_to(const struct ofi_tp *tp, int peer)
-{
-    for (const struct ofi_op *op = tp->posted; op; op = op->next)
-        if (op->req && op->is_send && op->conn && op->conn->peer == peer)
-            return 1;
-    return 0;
-}
-
 /* Take in every completion there is (what the peer sent before it ended
  * is all here by now), then fail what still waits for it. */
 static void ofi_peer_ended(void *vtp, int peer)
@@ -505,7 +496,7 @@ static void ofi_peer_ended(void *vtp, int peer)
      * sender reads the word): give that a moment, sleeping between looks,
      * before what is left fails. */
     uint64_t until = hoop_now_ns() + OFI_SEND_SETTLE_NS;
-    while (ofi_sends_to(tp, peer) && hoop_now_ns() < until) {
+    while (ofi_pending_with(tp, peer, OFI_WITH_SENDS) && hoop_now_ns() < until) {
         int n = ofi_poll(tp);
         if (n < 0)
             break;

@@ -286,6 +286,13 @@ int ofi_post_waiting(struct ofi_tp *tp);
 int ofi_progress(void *vtp, uint64_t deadline_ns);
 /* Read the completion queue once: completions handled, or -errno. */
 int ofi_poll(struct ofi_tp *tp);
+/* Whether a transfer with rank peer is still under way: its sends
+ * (OFI_WITH_SENDS), its receives (OFI_WITH_RECVS) or either, among the
+ * posted messages and, with OFI_WITH_XFERS, the written ones too. */
+#define OFI_WITH_SENDS 1u
+#define OFI_WITH_RECVS 2u
+#define OFI_WITH_XFERS 4u
+int ofi_pending_with(const struct ofi_tp *tp, int peer, unsigned which);
 /* Progress until op (a hello) is done or the deadline; 0 or -errno. */
 int ofi_wait_op(struct ofi_tp *tp, struct ofi_op *op, uint64_t deadline_ns);
 int ofi_watch(void *vtp, int fd);
@@ -306,8 +313,6 @@ int ofi_write_arrived(struct ofi_tp *tp, uint64_t data);
 /* End the written messages with peer (or all, peer < 0) with err, their
  * parts let go as the provider gives them back; how many requests ended. */
 int ofi_xfers_end(struct ofi_tp *tp, int peer, int err);
-/* A written message from peer is being received. */
-int ofi_xfer_waits_for(const struct ofi_tp *tp, int peer);
 
 /* prov.c: 1 when every layer of provider prov (such as "tcp;ofi_rxm") is
  * one of libfabric's software providers, which move data with the CPU and

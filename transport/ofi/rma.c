@@ -293,11 +293,3 @@ int ofi_xfers_end(struct ofi_tp *tp, int peer, int err)
     }
     return ended;
 }
-
-int ofi_xfer_waits_for(const struct ofi_tp *tp, int peer)
-{
-    for (const struct ofi_op *x = tp->xfers; x; x = x->next)
-        if (x->req && !x->is_send && x->conn->peer == peer)
-            return 1;
-    return 0;
-}
