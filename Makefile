@@ -305,20 +305,35 @@ test-asan:
 	+ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	    UBSAN_OPTIONS=print_stacktrace=1 $(ASAN_MAKE) TEST_PASSES="$(ASAN_PASSES)" test
 
-# The suite under TSan on the io_uring engine (TSAN_PASSES; libfabric's own
-# threads are not instrumented, and the engine suite runs poll there too),
-# in its own build tree (gcc: clang puts its TSan runtime in programs only,
-# and libhoop.so is linked with --no-undefined).
-# tests/tsan_arena.c lets Criterion start beside TSan's memory layout, the
-# harness forks ranks so that TSan keeps checking them, and halt_on_error
-# makes a race fail the test it happens in.
+# TSan finds races between the threads of one process, so the suite under
+# TSan is the tests whose processes run two threads through hoop at once
+# (TSAN_SUITES): the engine's thread beside the caller's (the async suite,
+# the engine on device buffers), and hoop_comm_abort or exit on another
+# thread mid-collective (faults). The library makes no thread but the
+# engine's (test-tsan checks that pthread_create is called in
+# engine/loop.c alone: a new thread fails it until its suites are added
+# here), so every other test's processes have one thread and nothing to
+# race. They run on the io_uring engine and over shared memory
+# (TSAN_PASSES; libfabric's own threads are not instrumented), in its own
+# build tree (gcc: clang puts its TSan runtime in programs only, and
+# libhoop.so is linked with --no-undefined). tests/tsan_arena.c lets
+# Criterion start beside TSan's memory layout, the harness forks ranks so
+# that TSan keeps checking them, and halt_on_error makes a race fail the
+# test it happens in.
 TSAN_FLAGS := -fsanitize=thread
-TSAN_PASSES ?= uring
+TSAN_PASSES ?= uring shm
+TSAN_SUITES := @(async/*|gpucoll/engine_*|faults/*_on_another_thread_*)
+TSAN_THREADS := engine/loop.c
 TSAN_MAKE = $(MAKE) BUILD=$(BUILD)/tsan OPT=-O1 EXTRA_CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)"
 build-tsan:
 	+$(TSAN_MAKE) all $(BUILD)/tsan/hoop_tests $(BUILD)/tsan/no_uring
 test-tsan:
-	+TSAN_OPTIONS=halt_on_error=1 $(TSAN_MAKE) TEST_PASSES="$(TSAN_PASSES)" test
+	@made=$$(grep -l 'pthread_create' $(LIB_SRCS) $(CUDA_SRCS) | tr '\n' ' '); \
+	[ "$$made" = "$(TSAN_THREADS) " ] || { echo "test-tsan: pthread_create is called in" \
+	    "$${made% } where TSAN_THREADS says $(TSAN_THREADS): add the suites that run a" \
+	    "new thread to TSAN_SUITES and its file to TSAN_THREADS"; exit 1; }
+	+TSAN_OPTIONS=halt_on_error=1 $(TSAN_MAKE) TEST_PASSES="$(TSAN_PASSES)" \
+	    TEST_ARGS="--filter='$(TSAN_SUITES)'" test
 
 # valgrind's memcheck on 4-rank jobs of ring_bench, each rank under
 # valgrind: an allreduce on each TCP engine (io_uring and poll) and an
