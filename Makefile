@@ -78,7 +78,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/obj/%.o)
 LIB_A    := $(BUILD)/libhoop.a
 LIB_SO   := $(BUILD)/libhoop.so.$(VERSION)
 PROGS    := $(BUILD)/hooprun $(BUILD)/ring_bench
-TOOLS    := $(BUILD)/reduce_bench $(BUILD)/engine_bench $(BUILD)/line_floor
+TOOLS    := $(BUILD)/reduce_bench $(BUILD)/engine_bench $(BUILD)/line_floor $(BUILD)/hostwide_bench
 TESTBIN  := $(BUILD)/hoop_tests
 
 .PHONY: all clean install check test bench build-asan build-tsan test-asan test-tsan test-valgrind fuzz
@@ -157,6 +157,12 @@ $(BUILD)/form_bench: bench/form_bench.c $(LIB_A) include/hoop.h
 # Not installed: the copies and kernels a device allreduce queues on the
 # GPU, by size (hooprun -np N build/gpu_ops; bench/RESULTS.md).
 $(BUILD)/gpu_ops: bench/gpu_ops.c $(LIB_A) $(LIB_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
+
+# Not installed: the ceiling of an allreduce through one segment that
+# every rank of a host maps (build/hostwide_bench -n N; bench/RESULTS.md).
+$(BUILD)/hostwide_bench: bench/hostwide_bench.c $(LIB_A) $(LIB_HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_A) $(LDLIBS) $(LDFLAGS)
 

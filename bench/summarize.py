@@ -9,6 +9,8 @@ topology), as bench/netns.sh and bench/compare_loopback.sh write them:
     gloo_r<k>.txt    the baseline harness's Gloo ring_chunked bench
     ompi_r<k>.txt    the baseline harness's OpenMPI bench (TCP BTL)
     tgloo_r<k>.txt   bench/torch_gloo_bench.py (torch.distributed's gloo)
+    hostwide_r<k>.txt  bench/hostwide_bench.c (one segment for every rank
+                     of the host: a design's ceiling, bench/manycore.sh)
     iperf_r<k>.txt   iperf3 goodput of one link (shaped links only)
 For every size, each system's busbw is the median over repeats, with
 [min-max]; hoop's figure is its out-of-place column and, after a slash, its
@@ -41,9 +43,9 @@ import statistics
 import sys
 import tarfile
 
-SYSTEMS = ("hoop", "gloo", "ompi", "tgloo")
+SYSTEMS = ("hoop", "gloo", "ompi", "tgloo", "hostwide")
 LABELS = {"hoop": "hoop", "gloo": "Gloo ring_chunked", "ompi": "OpenMPI tcp",
-          "tgloo": "torch gloo"}
+          "tgloo": "torch gloo", "hostwide": "one-segment prototype"}
 # Set by main(): the ratios from hoop's in-place column; cells with spread.
 OPTS = {"in_place": False, "spread": False}
 
@@ -174,6 +176,20 @@ def parse_anchor(path):
     return rows
 
 
+def parse_hostwide(path):
+    """{size: (busbw, busbw, us, us)} from hostwide_bench's table (out of
+    place; a size with wrong elements makes the whole file an error)."""
+    rows = {}
+    for line in lines(path):
+        p = line.split()
+        if not p or not p[0].isdigit() or len(p) < 8:
+            continue
+        if p[7] != "0":
+            raise ValueError(f"{path}: wrong results at {p[0]} bytes")
+        rows[int(p[0])] = (float(p[6]), float(p[6]), float(p[4]), float(p[4]))
+    return rows
+
+
 def parse_iperf(path):
     """One link's iperf3 goodput in GB/s (1e9 bytes/s)."""
     for line in lines(path):
@@ -195,7 +211,7 @@ def load(d):
     """{"hoop"|"gloo"|"ompi": {size: [(oop, ip) per repeat]}, "iperf": [GB/s]}"""
     out = {"iperf": [], "iperf_ring": []}
     for sysname in SYSTEMS:
-        parse = parse_hoop if sysname == "hoop" else parse_anchor
+        parse = {"hoop": parse_hoop, "hostwide": parse_hostwide}.get(sysname, parse_anchor)
         per = {}
         for f in files(d, f"{sysname}_r*.txt"):
             for size, v in parse(f).items():

@@ -43,7 +43,8 @@
 #                 cores (bench/engine_targets.sh)
 #   manycore      N = 8 on one host, host buffers: hoop beside torch's gloo
 #                 on loopback, 64 and 256 MiB, two repeats, with
-#                 HOOP_SHM_SINGLE_COPY=0 then 1 (bench/manycore.sh)
+#                 HOOP_SHM_SINGLE_COPY=0 then 1, and the one-segment
+#                 prototype beside them (bench/manycore.sh, hostwide_bench)
 #
 # Environment:
 #   CUDA_HOME            the CUDA toolkit (default /usr/local/cuda)
@@ -351,12 +352,13 @@ step engine_targets 180 targets
 
 # Issue 18's N = 8 on one host (host buffers, shared memory) beside
 # torch's gloo, with the large payloads through the slots and read in
-# place.
+# place, and the one-segment prototype's ceiling (bench/hostwide_bench.c).
 manycore() {
     local sc
     for sc in 0 1; do
         echo "## HOOP_SHM_SINGLE_COPY=$sc"
-        HOOP_SHM_SINGLE_COPY=$sc NS=8 REPS="1 2" MINSIZE=64M SIZE=256M ITERS=8 WARMUP=2 \
+        HOOP_SHM_SINGLE_COPY=$sc HOSTWIDE=$((1 - sc)) NS=8 REPS="1 2" MINSIZE=64M SIZE=256M \
+            ITERS=8 WARMUP=2 \
             BUILD="$build" PYTHON="$PYTHON" "$repo/bench/manycore.sh" \
             "$out/manycore_sc$sc" || return 1
     done
