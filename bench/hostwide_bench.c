@@ -19,9 +19,9 @@
  *
  * Sizes take K, M, G. Prints one line per size, ring_bench's columns:
  * bytes, count, type, op, time (us), algbw and busbw (GB/s), wrong. */
+#include "common/param.h"
 #include "reduce/reduce.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -204,23 +204,14 @@ stalled:
     return 1;
 }
 
-static int parse_size(const char *s, size_t *out)
+/* An option's value through the library's own parser (K, M, G suffixes). */
+static int option(int o, const char *text, unsigned long long *v)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *s == '-')
-        return -1;
-    if (*end == 'K' || *end == 'k')
-        v <<= 10, end++;
-    else if (*end == 'M' || *end == 'm')
-        v <<= 20, end++;
-    else if (*end == 'G' || *end == 'g')
-        v <<= 30, end++;
-    if (*end)
-        return -1;
-    *out = (size_t)v;
-    return 0;
+    char name[3] = {'-', (char)o, 0};
+    if (hoop_param_parse_u64(name, text, 0, SIZE_MAX, v) == HOOP_OK)
+        return 0;
+    fprintf(stderr, "hostwide_bench: %s\n", hoop_last_error());
+    return -1;
 }
 
 static int usage(void)
@@ -244,9 +235,9 @@ int main(int argc, char **argv)
                     .max = 256 << 20,
                     .factor = 4};
     int o;
-    size_t v;
+    unsigned long long v;
     while ((o = getopt(argc, argv, "n:b:e:f:c:d:i:w:")) != -1) {
-        if (!optarg || parse_size(optarg, &v))
+        if (!optarg || option(o, optarg, &v))
             return usage();
         switch (o) {
         case 'n': j.n = (int)v; break;
