@@ -163,31 +163,31 @@ def sweep_table(d):
     return "\n".join(lines)
 
 
-def parse_anchor(path):
-    """{size: (busbw, busbw, us, us)} from the baseline harness's table."""
+def parse_table(path, us_col, good):
+    """{size: (busbw, busbw, us, us)} from a table whose rows start with the
+    size and give the time (us) in column us_col, busbw in column 6 and, in
+    column 7, `good` when every result was right (any other word makes the
+    whole file an error)."""
     rows = {}
     for line in lines(path):
         p = line.split()
         if not p or not p[0].isdigit() or len(p) < 8:
             continue
-        if p[7] != "ok":
+        if p[7] != good:
             raise ValueError(f"{path}: check failed at {p[0]} bytes")
-        rows[int(p[0])] = (float(p[6]), float(p[6]), float(p[3]), float(p[3]))
+        rows[int(p[0])] = (float(p[6]), float(p[6]), float(p[us_col]), float(p[us_col]))
     return rows
+
+
+def parse_anchor(path):
+    """The baseline harness's table."""
+    return parse_table(path, 3, "ok")
 
 
 def parse_hostwide(path):
-    """{size: (busbw, busbw, us, us)} from hostwide_bench's table (out of
-    place; a size with wrong elements makes the whole file an error)."""
-    rows = {}
-    for line in lines(path):
-        p = line.split()
-        if not p or not p[0].isdigit() or len(p) < 8:
-            continue
-        if p[7] != "0":
-            raise ValueError(f"{path}: wrong results at {p[0]} bytes")
-        rows[int(p[0])] = (float(p[6]), float(p[6]), float(p[4]), float(p[4]))
-    return rows
+    """hostwide_bench's table (out of place; its last column counts the
+    wrong elements)."""
+    return parse_table(path, 4, "0")
 
 
 def parse_iperf(path):
