@@ -539,14 +539,10 @@ struct park_board {
 
 static bool park_wait_flag(const int *flag)
 {
-    uint64_t until = hoop_now_ns() + PARK_WAIT_NS;
-    while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE)) {
-        if (hoop_now_ns() >= until)
-            return false;
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    return true;
+    double until = harness_now() + PARK_WAIT_NS / 1e9;
+    while (!__atomic_load_n(flag, __ATOMIC_ACQUIRE) && harness_now() < until)
+        harness_sleep_ms(1);
+    return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
 }
 
 static int park_rank(hoop_comm_t *comm, int rank, int size, void *arg)
