@@ -93,7 +93,7 @@ void eng_mutex_init(pthread_mutex_t *m)
     pthread_mutexattr_destroy(&a);
 }
 
-void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, const char *msg)
+void eng_op_settle(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, const char *msg)
 {
     eng_forget_name(e, op);
     pthread_mutex_lock(&e->smu);
@@ -110,14 +110,25 @@ void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, cons
     op->st = st;
     op->msg = m;
     op->done = 1;
-    pthread_cond_broadcast(&op->cv);
     pthread_mutex_unlock(&op->mu);
+}
+
+void eng_op_wake(eng_op_t *op)
+{
+    /* A waiter either saw done under mu or sleeps on cv: no wake is lost. */
+    pthread_cond_broadcast(&op->cv);
     /* Done before the callback, so that it may read the status, the
      * sentence and the output through the handle; the engine's reference
      * keeps the handle alive until it returns. */
     if (op->cb)
-        op->cb(op, st, op->cb_arg);
+        op->cb(op, op->st, op->cb_arg);
     op_unref(op);
+}
+
+void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, const char *msg)
+{
+    eng_op_settle(e, op, st, msg);
+    eng_op_wake(op);
 }
 
 /* ---- enqueue ------------------------------------------------------------- */

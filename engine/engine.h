@@ -207,6 +207,15 @@ struct hoop_engine {
  * sleep on one waits for a wake-up that costs more than the hold. */
 void eng_mutex_init(pthread_mutex_t *m);
 void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, const char *msg);
+/* eng_op_complete in two steps: settle makes op done (its name free
+ * again, its status set) without waking anyone; wake wakes its waiters,
+ * runs its callback and drops the engine's reference. The members of one
+ * fused collective are all settled before the first is woken: a waiter
+ * woken for the first (on a machine whose cores the ranks' threads
+ * outnumber, it may take this thread's core) then finds the others done,
+ * instead of sleeping again on each, every wake a switch back and forth. */
+void eng_op_settle(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, const char *msg);
+void eng_op_wake(eng_op_t *op);
 /* Remove op from the names in flight (takes mu). */
 void eng_forget_name(struct hoop_engine *e, eng_op_t *op);
 eng_op_t *eng_find_inflight(struct hoop_engine *e, const char *name);

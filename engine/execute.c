@@ -34,6 +34,25 @@ static void finish(struct hoop_engine *e, struct eng_resp *r, hoop_status_t st, 
     r->op = NULL;
 }
 
+/* finish() for the n members of one collective: every one done before the
+ * first waiter is woken (eng_op_settle). */
+static void finish_all(struct hoop_engine *e, struct eng_resp **m, int n, hoop_status_t st,
+                       const char *msg)
+{
+    for (int k = 0; k < n; k++) {
+        m[k]->done = 1;
+        if (m[k]->op) {
+            unlink_pending(e, m[k]->op);
+            eng_op_settle(e, m[k]->op, st, msg);
+        }
+    }
+    for (int k = 0; k < n; k++)
+        if (m[k]->op) {
+            eng_op_wake(m[k]->op);
+            m[k]->op = NULL;
+        }
+}
+
 static void tl_all(struct hoop_engine *e, struct eng_resp **g, int n, const char *activity)
 {
     if (!e->tl)
@@ -583,23 +602,22 @@ hoop_status_t eng_execute(struct hoop_engine *e)
              * engine goes on. */
             char msg[1024];
             snprintf(msg, sizeof(msg), "%s", hoop_last_error());
-            for (int k = 0; k < n; k++)
-                finish(e, members[k], st, msg);
+            finish_all(e, members, n, st, msg);
             st = HOOP_OK;
             continue;
         }
+        if (st)
+            break;
         for (int k = 0; k < n; k++) {
             struct eng_resp *m = members[k];
-            if (st)
-                break;
             if (e->tl)
                 eng_timeline_end(e->tl, m->p.name, NULL); /* the operation */
             if (!m->from_cache)
                 eng_cache_put(e, m);
             if (m->p.kind == EK_ALLREDUCE)
                 eng_tune_note(e, m->p.name, m->p.count * hoop_dtype_size(m->p.dtype));
-            finish(e, m, HOOP_OK, NULL);
         }
+        finish_all(e, members, n, HOOP_OK, NULL);
     }
     free(g);
     return st;

@@ -1231,6 +1231,116 @@ Test(async, callback_sees_status_and_output_n2, .timeout = 60)
     run_case(2, &c, 40);
 }
 
+/* ---- a fused collective's members are all done before any is woken ------- */
+
+#define NMEMBERS 8
+
+typedef struct {
+    hoop_engine_handle_t *h[NMEMBERS];
+    int in_gate, go;         /* the gate's callback holds the engine until go */
+    int done_seen[NMEMBERS]; /* members done when member k's callback ran */
+} members_t;
+
+static void gate_cb(hoop_engine_handle_t *h, hoop_status_t st, void *arg)
+{
+    members_t *m = arg;
+    __atomic_store_n(&m->in_gate, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 10000 && !__atomic_load_n(&m->go, __ATOMIC_ACQUIRE); i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static members_t *members_of;
+
+static void member_cb(hoop_engine_handle_t *h, hoop_status_t st, void *arg)
+{
+    int k = (int)(intptr_t)arg, done = 0;
+    for (int j = 0; j < NMEMBERS; j++)
+        done += hoop_engine_test(members_of->h[j]);
+    __atomic_store_n(&members_of->done_seen[k], done, __ATOMIC_RELEASE);
+}
+
+static int body_members(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static members_t m;
+    static int32_t gate, v[NMEMBERS][4];
+    members_of = &m;
+    hoop_engine_stats_t s0 = {.struct_size = sizeof s0}, s1 = {.struct_size = sizeof s1};
+    hoop_engine_stats(e, &s0);
+    /* The gate's callback holds the engine's thread while the members are
+     * enqueued, so that its next cycle takes all of them, on every rank:
+     * one fused collective. */
+    hoop_engine_handle_t *g;
+    gate = rank;
+    if (hoop_engine_allreduce(e, "gate", &gate, &gate, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, gate_cb, &m,
+                              &g))
+        return harness_failf(rank, "gate refused: %s", hoop_last_error());
+    for (int i = 0; i < 20000 && !__atomic_load_n(&m.in_gate, __ATOMIC_ACQUIRE); i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    for (int k = 0; k < NMEMBERS; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "member.%d", k);
+        for (int i = 0; i < 4; i++)
+            v[k][i] = rank * 100 + k * 4 + i;
+        hoop_status_t st = hoop_engine_allreduce(e, name, v[k], v[k], 4, HOOP_I32, HOOP_SUM, 1.0,
+                                                 1.0, member_cb, (void *)(intptr_t)k, &m.h[k]);
+        if (st)
+            return harness_fail(rank, name, st);
+    }
+    __atomic_store_n(&m.go, 1, __ATOMIC_RELEASE);
+    if (wait_ok(g, rank, "gate"))
+        return 1;
+    hoop_engine_release(g);
+    for (int k = 0; k < NMEMBERS; k++)
+        if (wait_ok(m.h[k], rank, "member"))
+            return 1;
+    /* A waiter may return before its callback has run: wait for them all. */
+    for (int i = 0; i < 10000; i++) {
+        int ran = 0;
+        for (int k = 0; k < NMEMBERS; k++)
+            ran += __atomic_load_n(&m.done_seen[k], __ATOMIC_ACQUIRE) > 0;
+        if (ran == NMEMBERS)
+            break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    hoop_engine_stats(e, &s1);
+    for (int k = 0; k < NMEMBERS; k++)
+        hoop_engine_release(m.h[k]);
+    for (int k = 0; k < NMEMBERS; k++)
+        for (int i = 0; i < 4; i++) {
+            int32_t want = 0;
+            for (int r = 0; r < size; r++)
+                want += r * 100 + k * 4 + i;
+            if (v[k][i] != want)
+                return harness_failf(rank, "member.%d[%d] = %d, want %d", k, i, v[k][i], want);
+        }
+    uint64_t colls = s1.collectives - s0.collectives;
+    if (colls != 2)
+        return harness_failf(rank,
+                             "the gate and %d members took %llu collectives, want 2 (the "
+                             "members fused in one): the test's premise failed",
+                             NMEMBERS, (unsigned long long)colls);
+    for (int k = 0; k < NMEMBERS; k++)
+        if (m.done_seen[k] != NMEMBERS)
+            return harness_failf(rank,
+                                 "when member.%d's callback ran, %d of the %d members of its "
+                                 "collective were done, want all: a waiter woken for one would "
+                                 "sleep again on the next",
+                                 k, m.done_seen[k], NMEMBERS);
+    return 0;
+}
+
+Test(async, fused_members_are_all_done_before_any_is_woken_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_members, .env = {"HOOP_CYCLE_TIME=5"}};
+    run_case(2, &c, 50);
+}
+
 Test(async, timeline_of_every_rank_n2, .timeout = 60)
 {
     char path[] = "/tmp/hoop_timeline_XXXXXX";
