@@ -295,6 +295,29 @@ hoop_status_t hoop_engine_grouped_allreduce(hoop_engine_t *e, const char *name, 
     return submit(e, o, handle);
 }
 
+hoop_engine_handle_t *hoop_engine_allreduce_args(hoop_engine_allreduce_args_t *a, const char *name)
+{
+    if (!a) {
+        hoop_error(HOOP_ERR_INVALID, "engine: allreduce_args needs its struct (got NULL)");
+        return NULL;
+    }
+    if (a->struct_size != sizeof(*a)) {
+        hoop_status_t st = hoop_error(HOOP_ERR_INVALID,
+                                      "engine: allreduce_args: struct_size is %zu, this library's "
+                                      "struct is %zu bytes: the caller was built for another "
+                                      "version of hoop_engine.h",
+                                      a->struct_size, sizeof(*a));
+        if (a->struct_size >= sizeof(*a))
+            a->status = st;
+        return NULL;
+    }
+    hoop_engine_handle_t *h = NULL;
+    a->status = hoop_engine_allreduce(a->engine, name, a->sendbuf, a->recvbuf, a->count,
+                                      (hoop_dtype_t)a->dtype, (hoop_op_t)a->op, a->prescale,
+                                      a->postscale, NULL, NULL, &h);
+    return a->status == HOOP_OK ? h : NULL;
+}
+
 hoop_status_t hoop_engine_allgather(hoop_engine_t *e, const char *name, const void *sendbuf,
                                     size_t rows, size_t row_elems, hoop_dtype_t dtype,
                                     hoop_engine_cb_t cb, void *cb_arg,

@@ -73,6 +73,28 @@ HOOP_API hoop_status_t hoop_engine_allreduce(hoop_engine_t *engine, const char *
                                              double postscale, hoop_engine_cb_t cb, void *cb_arg,
                                              hoop_engine_handle_t **handle);
 
+/* hoop_engine_allreduce with its arguments in a struct, for bindings whose
+ * calls cost by the argument (Python's ctypes converts each one: its twelve
+ * cost about a microsecond, a pointer and a name a third of that, on every
+ * gradient of a step). No callback. Returns the handle, or NULL with
+ * a->status set to why (and hoop_last_error()'s sentence); a struct_size
+ * other than sizeof(hoop_engine_allreduce_args_t) is HOOP_ERR_INVALID. */
+typedef struct hoop_engine_allreduce_args {
+    size_t struct_size; /* sizeof(hoop_engine_allreduce_args_t) */
+    hoop_engine_t *engine;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    int32_t dtype; /* hoop_dtype_t */
+    int32_t op;    /* hoop_op_t */
+    double prescale;
+    double postscale;
+    int32_t status; /* out: HOOP_OK, or why the call returned NULL */
+} hoop_engine_allreduce_args_t;
+
+HOOP_API hoop_engine_handle_t *hoop_engine_allreduce_args(hoop_engine_allreduce_args_t *a,
+                                                          const char *name);
+
 /* n allreduces that run together, fused, once all are ready on all ranks:
  * tensor i is counts[i] elements from sendbufs[i] to recvbufs[i]. One
  * handle for the group, named `name`. */

@@ -1341,6 +1341,78 @@ Test(async, fused_members_are_all_done_before_any_is_woken_n2, .timeout = 60)
     run_case(2, &c, 50);
 }
 
+/* ---- hoop_engine_allreduce_args: the same allreduce, its arguments in a struct */
+
+static int body_args(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t v[5];
+    static float f[3], g[3];
+    for (int i = 0; i < 5; i++)
+        v[i] = rank * 10 + i;
+    for (int i = 0; i < 3; i++)
+        f[i] = (float)(rank + i);
+    hoop_engine_allreduce_args_t a = {.struct_size = sizeof a,
+                                      .engine = e,
+                                      .sendbuf = v,
+                                      .recvbuf = v,
+                                      .count = 5,
+                                      .dtype = HOOP_I32,
+                                      .op = HOOP_SUM,
+                                      .prescale = 1.0,
+                                      .postscale = 1.0,
+                                      .status = -1};
+    hoop_engine_handle_t *h = hoop_engine_allreduce_args(&a, "args.in_place");
+    if (!h || a.status != HOOP_OK)
+        return harness_failf(rank, "args.in_place: NULL, status %d: %s", a.status,
+                             hoop_last_error());
+    if (wait_ok(h, rank, "args.in_place"))
+        return 1;
+    hoop_engine_release(h);
+    for (int i = 0; i < 5; i++)
+        if (v[i] != 10 * size * (size - 1) / 2 + size * i)
+            return harness_failf(rank, "args.in_place[%d] = %d", i, v[i]);
+    /* Out of place, scaled: (2 x) summed, then halved, is the sum. */
+    a = (hoop_engine_allreduce_args_t){.struct_size = sizeof a,
+                                       .engine = e,
+                                       .sendbuf = f,
+                                       .recvbuf = g,
+                                       .count = 3,
+                                       .dtype = HOOP_F32,
+                                       .op = HOOP_SUM,
+                                       .prescale = 2.0,
+                                       .postscale = 0.5};
+    if (!(h = hoop_engine_allreduce_args(&a, "args.scaled")) || wait_ok(h, rank, "args.scaled"))
+        return harness_failf(rank, "args.scaled: status %d: %s", a.status, hoop_last_error());
+    hoop_engine_release(h);
+    for (int i = 0; i < 3; i++)
+        if (g[i] != (float)(size * (size - 1) / 2 + size * i) || f[i] != (float)(rank + i))
+            return harness_failf(rank, "args.scaled[%d] = %g (input now %g)", i, g[i], f[i]);
+    /* Refused: the status says why, and nothing is enqueued. */
+    char longname[HOOP_ENGINE_NAME_MAX + 2];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    a.status = -1;
+    if (hoop_engine_allreduce_args(&a, longname) || a.status != HOOP_ERR_INVALID ||
+        !strstr(hoop_last_error(), "a name of 1 to"))
+        return harness_failf(rank, "a name too long: status %d, '%s'", a.status, hoop_last_error());
+    a.struct_size = sizeof a - sizeof(double);
+    a.status = -1;
+    if (hoop_engine_allreduce_args(&a, "args.small") || a.status != -1 ||
+        !strstr(hoop_last_error(), "struct_size is"))
+        return harness_failf(rank, "a struct of another size: status %d, '%s'", a.status,
+                             hoop_last_error());
+    if (hoop_engine_allreduce_args(NULL, "args.null") || !strstr(hoop_last_error(), "NULL"))
+        return harness_failf(rank, "NULL args: '%s'", hoop_last_error());
+    return 0;
+}
+
+Test(async, allreduce_args_is_the_allreduce_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_args};
+    run_case(2, &c, 40);
+}
+
 Test(async, timeline_of_every_rank_n2, .timeout = 60)
 {
     char path[] = "/tmp/hoop_timeline_XXXXXX";

@@ -18,13 +18,18 @@ _lock = threading.Lock()
 _names = {}
 # The C functions every gradient goes through, looked up once at init():
 # allreduce, wait, test, status, release.
-_fn_allreduce = _fn_wait = _fn_test = _fn_status = _fn_release = None
+_fn_allreduce_args = _fn_wait = _fn_test = _fn_status = _fn_release = None
+# Each thread packs its allreduces' arguments into a struct of its own.
+_tls = threading.local()
+_pack_args = _lib.ALLREDUCE_ARGS_PACK.pack_into
+_ARGS_SIZE = ctypes.sizeof(_lib.AllreduceArgs)
 
 
 class _State:
     def __init__(self, comm, transport):
         L = _lib.lib()
         self.engine = None
+        self.engine_addr = 0  # the engine's address, as an int (packed into AllreduceArgs)
         self.rank, self.size = L.hoop_comm_rank(comm), L.hoop_comm_size(comm)
         self.local_rank, self.local_size = L.hoop_comm_local_rank(comm), L.hoop_comm_local_size(comm)
         self.cross_rank, self.cross_size = L.hoop_comm_cross_rank(comm), L.hoop_comm_cross_size(comm)
@@ -52,10 +57,11 @@ def init():
             L.hoop_comm_destroy(comm)
             raise error(st, sentence)
         s.engine = eng
+        s.engine_addr = eng.value
         _state = s
         _names.clear()
-        global _fn_allreduce, _fn_wait, _fn_test, _fn_status, _fn_release
-        _fn_allreduce, _fn_wait, _fn_test = L.hoop_engine_allreduce, L.hoop_engine_wait, L.hoop_engine_test
+        global _fn_allreduce_args, _fn_wait, _fn_test, _fn_status, _fn_release
+        _fn_allreduce_args, _fn_wait, _fn_test = L.hoop_engine_allreduce_args, L.hoop_engine_wait, L.hoop_engine_test
         _fn_status, _fn_release = L.hoop_engine_status, L.hoop_engine_release
 
 
@@ -250,10 +256,15 @@ def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, fin
     else:
         pre, post = _scales(dtype, prescale, postscale, "allreduce", name)
     s = _state if _state is not None else state()
-    h = _c_void_p()
-    st = _fn_allreduce(s.engine, name.encode(), send, recv, count, dtype, op, pre, post, None, None, _byref(h))
-    if st != _OK:
-        _check(st, name)
+    try:
+        a, addr = _tls.args
+    except AttributeError:
+        a = _lib.AllreduceArgs()
+        _tls.args = a, addr = a, ctypes.addressof(a)
+    _pack_args(a, 0, _ARGS_SIZE, s.engine_addr, send or 0, recv or 0, count, dtype, op, pre, post)
+    h = _fn_allreduce_args(addr, name.encode())
+    if not h:
+        _check(a.status, name)
     return Handle(h, name, keep, finish, result)
 
 

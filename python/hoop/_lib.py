@@ -11,6 +11,7 @@ The library is found, first match wins, at
 import ctypes
 import ctypes.util
 import os
+import struct
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -132,6 +133,23 @@ def lib():
                       "to its path" % "; ".join(tried))
 
 
+class AllreduceArgs(ctypes.Structure):
+    """hoop_engine_allreduce_args_t: an allreduce's arguments in one struct,
+    so that a gradient's enqueue converts two arguments, not twelve."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("engine", ctypes.c_void_p), ("sendbuf", ctypes.c_void_p),
+                ("recvbuf", ctypes.c_void_p), ("count", ctypes.c_size_t), ("dtype", ctypes.c_int32),
+                ("op", ctypes.c_int32), ("prescale", ctypes.c_double), ("postscale", ctypes.c_double),
+                ("status", ctypes.c_int32)]
+
+
+# The fields before status, packed in one call (struct.pack_into) into an
+# AllreduceArgs: the layout checked against ctypes' own.
+ALLREDUCE_ARGS_PACK = struct.Struct("@NPPPNiidd")
+if ALLREDUCE_ARGS_PACK.size != AllreduceArgs.status.offset:
+    raise ImportError("hoop: hoop_engine_allreduce_args_t's fields pack to %d bytes before status, where "
+                      "ctypes places status at %d" % (ALLREDUCE_ARGS_PACK.size, AllreduceArgs.status.offset))
+
+
 def _prototypes(L):
     c_int, c_size_t, c_double, c_char_p, c_void_p = (ctypes.c_int, ctypes.c_size_t, ctypes.c_double,
                                                       ctypes.c_char_p, ctypes.c_void_p)
@@ -154,6 +172,7 @@ def _prototypes(L):
         "hoop_engine_destroy": (c_int, [c_void_p]),
         "hoop_engine_allreduce": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int,
                                           c_double, c_double, c_void_p, c_void_p, P(c_void_p)]),
+        "hoop_engine_allreduce_args": (c_void_p, [c_void_p, c_char_p]),
         "hoop_engine_grouped_allreduce": (c_int, [c_void_p, c_char_p, c_int, P(c_void_p), P(c_void_p),
                                                   P(c_size_t), c_int, c_int, c_double, c_double, c_void_p,
                                                   c_void_p, P(c_void_p)]),

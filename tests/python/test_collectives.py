@@ -2,6 +2,8 @@
 Run on every rank: hooprun -np N python3 -m pytest tests/python/test_collectives.py"""
 import json
 import os
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ import torch
 
 import hoop
 import hoop.torch as hvd
+from hoop import _engine
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
@@ -316,6 +319,47 @@ def test_errors_and_unsupported():
         with pytest.raises(hvd.HoopMismatchError, match="'mismatch'"):
             hvd.allreduce(torch.ones(4 + (R == N - 1)), name="mismatch")
     assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(N)))
+
+
+def test_enqueue_refused_and_from_threads():
+    # refused at the enqueue: hoop's status and sentence, nothing enqueued
+    with pytest.raises(hvd.HoopInvalidError, match="a name of 1 to 200 bytes"):
+        hvd.allreduce_async_(torch.ones(1), name="n" * 201)
+    # Threads enqueue at once, each packing its own arguments: switching
+    # threads every microsecond, a shared struct would mix one thread's
+    # tensor with another's name.
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        K, T = 6, 120
+        out, errors, addrs = {}, [], []
+
+        def worker(k):
+            try:
+                ts = [torch.full((7 + i % 5,), float(R * 1000 + k * 100 + i)) for i in range(T)]
+                order = list(range(T)) if R % 2 == 0 else list(reversed(range(T)))
+                hs = {i: hvd.allreduce_async_(ts[i], name="thread.%d.%d" % (k, i), op=hvd.Sum) for i in order}
+                addrs.append(_engine._tls.args[1])  # this thread's struct
+                for i in range(T):
+                    hvd.synchronize(hs[i])
+                out[k] = ts
+            except Exception as e:  # reported below, on the main thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(K)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert not any(t.is_alive() for t in threads)
+        assert len(set(addrs)) == K, "threads shared an AllreduceArgs: %s" % addrs
+        for k in range(K):
+            for i in range(T):
+                want = float(sum(r * 1000 for r in range(N)) + N * (k * 100 + i))
+                assert torch.equal(out[k][i], torch.full((7 + i % 5,), want)), (k, i, out[k][i])
+    finally:
+        sys.setswitchinterval(old)
 
 
 def test_join_last():
