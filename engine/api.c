@@ -551,6 +551,14 @@ hoop_status_t hoop_engine_wait(hoop_engine_handle_t *h, double timeout_s)
     return st;
 }
 
+hoop_status_t hoop_engine_wait_release(hoop_engine_handle_t *h, double timeout_s)
+{
+    hoop_status_t st = hoop_engine_wait(h, timeout_s);
+    if (st == HOOP_OK)
+        op_unref(h);
+    return st;
+}
+
 hoop_status_t hoop_engine_status(hoop_engine_handle_t *h, const char **sentence)
 {
     if (!h)

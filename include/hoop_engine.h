@@ -172,6 +172,12 @@ HOOP_API int hoop_engine_test(hoop_engine_handle_t *h);
  * still may: test or wait again). */
 HOOP_API hoop_status_t hoop_engine_wait(hoop_engine_handle_t *h, double timeout_s);
 
+/* hoop_engine_wait, then, when it returns HOOP_OK, hoop_engine_release: a
+ * success leaves h released (not to be used again); any other status
+ * leaves it held, to read its status, wait again or release. One call
+ * where a binding's calls are dear (Horovod's wait_and_clear). */
+HOOP_API hoop_status_t hoop_engine_wait_release(hoop_engine_handle_t *h, double timeout_s);
+
 /* Status of a completed handle (HOOP_ERR_INVALID while pending) and its
  * sentence ("" on success), valid until release. */
 HOOP_API hoop_status_t hoop_engine_status(hoop_engine_handle_t *h, const char **sentence);

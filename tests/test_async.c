@@ -1413,6 +1413,60 @@ Test(async, allreduce_args_is_the_allreduce_n2, .timeout = 60)
     run_case(2, &c, 40);
 }
 
+/* ---- hoop_engine_wait_release: released on success only ----------------- */
+
+static int body_wait_release(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t late[3], go, bad[4];
+    for (int i = 0; i < 3; i++)
+        late[i] = rank + i;
+    hoop_engine_handle_t *hl = NULL, *hg;
+    hoop_status_t st;
+    /* Rank 1 enqueues "late" only after "go", which rank 0 enqueues only
+     * after its first wait on "late" has run out: pending, so held. */
+    if (rank == 0) {
+        if (hoop_engine_allreduce(e, "late", late, late, 3, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
+                                  NULL, &hl))
+            return harness_failf(rank, "late: %s", hoop_last_error());
+        if ((st = hoop_engine_wait_release(hl, 0.05)) != HOOP_ERR_TIMEOUT)
+            return harness_failf(rank, "late, before rank 1 enqueued it: %s, want timed out",
+                                 hoop_status_str(st));
+        if (hoop_engine_test(hl)) /* still held: a released handle would be freed memory */
+            return harness_failf(rank, "late is done before rank 1 enqueued it");
+    }
+    if (hoop_engine_allreduce(e, "go", &go, &go, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                              &hg) ||
+        (st = hoop_engine_wait_release(hg, WAIT_S)))
+        return harness_failf(rank, "go: %s", hoop_last_error());
+    if (rank != 0 && hoop_engine_allreduce(e, "late", late, late, 3, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                           NULL, NULL, &hl))
+        return harness_failf(rank, "late: %s", hoop_last_error());
+    if ((st = hoop_engine_wait_release(hl, WAIT_S)))
+        return harness_failf(rank, "late: %s", hoop_last_error());
+    for (int i = 0; i < 3; i++)
+        if (late[i] != size * (size - 1) / 2 + size * i)
+            return harness_failf(rank, "late[%d] = %d", i, late[i]);
+    /* A failure leaves the handle held: its sentence is still there. */
+    hoop_engine_handle_t *hb;
+    if (hoop_engine_allreduce(e, "bad", bad, bad, rank ? 4 : 3, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
+                              NULL, &hb))
+        return harness_failf(rank, "bad: %s", hoop_last_error());
+    if ((st = hoop_engine_wait_release(hb, WAIT_S)) != HOOP_ERR_MISMATCH)
+        return harness_failf(rank, "bad: %s, want a mismatch", hoop_status_str(st));
+    const char *why = NULL;
+    if (hoop_engine_status(hb, &why) != HOOP_ERR_MISMATCH || !why || !strstr(why, "'bad'"))
+        return harness_failf(rank, "bad's status after the failed wait: '%s'", why ? why : "");
+    hoop_engine_release(hb);
+    return 0;
+}
+
+Test(async, wait_release_lets_go_on_success_only_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_wait_release};
+    run_case(2, &c, 40);
+}
+
 Test(async, timeline_of_every_rank_n2, .timeout = 60)
 {
     char path[] = "/tmp/hoop_timeline_XXXXXX";

@@ -18,7 +18,7 @@ _lock = threading.Lock()
 _names = {}
 # The C functions every gradient goes through, looked up once at init():
 # allreduce, wait, test, status, release.
-_fn_allreduce_args = _fn_wait = _fn_test = _fn_status = _fn_release = None
+_fn_allreduce_args = _fn_wait = _fn_wait_release = _fn_test = _fn_status = _fn_release = None
 # Each thread packs its allreduces' arguments into a struct of its own.
 _tls = threading.local()
 _pack_args = _lib.ALLREDUCE_ARGS_PACK.pack_into
@@ -60,8 +60,9 @@ def init():
         s.engine_addr = eng.value
         _state = s
         _names.clear()
-        global _fn_allreduce_args, _fn_wait, _fn_test, _fn_status, _fn_release
+        global _fn_allreduce_args, _fn_wait, _fn_wait_release, _fn_test, _fn_status, _fn_release
         _fn_allreduce_args, _fn_wait, _fn_test = L.hoop_engine_allreduce_args, L.hoop_engine_wait, L.hoop_engine_test
+        _fn_wait_release = L.hoop_engine_wait_release
         _fn_status, _fn_release = L.hoop_engine_status, L.hoop_engine_release
 
 
@@ -147,6 +148,11 @@ class Handle:
                 raise self._error
             return self._result
         h = self._h
+        if self._finish is None and _fn_wait_release(h, 0.2) == _OK:
+            # A gradient's path: one C call waits and lets the handle go.
+            self._done = True
+            self._h = self._keep = None
+            return self._result
         # Wait in slices, so that Python signals (Ctrl-C) get through. A
         # wait that returns OK is a success: one C call on that path; any
         # other return is a slice that ran out or a failure (test tells).

@@ -190,6 +190,7 @@ def _prototypes(L):
         "hoop_engine_join": (c_int, [c_void_p, c_void_p, c_void_p, P(c_void_p)]),
         "hoop_engine_test": (c_int, [c_void_p]),
         "hoop_engine_wait": (c_int, [c_void_p, c_double]),
+        "hoop_engine_wait_release": (c_int, [c_void_p, c_double]),
         "hoop_engine_status": (c_int, [c_void_p, P(c_char_p)]),
         "hoop_engine_output": (c_void_p, [c_void_p, P(c_size_t)]),
         "hoop_engine_counts": (c_int, [c_void_p, P(c_size_t)]),
