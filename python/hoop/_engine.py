@@ -6,7 +6,6 @@ operation returns a Handle whose synchronize() waits and gives its result.
 """
 import atexit
 import ctypes
-import itertools
 import os
 import threading
 
@@ -108,21 +107,20 @@ class Handle:
     """An operation in flight: poll() says whether it is done, synchronize()
     waits for it and returns its result (or raises hoop's error)."""
 
-    __slots__ = ("_h", "name", "_keep", "_finish", "_done", "_result", "_error", "id", "__weakref__")
-    _ids = itertools.count()
+    # Done once _h, the C handle, is None (released). Every gradient makes
+    # one: no field it does not need.
+    __slots__ = ("_h", "name", "_keep", "_finish", "_result", "_error", "__weakref__")
 
     def __init__(self, h, name, keep, finish, result=None):
         self._h = h
         self.name = name
         self._keep = keep          # buffers the engine reads or writes until completion
         self._finish = finish      # called with the handle once it succeeded: the result
-        self._done = False
         self._result = result      # the result when there is no finish
         self._error = None
-        self.id = next(Handle._ids)
 
     def poll(self):
-        if self._done:
+        if self._h is None:
             return True
         return bool(_lib.lib().hoop_engine_test(self._h))
 
@@ -143,14 +141,13 @@ class Handle:
         return _lib.lib().hoop_engine_last_joined(self._h)
 
     def synchronize(self):
-        if self._done:
+        h = self._h
+        if h is None:
             if self._error is not None:
                 raise self._error
             return self._result
-        h = self._h
         if self._finish is None and _fn_wait_release(h, 0.2) == _OK:
             # A gradient's path: one C call waits and lets the handle go.
-            self._done = True
             self._h = self._keep = None
             return self._result
         # Wait in slices, so that Python signals (Ctrl-C) get through. A
@@ -159,7 +156,6 @@ class Handle:
         st = _fn_wait(h, 0.2)
         while st != _OK and not _fn_test(h):
             st = _fn_wait(h, 0.2)
-        self._done = True
         try:
             if st != _OK:
                 why = ctypes.c_char_p()
@@ -196,7 +192,7 @@ class HandleGroup:
     every one (each is released, whatever the others do), then returns
     finish(their results), or raises the first error."""
 
-    __slots__ = ("_handles", "_finish", "_done", "_result", "_error", "name", "id", "__weakref__")
+    __slots__ = ("_handles", "_finish", "_done", "_result", "_error", "name", "__weakref__")
 
     def __init__(self, handles, finish, name):
         self._handles = list(handles)
@@ -204,7 +200,6 @@ class HandleGroup:
         self._done = False
         self._result = self._error = None
         self.name = name
-        self.id = next(Handle._ids)
 
     def poll(self):
         return self._done or all(h.poll() for h in self._handles)
