@@ -224,8 +224,13 @@ static hoop_status_t submit(hoop_engine_t *e, eng_op_t *op, hoop_engine_handle_t
     else
         e->q_head = op;
     e->q_tail = op;
-    if (e->quiet)
+    __atomic_add_fetch(&e->pokes, 1, __ATOMIC_RELEASE);
+    if (e->quiet) {
+        /* One wake is enough: the thread takes the whole queue. */
+        e->quiet = 0;
+        e->wakes++;
         pthread_cond_signal(&e->wake);
+    }
     pthread_mutex_unlock(&e->mu);
     *handle = op;
     return HOOP_OK;
@@ -670,6 +675,9 @@ hoop_status_t hoop_engine_stats(hoop_engine_t *e, hoop_engine_stats_t *stats)
     pthread_mutex_lock(&e->smu);
     s = e->stats;
     pthread_mutex_unlock(&e->smu);
+    pthread_mutex_lock(&e->mu);
+    s.wakes = e->wakes;
+    pthread_mutex_unlock(&e->mu);
     size_t n = stats->struct_size < sizeof(s) ? stats->struct_size : sizeof(s);
     s.struct_size = n;
     memcpy(stats, &s, n);

@@ -143,6 +143,9 @@ struct hoop_engine {
     uint64_t barrier_seq, join_seq;
     pthread_cond_t wake; /* the thread's sleep while quiet (CLOCK_MONOTONIC) */
     int quiet;           /* it sleeps long: an enqueue or destroy wakes it */
+    uint64_t wakes;      /* enqueues that woke it (under mu) */
+    uint64_t pokes;      /* enqueues and destroys so far (atomic: a spin reads it unlocked) */
+    uint64_t spin_ns;    /* how long it looks for an enqueue before it sleeps (0: it does not) */
 
     /* Written by the engine's thread, read by hoop_engine_stats, under smu
      * (not mu: the thread's counting keeps no enqueue waiting). */

@@ -211,6 +211,7 @@ typedef struct hoop_engine_stats {
     uint64_t ops_done;         /* operations completed, with any status */
     uint64_t fusion_threshold; /* bytes, now (autotune changes it) */
     double cycle_time_ms;      /* now */
+    uint64_t wakes;            /* enqueues that found the engine's thread asleep and woke it */
 } hoop_engine_stats_t;
 
 HOOP_API hoop_status_t hoop_engine_stats(hoop_engine_t *engine, hoop_engine_stats_t *stats);

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -38,6 +39,7 @@ typedef struct async_case {
     const char *env[8];      /* "NAME=VALUE", NULL-terminated */
     const char *stderr_path; /* when set, rank 0's stderr goes there (its log) */
     const char *env_rank1;   /* "NAME=VALUE" set on rank 1 only */
+    int one_cpu;             /* each rank runs on one CPU (its first) */
 } async_case_t;
 
 static int async_rank(int rank, int size, int port, void *arg)
@@ -52,6 +54,18 @@ static int async_rank(int rank, int size, int port, void *arg)
         if (fd >= 0) {
             dup2(fd, 2);
             close(fd);
+        }
+    }
+    if (c->one_cpu) {
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) == 0) {
+            int first = 0;
+            while (first < CPU_SETSIZE && !CPU_ISSET(first, &set))
+                first++;
+            CPU_ZERO(&set);
+            CPU_SET(first, &set);
+            if (sched_setaffinity(0, sizeof set, &set))
+                return harness_failf(rank, "cannot pin to CPU %d", first);
         }
     }
     hoop_config_t cfg;
@@ -1465,6 +1479,98 @@ Test(async, wait_release_lets_go_on_success_only_n2, .timeout = 60)
 {
     async_case_t c = {.body = body_wait_release};
     run_case(2, &c, 40);
+}
+
+/* ---- a quiet engine looks for enqueues before it sleeps ------------------ */
+
+#define NLONE 200
+
+typedef struct {
+    int most_wakes, least_wakes; /* bounds on the enqueues that woke the thread */
+    const char *log_path;        /* when set: the log must say want_log */
+    const char *want_log;
+} lone_arg_t;
+
+/* NLONE operations one after the other, each enqueued as soon as the one
+ * before it is done: the engine's thread has just gone quiet. */
+static int body_lone(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    lone_arg_t *a = arg;
+    static int32_t x;
+    for (int k = 0; k < NLONE; k++) {
+        hoop_engine_handle_t *h;
+        x = rank + k;
+        if (hoop_engine_allreduce(e, "lone", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                  &h) ||
+            hoop_engine_wait_release(h, WAIT_S))
+            return harness_failf(rank, "lone %d: %s", k, hoop_last_error());
+        if (x != size * (size - 1) / 2 + size * k)
+            return harness_failf(rank, "lone %d = %d", k, x);
+    }
+    hoop_engine_stats_t s = {.struct_size = sizeof s};
+    hoop_engine_stats(e, &s);
+    fprintf(stderr, "rank %d: %llu of %d enqueues woke the engine's thread\n", rank,
+            (unsigned long long)s.wakes, NLONE);
+    if ((int)s.wakes > a->most_wakes || (int)s.wakes < a->least_wakes)
+        return harness_failf(rank, "%llu of %d enqueues woke the engine's thread, want %d to %d",
+                             (unsigned long long)s.wakes, NLONE, a->least_wakes, a->most_wakes);
+    if (a->log_path) {
+        char text[16384];
+        if (read_file(a->log_path, text, sizeof text))
+            return harness_failf(rank, "cannot read its log %s", a->log_path);
+        if (!strstr(text, a->want_log))
+            return harness_failf(rank, "the log does not say '%s':\n%s", a->want_log, text);
+    }
+    return 0;
+}
+
+Test(async, a_spinning_engine_is_not_woken_by_each_enqueue_n1, .timeout = 60)
+{
+    /* A second's look: every enqueue comes while it looks, even under a
+     * sanitizer on a loaded machine. */
+    lone_arg_t a = {.most_wakes = 10, .least_wakes = 0};
+    async_case_t c = {.body = body_lone, .arg = &a, .env = {"HOOP_BUSY_POLL_US=1000000"}};
+    run_case(1, &c, 50);
+}
+
+Test(async, without_busy_poll_each_enqueue_wakes_the_engine_n1, .timeout = 60)
+{
+    /* The wakes counted where they happen: a quiet thread asleep is woken
+     * once per enqueue that finds it so (most of them here). */
+    lone_arg_t a = {.most_wakes = NLONE, .least_wakes = NLONE / 2};
+    async_case_t c = {.body = body_lone, .arg = &a, .env = {"HOOP_BUSY_POLL_US=0"}};
+    run_case(1, &c, 50);
+}
+
+Test(async, auto_busy_poll_spins_only_with_a_cpu_for_each_thread_n1, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_spin_XXXXXX";
+    make_temp(path);
+    /* One CPU for the caller and the engine: no spin. */
+    lone_arg_t a = {.most_wakes = NLONE,
+                    .least_wakes = 0,
+                    .log_path = path,
+                    .want_log = "a quiet engine sleeps at once"};
+    async_case_t c = {.body = body_lone,
+                      .arg = &a,
+                      .env = {"HOOP_LOG_LEVEL=info"},
+                      .stderr_path = path,
+                      .one_cpu = 1};
+    run_case(1, &c, 50);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) >= 2) {
+        /* Two: a spin, and most enqueues come while it looks. */
+        lone_arg_t b = {.most_wakes = NLONE,
+                        .least_wakes = 0,
+                        .log_path = path,
+                        .want_log = "a quiet engine looks for enqueues"};
+        async_case_t d = {
+            .body = body_lone, .arg = &b, .env = {"HOOP_LOG_LEVEL=info"}, .stderr_path = path};
+        run_case(1, &d, 50);
+    } else {
+        fprintf(stderr, "auto_busy_poll: this process has one CPU: the case of two is not run\n");
+    }
+    unlink(path);
 }
 
 Test(async, timeline_of_every_rank_n2, .timeout = 60)

@@ -353,7 +353,7 @@ class _Stats(ctypes.Structure):  # hoop_engine_stats_t
                 ("negotiations", ctypes.c_uint64), ("cache_hits", ctypes.c_uint64),
                 ("collectives", ctypes.c_uint64), ("fused_ops", ctypes.c_uint64),
                 ("ops_done", ctypes.c_uint64), ("fusion_threshold", ctypes.c_uint64),
-                ("cycle_time_ms", ctypes.c_double)]
+                ("cycle_time_ms", ctypes.c_double), ("wakes", ctypes.c_uint64)]
 
 
 def engine_stats():

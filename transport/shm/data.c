@@ -2,6 +2,7 @@
  * and out of the slots, and its waits (shm.h). */
 #include "transport/shm/conn.h"
 #include "common/clock.h"
+#include "common/relax.h"
 #include "common/sock.h"
 #include "common/status.h"
 
@@ -30,15 +31,6 @@
  * 8-byte one 13 % slower than pausing once for its first microsecond. */
 #define SHM_SPIN_RELAX_MAX 16
 #define SHM_SPIN_QUICK_NS 1000
-
-static inline void shm_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 static void shm_ring(int efd)
 {
@@ -702,7 +694,7 @@ int shm_progress(void *vtp, uint64_t deadline_ns)
             yield_at = now + SHM_SPIN_YIELD_NS;
         } else {
             for (int i = 0; i < relax; i++)
-                shm_cpu_relax();
+                hoop_cpu_relax();
             if (relax < SHM_SPIN_RELAX_MAX && now >= quick_until)
                 relax *= 2;
         }
