@@ -146,6 +146,7 @@ struct hoop_engine {
     uint64_t wakes;      /* enqueues that woke it (under mu) */
     uint64_t pokes;      /* enqueues and destroys so far (atomic: a spin reads it unlocked) */
     uint64_t spin_ns;    /* how long it looks for an enqueue before it sleeps (0: it does not) */
+    int spin_yields;     /* and gives up the CPU between looks (fewer CPUs than threads) */
 
     /* Written by the engine's thread, read by hoop_engine_stats, under smu
      * (not mu: the thread's counting keeps no enqueue waiting). */

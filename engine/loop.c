@@ -30,8 +30,7 @@
 #define ENG_IDLE_CYCLES 100
 #define ENG_QUIET_NS 50000000ull
 /* HOOP_BUSY_POLL_US=auto: how long a quiet thread looks for an enqueue
- * before it sleeps, where the host has a CPU for every thread of its ranks'
- * callers and engines (the communicator's waits spin as long). */
+ * before it sleeps (as long as the communicator's waits spin). */
 #define ENG_SPIN_AUTO_NS 20000ull
 
 enum { W_MAGIC = 0, W_STOP, W_THRESH_LO, W_THRESH_HI, W_CYCLE_US, W_CACHE_CAP, W_HDR };
@@ -370,8 +369,10 @@ static hoop_status_t cycle(struct hoop_engine *e, int stop, int *stopped)
  * for an enqueue for spin_ns without sleeping: the gradients of a backward
  * pass come a few microseconds apart, and each that found the thread asleep
  * would pay a system call to wake it (on the 2-core machine a step of 100
- * through hoop.torch's DistributedOptimizer spent 1.2 ms beside the model's
- * own, 0.7 with the look; bench/RESULTS.md). */
+ * through hoop.torch's DistributedOptimizer spent 1.3 ms beside the model's
+ * own, 0.7 with the look; bench/RESULTS.md). Where the CPUs are fewer than
+ * the callers and engines of this host's ranks, it gives up the CPU between
+ * looks (sched_yield), so that the thread it waits for may run. */
 static void engine_sleep(struct hoop_engine *e, uint64_t until, int quiet, int spin)
 {
     struct timespec ts = {(time_t)(until / 1000000000ull), (long)(until % 1000000000ull)};
@@ -388,7 +389,10 @@ static void engine_sleep(struct hoop_engine *e, uint64_t until, int quiet, int s
                 return; /* the caller takes the queue (or stops) under mu */
             if (!(k % 16) && hoop_now_ns() >= end)
                 break;
-            hoop_cpu_relax();
+            if (e->spin_yields)
+                sched_yield();
+            else
+                hoop_cpu_relax();
         }
     }
     pthread_mutex_lock(&e->mu);
@@ -498,27 +502,28 @@ static void engine_free(struct hoop_engine *e)
 }
 
 /* How long the quiet thread spins (HOOP_BUSY_POLL_US, as the
- * communicator's waits; auto: ENG_SPIN_AUTO_NS where every rank of this
- * host has a CPU for its caller and one for its engine, else none: there a
- * spin takes the CPU another rank needs). */
+ * communicator's waits; auto: ENG_SPIN_AUTO_NS), and whether it yields
+ * the CPU between looks: where this host's ranks have fewer CPUs than
+ * callers and engines (two threads each), a plain spin would take the CPU
+ * a caller needs. Yielding, a DistributedOptimizer step of 100 tensors at
+ * N = 2 on 2 CPUs went from 3.7 to 2.6 ms, and the synthetic benchmark
+ * did not move (bench/RESULTS.md). */
 static hoop_status_t engine_spin(struct hoop_engine *e)
 {
     const char *v = hoop_param_str("HOOP_BUSY_POLL_US");
-    unsigned long long us;
-    if (strcmp(v, "auto") != 0) {
-        if (hoop_param_parse_u64("HOOP_BUSY_POLL_US", v, 0, 1000000, &us))
-            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: %s", e->rank, hoop_last_error());
-        e->spin_ns = us * 1000;
-    } else {
-        cpu_set_t cpus;
-        int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-        int local = hoop_comm_local_size(e->comm);
-        e->spin_ns = ncpu >= 2 * (local > 0 ? local : 1) ? ENG_SPIN_AUTO_NS : 0;
-    }
-    HOOP_INFO("engine rank %d: a quiet engine %s", e->rank,
-              e->spin_ns ? "looks for enqueues before it sleeps (HOOP_BUSY_POLL_US)"
-                         : "sleeps at once (fewer CPUs than callers and engines of this host's "
-                           "ranks, or HOOP_BUSY_POLL_US=0)");
+    unsigned long long us = ENG_SPIN_AUTO_NS / 1000;
+    if (strcmp(v, "auto") != 0 && hoop_param_parse_u64("HOOP_BUSY_POLL_US", v, 0, 1000000, &us))
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: %s", e->rank, hoop_last_error());
+    e->spin_ns = us * 1000;
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    int local = hoop_comm_local_size(e->comm);
+    e->spin_yields = ncpu < 2 * (local > 0 ? local : 1);
+    HOOP_INFO("engine rank %d: a quiet engine looks for enqueues for %llu us before it sleeps%s",
+              e->rank, us,
+              e->spin_yields && us ? ", yielding the CPU between looks (fewer CPUs here than "
+                                     "callers and engines of this host's ranks)"
+                                   : "");
     return HOOP_OK;
 }
 
@@ -576,9 +581,6 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
             return hoop_error(HOOP_ERR_INVALID, "engine rank %d: HOOP_TIMELINE: %s", e->rank, err);
         }
     }
-    /* Spinning pays where every rank of this host has a CPU for its caller
-     * and one for its engine; fewer, and a spin takes the CPU another rank
-     * needs (four ranks on two CPUs: 5-10 % slower steps). */
     if ((st = engine_spin(e))) {
         engine_free(e);
         return st;
