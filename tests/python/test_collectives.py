@@ -1,5 +1,6 @@
 """Every collective of hoop (numpy) and hoop.torch, exact on integer values.
 Run on every rank: hooprun -np N python3 -m pytest tests/python/test_collectives.py"""
+import ctypes
 import json
 import os
 import sys
@@ -332,14 +333,14 @@ def test_enqueue_refused_and_from_threads():
     sys.setswitchinterval(1e-6)
     try:
         K, T = 6, 120
-        out, errors, addrs = {}, [], []
+        out, errors, structs = {}, [], []
 
         def worker(k):
             try:
                 ts = [torch.full((7 + i % 5,), float(R * 1000 + k * 100 + i)) for i in range(T)]
                 order = list(range(T)) if R % 2 == 0 else list(reversed(range(T)))
                 hs = {i: hvd.allreduce_async_(ts[i], name="thread.%d.%d" % (k, i), op=hvd.Sum) for i in order}
-                addrs.append(_engine._tls.args[1])  # this thread's struct
+                structs.append(_engine._tls.args[0])  # this thread's struct, kept alive
                 for i in range(T):
                     hvd.synchronize(hs[i])
                 out[k] = ts
@@ -353,6 +354,7 @@ def test_enqueue_refused_and_from_threads():
             t.join(60)
         assert not errors, errors
         assert not any(t.is_alive() for t in threads)
+        addrs = [ctypes.addressof(a) for a in structs]
         assert len(set(addrs)) == K, "threads shared an AllreduceArgs: %s" % addrs
         for k in range(K):
             for i in range(T):
