@@ -16,8 +16,8 @@
 #include "gpu/gpu.h"
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/relax.h"
 #include "common/param.h"
+#include "common/relax.h"
 #include "common/status.h"
 
 #include <errno.h>

@@ -16,7 +16,7 @@ _state = None
 _lock = threading.Lock()
 _names = {}
 # The C functions every gradient goes through, looked up once at init():
-# allreduce, wait, test, status, release.
+# the allreduce from a struct, wait, wait-and-release, test, status, release.
 _fn_allreduce_args = _fn_wait = _fn_wait_release = _fn_test = _fn_status = _fn_release = None
 # Each thread packs its allreduces' arguments into a struct of its own.
 _tls = threading.local()
