@@ -24,18 +24,8 @@ static void unlink_pending(struct hoop_engine *e, eng_op_t *op)
         }
 }
 
-static void finish(struct hoop_engine *e, struct eng_resp *r, hoop_status_t st, const char *msg)
-{
-    r->done = 1;
-    if (!r->op)
-        return;
-    unlink_pending(e, r->op);
-    eng_op_complete(e, r->op, st, msg);
-    r->op = NULL;
-}
-
-/* finish() for the n members of one collective: every one done before the
- * first waiter is woken (eng_op_settle). */
+/* The n members of one collective end with st (and msg): every one done
+ * before the first waiter is woken (eng_op_settle). */
 static void finish_all(struct hoop_engine *e, struct eng_resp **m, int n, hoop_status_t st,
                        const char *msg)
 {
@@ -565,7 +555,7 @@ hoop_status_t eng_execute(struct hoop_engine *e)
                 eng_timeline_end(e->tl, r->p.name, NULL); /* QUEUE */
                 eng_timeline_end(e->tl, r->p.name, "{\"error\": true}");
             }
-            finish(e, r, r->err, r->msg);
+            finish_all(e, &r, 1, r->err, r->msg);
             continue;
         }
         int n = 1;
