@@ -1253,16 +1253,22 @@ typedef struct {
     hoop_engine_handle_t *h[NMEMBERS];
     int in_gate, go;         /* the gate's callback holds the engine until go */
     int done_seen[NMEMBERS]; /* members done when member k's callback ran */
+    int ran;                 /* member callbacks that have run */
 } members_t;
+
+/* Wait, at most ms milliseconds, until *v (set by another thread) is at
+ * least want. */
+static void await_count(int *v, int want, long ms)
+{
+    for (long i = 0; i < ms && __atomic_load_n(v, __ATOMIC_ACQUIRE) < want; i++)
+        harness_sleep_ms(1);
+}
 
 static void gate_cb(hoop_engine_handle_t *h, hoop_status_t st, void *arg)
 {
     members_t *m = arg;
     __atomic_store_n(&m->in_gate, 1, __ATOMIC_RELEASE);
-    for (int i = 0; i < 10000 && !__atomic_load_n(&m->go, __ATOMIC_ACQUIRE); i++) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    await_count(&m->go, 1, 10000);
 }
 
 static members_t *members_of;
@@ -1273,6 +1279,7 @@ static void member_cb(hoop_engine_handle_t *h, hoop_status_t st, void *arg)
     for (int j = 0; j < NMEMBERS; j++)
         done += hoop_engine_test(members_of->h[j]);
     __atomic_store_n(&members_of->done_seen[k], done, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&members_of->ran, 1, __ATOMIC_RELEASE);
 }
 
 static int body_members(hoop_engine_t *e, int rank, int size, void *arg)
@@ -1291,10 +1298,7 @@ static int body_members(hoop_engine_t *e, int rank, int size, void *arg)
     if (hoop_engine_allreduce(e, "gate", &gate, &gate, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, gate_cb, &m,
                               &g))
         return harness_failf(rank, "gate refused: %s", hoop_last_error());
-    for (int i = 0; i < 20000 && !__atomic_load_n(&m.in_gate, __ATOMIC_ACQUIRE); i++) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    await_count(&m.in_gate, 1, 20000);
     for (int k = 0; k < NMEMBERS; k++) {
         char name[32];
         snprintf(name, sizeof name, "member.%d", k);
@@ -1313,15 +1317,7 @@ static int body_members(hoop_engine_t *e, int rank, int size, void *arg)
         if (wait_ok(m.h[k], rank, "member"))
             return 1;
     /* A waiter may return before its callback has run: wait for them all. */
-    for (int i = 0; i < 10000; i++) {
-        int ran = 0;
-        for (int k = 0; k < NMEMBERS; k++)
-            ran += __atomic_load_n(&m.done_seen[k], __ATOMIC_ACQUIRE) > 0;
-        if (ran == NMEMBERS)
-            break;
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
+    await_count(&m.ran, NMEMBERS, 10000);
     hoop_engine_stats(e, &s1);
     for (int k = 0; k < NMEMBERS; k++)
         hoop_engine_release(m.h[k]);
@@ -1486,14 +1482,14 @@ Test(async, wait_release_lets_go_on_success_only_n2, .timeout = 60)
 #define NLONE 200
 
 typedef struct {
-    int gap_us;                  /* the caller's pause between two operations */
+    long gap_ms;                 /* the caller's pause between two operations */
     int most_wakes, least_wakes; /* bounds on the enqueues that woke the thread */
     const char *log_path;        /* when set: the log must say want_log, */
     const char *want_log;
     const char *not_log; /* and not this (when set) */
 } lone_arg_t;
 
-/* NLONE operations one after the other, each enqueued gap_us after the one
+/* NLONE operations one after the other, each enqueued gap_ms after the one
  * before it is done, when the engine's thread has gone quiet. */
 static int body_lone(hoop_engine_t *e, int rank, int size, void *arg)
 {
@@ -1501,10 +1497,8 @@ static int body_lone(hoop_engine_t *e, int rank, int size, void *arg)
     static int32_t x;
     for (int k = 0; k < NLONE; k++) {
         hoop_engine_handle_t *h;
-        if (a->gap_us) {
-            struct timespec ts = {0, a->gap_us * 1000L};
-            nanosleep(&ts, NULL);
-        }
+        if (a->gap_ms)
+            harness_sleep_ms(a->gap_ms);
         x = rank + k;
         if (hoop_engine_allreduce(e, "lone", &x, &x, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
                                   &h) ||
@@ -1538,14 +1532,14 @@ static int body_lone(hoop_engine_t *e, int rank, int size, void *arg)
  * enqueue wakes it. */
 Test(async, a_spinning_engine_is_not_woken_by_each_enqueue_n1, .timeout = 60)
 {
-    lone_arg_t a = {.gap_us = 2000, .most_wakes = 10, .least_wakes = 0};
+    lone_arg_t a = {.gap_ms = 2, .most_wakes = 10, .least_wakes = 0};
     async_case_t c = {.body = body_lone, .arg = &a, .env = {"HOOP_BUSY_POLL_US=1000000"}};
     run_case(1, &c, 50);
 }
 
 Test(async, without_busy_poll_each_enqueue_wakes_the_engine_n1, .timeout = 60)
 {
-    lone_arg_t a = {.gap_us = 2000, .most_wakes = NLONE, .least_wakes = NLONE * 9 / 10};
+    lone_arg_t a = {.gap_ms = 2, .most_wakes = NLONE, .least_wakes = NLONE * 9 / 10};
     async_case_t c = {.body = body_lone, .arg = &a, .env = {"HOOP_BUSY_POLL_US=0"}};
     run_case(1, &c, 50);
 }
