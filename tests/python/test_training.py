@@ -109,6 +109,23 @@ def test_groups_and_fp16_compression():
     assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=2e-3), (params_of(m) - params_of(ref)).abs().max()
 
 
+@pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
+def test_groups_as_lists_of_parameters():
+    m = model()
+    w0, b0, w1, b1 = m.parameters()
+    b1.requires_grad_(False)  # in a group, but it takes no gradient: nothing waits for it
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=m.named_parameters(), groups=[[w1, b0], [b1], [w0]])
+    train(m, opt, STEPS)
+    ref = model()
+    ref[2].bias.requires_grad_(False)
+    train(ref, torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9), STEPS, shard_it=False)
+    assert_same_on_every_rank(m)
+    assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=1e-10), \
+        (params_of(m) - params_of(ref)).abs().max()
+    assert not torch.equal(w1.detach(), model()[2].weight.detach()), "training did not move the parameters"
+
+
 @pytest.mark.skipif(BATCH % N != 0 or N == 1, reason="needs 2+ ranks and an even split")
 def test_matches_distributed_data_parallel_over_gloo():
     import torch.distributed as dist

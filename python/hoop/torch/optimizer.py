@@ -12,6 +12,23 @@ from .. import Average, Adasum, HoopMismatchError, _engine
 
 # The context of a sparse gradient's handle: its result replaces the gradient.
 _SPARSE = object()
+# The entry of a group's member whose group has not started yet.
+_WAITING = (None, None, None)
+# No result yet (None is a result: an in-place allreduce's).
+_NONE = object()
+
+
+class _Slot:
+    """A parameter's state in the optimizer. entry: None until its
+    allreduce starts this step, then (handle, tensor handed over, its
+    compression context); _WAITING while its group waits for the others."""
+
+    __slots__ = ("p", "name", "delay", "entry", "group", "filled")
+
+    def __init__(self, p, name, delay):
+        self.p, self.name, self.delay = p, name, delay
+        self.entry = self.group = None
+        self.filled = False  # given a zero gradient this step (none computed here)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -40,163 +57,175 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                              "named. Python object ids: %s" % ", ".join(str(i) for i in sorted(all_ids - named_ids)))
         self._parameter_names = {v: k for k, v in sorted(named_parameters)}
         self.backward_passes_per_step = backward_passes_per_step
-        self._allreduce_delay = {v: backward_passes_per_step for _, v in sorted(named_parameters)}
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
-        self._handles = {}
-        self._filled = set()  # parameters given a zero gradient this step (none computed here)
-        self._grad_accs = []
-        self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
+        # One slot per parameter that takes a gradient; its hook holds it.
+        # The path every gradient takes looks nothing up by tensor (a
+        # tensor's hash is a Python call: a dozen a gradient added 1-2 us).
+        self._slots = []
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    self._slots.append(_Slot(p, self._parameter_names.get(p), backward_passes_per_step))
+        self._slots_by_name = sorted(self._slots, key=lambda sl: sl.name)
+        self._started = []  # slots given an entry this step, in that order
         # groups: an int (that many groups of parameters) or lists of parameters
-        self._group_of = {}
         self._groups = []
         if groups is not None:
-            params_list = [v for group in self.param_groups for v in group["params"] if v.requires_grad]
             if isinstance(groups, int):
                 if groups <= 0:
                     raise ValueError("groups must be a positive int or a list of lists of parameters")
-                k = groups
-                self._groups = [params_list[i::k] for i in range(k) if params_list[i::k]]
+                self._groups = [self._slots[i::groups] for i in range(groups) if self._slots[i::groups]]
             elif isinstance(groups, list):
-                self._groups = [list(g) for g in groups]
+                slot_of = {id(sl.p): sl for sl in self._slots}
+                # A parameter that takes no gradient has no hook to wait for.
+                self._groups = [m for m in ([slot_of[id(p)] for p in g if id(p) in slot_of] for g in groups) if m]
             else:
                 raise ValueError("groups must be a positive int or a list of lists of parameters")
             for gi, g in enumerate(self._groups):
-                for p in g:
-                    self._group_of[p] = gi
-        self._group_ready = {}
+                for sl in g:
+                    sl.group = gi
+        self._group_ready = [0] * len(self._groups)
         self._register_hooks()
 
     def _register_hooks(self):
+        self._grad_accs = []
         post_hook = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
-        for group in self.param_groups:
-            for p in group["params"]:
-                if not p.requires_grad:
-                    continue
-                self._requires_update.add(p)
-                if post_hook:
-                    p.register_post_accumulate_grad_hook(self._make_post_hook())
-                else:
-                    p_tmp = p.expand_as(p)
-                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)
+        for sl in self._slots:
+            if post_hook:
+                sl.p.register_post_accumulate_grad_hook(self._make_post_hook(sl))
+            else:
+                p_tmp = sl.p.expand_as(sl.p)
+                grad_acc = p_tmp.grad_fn.next_functions[0][0]
+                grad_acc.register_hook(self._make_hook(sl))
+                self._grad_accs.append(grad_acc)
 
     def _scales(self):
         if self.op == Average:
             return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         return 1.0, 1.0
 
-    def _allreduce_grad_async(self, p):
+    def _dense_grad(self, sl):
+        """The slot's gradient, a zero one where this rank computed none (a
+        dynamic graph: another rank may have)."""
+        p = sl.p
         if p.grad is None:
-            # Not computed here (a dynamic graph), but maybe on another rank.
             p.grad = p.data.new(p.size()).zero_()
-            self._filled.add(p)
-        name = self._parameter_names.get(p)
-        if p.grad.is_sparse:
+            sl.filled = True
+        return p.grad
+
+    def _start(self, sl, entry):
+        if sl.entry is None:
+            self._started.append(sl)
+        sl.entry = entry
+
+    def _allreduce_grad_async(self, sl):
+        grad = self._dense_grad(sl)
+        if grad.is_sparse:
             if not self.sparse_as_dense:
                 # Gathered, not reduced (horovod.torch's way); not compressed.
-                return sparse_allreduce_async(p.grad, name=name, op=self.op), (None, _SPARSE)
-            p.grad = p.grad.to_dense()
-        tensor_compressed, ctx = self._compression.compress(p.grad)
+                self._start(sl, (sparse_allreduce_async(grad, name=sl.name, op=self.op), None, _SPARSE))
+                return
+            grad = sl.p.grad = grad.to_dense()
+        tensor_compressed, ctx = self._compression.compress(grad)
         pre, post = self._scales()
-        handle = allreduce_async_(tensor_compressed, name=name, op=self.op, prescale_factor=pre,
+        handle = allreduce_async_(tensor_compressed, name=sl.name, op=self.op, prescale_factor=pre,
                                   postscale_factor=post)
-        return handle, (tensor_compressed, ctx)
+        self._start(sl, (handle, tensor_compressed, ctx))
 
     def _grouped_allreduce_async(self, gi):
-        ps = self._groups[gi]
-        for p in ps:
-            if p.grad is None:
-                p.grad = p.data.new(p.size()).zero_()
-            elif p.grad.is_sparse:  # a group is one dense allreduce
-                p.grad = p.grad.to_dense()
-        pairs = [self._compression.compress(p.grad) for p in ps]
+        g = self._groups[gi]
+        grads = []
+        for sl in g:
+            grad = self._dense_grad(sl)
+            if grad.is_sparse:  # a group is one dense allreduce
+                grad = sl.p.grad = grad.to_dense()
+            grads.append(grad)
+        pairs = [self._compression.compress(grad) for grad in grads]
         pre, post = self._scales()
-        handle = grouped_allreduce_async_([t for t, _ in pairs], name="grouped.%s" % self._parameter_names[ps[0]],
-                                          op=self.op, prescale_factor=pre, postscale_factor=post)
-        return handle, pairs
+        handle = grouped_allreduce_async_([t for t, _ in pairs], name="grouped.%s" % g[0].name, op=self.op,
+                                          prescale_factor=pre, postscale_factor=post)
+        for sl, (t, ctx) in zip(g, pairs):
+            self._start(sl, (handle, t, ctx))
+        self._group_ready[gi] = 0
 
-    def _ready(self, p):
-        if p in self._handles and self._handles[p][0] is not None:
-            if self._allreduce_delay[p] <= 0:
+    def _ready(self, sl):
+        if sl.entry is not None and sl.entry[0] is not None:
+            if sl.delay <= 0:
                 raise AssertionError(
                     "Gradients were computed more than backward_passes_per_step times before call to "
                     "step(). Increase backward_passes_per_step to accumulate gradients locally.")
-        assert not p.grad.requires_grad
-        assert self._allreduce_delay[p] > 0
-        self._allreduce_delay[p] -= 1
-        if self._allreduce_delay[p] == 0:
-            gi = self._group_of.get(p)
+        assert not sl.p.grad.requires_grad
+        assert sl.delay > 0
+        sl.delay -= 1
+        if sl.delay == 0:
+            gi = sl.group
             if gi is None:
-                self._handles[p] = self._allreduce_grad_async(p)
+                self._allreduce_grad_async(sl)
                 return
-            ready = self._group_ready.setdefault(gi, set())
-            ready.add(p)
-            if len(ready) == len(self._groups[gi]):
-                handle, pairs = self._grouped_allreduce_async(gi)
-                for q, pair in zip(self._groups[gi], pairs):
-                    self._handles[q] = (handle, pair)
-                self._group_ready[gi] = set()
+            self._group_ready[gi] += 1
+            if self._group_ready[gi] == len(self._groups[gi]):
+                self._grouped_allreduce_async(gi)
             else:
-                self._handles[p] = (None, None)
+                self._start(sl, _WAITING)
 
-    def _make_hook(self, p):
+    def _make_hook(self, sl):
         def hook(*ignore):
-            self._ready(p)
+            self._ready(sl)
         return hook
 
-    def _make_post_hook(self):
+    def _make_post_hook(self, sl):
         def hook(p):
-            self._ready(p)
+            self._ready(sl)
         return hook
 
     def synchronize(self):
         """Wait for every gradient's allreduce (starting those whose hook has
         not run on this rank) and write the results into the gradients."""
-        missing = [p for p in self._requires_update if p not in self._handles]
-        for p in sorted(missing, key=lambda q: self._parameter_names[q]):
-            gi = self._group_of.get(p)
-            if gi is None:
-                self._handles[p] = self._allreduce_grad_async(p)
+        for sl in self._slots_by_name:
+            if sl.entry is None and sl.group is None:
+                self._allreduce_grad_async(sl)
         # Groups not complete yet: start them with what they have.
         for gi, g in enumerate(self._groups):
-            if any(self._handles.get(p, (None, None))[0] is None for p in g):
-                handle, pairs = self._grouped_allreduce_async(gi)
-                for q, pair in zip(g, pairs):
-                    self._handles[q] = (handle, pair)
-                self._group_ready[gi] = set()
+            if any(sl.entry is None or sl.entry[0] is None for sl in g):
+                self._grouped_allreduce_async(gi)
         done = {}
         try:
-            for p, (handle, (tensor, ctx)) in self._handles.items():
-                if handle is None:
-                    continue
-                if id(handle) not in done:
+            for sl in self._started:
+                handle, tensor, ctx = sl.entry
+                # A group's members share one handle: waited for once.
+                result = done.get(id(handle), _NONE) if sl.group is not None else _NONE
+                if result is _NONE:
                     try:
-                        done[id(handle)] = synchronize(handle)
+                        result = synchronize(handle)
+                        if sl.group is not None:
+                            done[id(handle)] = result
                     except HoopMismatchError as e:
-                        if ctx is not _SPARSE and p not in self._filled:
+                        if ctx is not _SPARSE and not sl.filled:
                             raise
                         raise HoopMismatchError(
                             "%s. The gradient of '%s' is sparse on some ranks and dense or missing on "
                             "others (a parameter that a rank's forward did not use gets a dense zero "
                             "gradient there): pass sparse_as_dense=True to DistributedOptimizer"
-                            % (str(e).rstrip("."), self._parameter_names.get(p)), e.status) from e
+                            % (str(e).rstrip("."), sl.name), e.status) from e
                 if ctx is _SPARSE:
-                    p.grad = done[id(handle)]  # the sparse sum
+                    sl.p.grad = result  # the sparse sum
                     continue
                 out = self._compression.decompress(tensor, ctx)
-                if out.data_ptr() != p.grad.data_ptr():
-                    p.grad.copy_(out)
+                grad = sl.p.grad
+                if out is not grad and out.data_ptr() != grad.data_ptr():
+                    grad.copy_(out)
         finally:
             # After a failure too: the next backward starts afresh.
-            for p in self._handles:
-                self._allreduce_delay[p] = self.backward_passes_per_step
-            self._handles.clear()
-            self._filled.clear()
-            self._group_ready = {}
+            bpps = self.backward_passes_per_step
+            for sl in self._started:
+                sl.delay = bpps
+                sl.entry = None
+                sl.filled = False
+            self._started = []
+            self._group_ready = [0] * len(self._groups)
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -221,7 +250,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        if self._handles:
+        if self._started:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
                                  "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
                                  "cause a race condition.")
