@@ -124,6 +124,10 @@ def test_groups_as_lists_of_parameters():
     assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=1e-10), \
         (params_of(m) - params_of(ref)).abs().max()
     assert not torch.equal(w1.detach(), model()[2].weight.detach()), "training did not move the parameters"
+    for bad, why in (([[w0, b0], [w0]], "only appear once"), ([[w0, "b0"]], "torch.Tensor")):
+        with pytest.raises(ValueError, match=why):
+            hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                     named_parameters=m.named_parameters(), groups=bad)
 
 
 @pytest.mark.skipif(BATCH % N != 0 or N == 1, reason="needs 2+ ranks and an even split")

@@ -80,6 +80,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._groups = [self._slots[i::groups] for i in range(groups) if self._slots[i::groups]]
             elif isinstance(groups, list):
                 slot_of = {id(sl.p): sl for sl in self._slots}
+                seen = set()
+                for g in groups:
+                    for p in g:
+                        if not isinstance(p, torch.Tensor):
+                            raise ValueError("groups must consist of torch.Tensor.")
+                        if id(p) in seen:
+                            raise ValueError("A parameter can only appear once in groups.")
+                        seen.add(id(p))
                 # A parameter that takes no gradient has no hook to wait for.
                 self._groups = [m for m in ([slot_of[id(p)] for p in g if id(p) in slot_of] for g in groups) if m]
             else:
