@@ -74,6 +74,38 @@ def test_matches_one_process_on_the_whole_batch(passes):
 
 
 @pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
+def test_post_accumulate_grad_hooks(monkeypatch):
+    """torch >= 2.1 gives each parameter a hook after its gradient is
+    accumulated, and the optimizer takes it there. Where torch lacks it
+    (1.13), the same signature is emulated on the grad accumulator, so
+    that this path runs here too."""
+    kept = []
+    if not hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
+        def emulated(self, hook):
+            acc = self.expand_as(self).grad_fn.next_functions[0][0]
+            kept.append(acc)
+            return acc.register_hook(lambda *ignore: hook(self))
+        monkeypatch.setattr(torch.Tensor, "register_post_accumulate_grad_hook", emulated, raising=False)
+    m = model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=m.named_parameters())
+    if kept:
+        assert len(kept) == 4 and not opt._grad_accs, "the optimizer did not take the post-accumulate hooks"
+    x, y = batch(0)
+    F.mse_loss(m(shard(x)), shard(y)).backward()
+    assert len(opt._started) == 4, "backward's hooks started %d allreduces of 4" % len(opt._started)
+    opt.step()
+    train(m, opt, STEPS)
+    ref = model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    train(ref, ref_opt, 1, shard_it=False)  # the step above
+    train(ref, ref_opt, STEPS, shard_it=False)
+    assert_same_on_every_rank(m)
+    assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=1e-10), \
+        (params_of(m) - params_of(ref)).abs().max()
+
+
+@pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
 def test_predivide_factor_sum_op_and_explicit_synchronize():
     m = model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
