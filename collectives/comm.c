@@ -1,13 +1,13 @@
 /* comm.c - creating and destroying communicators. */
 #include "collectives/comm.h"
 #include "common/clock.h"
+#include "common/cpus.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/status.h"
 #include "gpu/gpu.h"
 #include "reduce/reduce.h"
 
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,17 +187,13 @@ static hoop_status_t comm_places(hoop_comm_t *c)
 static hoop_status_t comm_busy_poll(hoop_comm_t *c)
 {
     unsigned long long us;
-    const char *v = hoop_param_str("HOOP_BUSY_POLL_US");
-    cpu_set_t set;
-    int cpus = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-    int shared = c->local_size > cpus;
-    if (strcmp(v, "auto") == 0) {
+    int is_auto;
+    if (hoop_param_auto_u64("HOOP_BUSY_POLL_US", 0, 1000000, &is_auto, &us))
+        return hoop_error(HOOP_ERR_INVALID, "rank %d: %s (microseconds)", c->rank,
+                          hoop_last_error());
+    int shared = c->local_size > hoop_usable_cpus();
+    if (is_auto)
         us = shared ? COMM_BUSY_POLL_SHARED_US : COMM_BUSY_POLL_AUTO_US;
-    } else if (hoop_param_parse_u64("HOOP_BUSY_POLL_US", v, 0, 1000000, &us)) {
-        return hoop_error(HOOP_ERR_INVALID,
-                          "rank %d: HOOP_BUSY_POLL_US='%s' is neither auto nor a whole number "
-                          "of microseconds up to 1000000", c->rank, v);
-    }
     hoop_ring_set_busy_poll(&c->ring, us * 1000, shared);
     HOOP_INFO("rank %d: waits busy-poll for %llu us before they sleep%s", c->rank, us,
               shared && us ? ", yielding the CPU between looks (more ranks than CPUs here)" : "");

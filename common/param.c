@@ -156,6 +156,18 @@ bad:
                       text, min, max);
 }
 
+hoop_status_t hoop_param_auto_u64(const char *name, unsigned long long min, unsigned long long max,
+                                  int *is_auto, unsigned long long *out)
+{
+    const char *v = hoop_param_str(name);
+    *is_auto = strcmp(v, "auto") == 0;
+    if (*is_auto || hoop_param_parse_u64(name, v, min, max, out) == HOOP_OK)
+        return HOOP_OK;
+    return hoop_error(HOOP_ERR_INVALID,
+                      "%s='%s' is neither auto nor a whole number between %llu and %llu", name, v,
+                      min, max);
+}
+
 hoop_status_t hoop_param_parse_double(const char *name, const char *text, double min, double max,
                                       double *out)
 {

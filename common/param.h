@@ -25,6 +25,13 @@ hoop_status_t hoop_param_u64(const char *name, unsigned long long min, unsigned 
                              unsigned long long *out);
 hoop_status_t hoop_param_double(const char *name, double min, double max, double *out);
 
+/* A variable that is auto or a whole number in [min, max] (K/M/G as
+ * above): *is_auto 1 for auto (*out untouched), else 0 and the number in
+ * *out; else HOOP_ERR_INVALID, "NAME='V' is neither auto nor a whole
+ * number between MIN and MAX". */
+hoop_status_t hoop_param_auto_u64(const char *name, unsigned long long min, unsigned long long max,
+                                  int *is_auto, unsigned long long *out);
+
 /* A variable that is auto, 0 or 1: *out 0, 1 or HOOP_PARAM_AUTO; else
  * HOOP_ERR_INVALID, "NAME=V is not auto, 0 or 1". */
 #define HOOP_PARAM_AUTO 2

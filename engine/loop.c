@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "gpu/gpu.h"
 #include "common/clock.h"
+#include "common/cpus.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/relax.h"
@@ -510,15 +511,16 @@ static void engine_free(struct hoop_engine *e)
  * did not move (bench/RESULTS.md). */
 static hoop_status_t engine_spin(struct hoop_engine *e)
 {
-    const char *v = hoop_param_str("HOOP_BUSY_POLL_US");
-    unsigned long long us = ENG_SPIN_AUTO_NS / 1000;
-    if (strcmp(v, "auto") != 0 && hoop_param_parse_u64("HOOP_BUSY_POLL_US", v, 0, 1000000, &us))
-        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: %s", e->rank, hoop_last_error());
+    unsigned long long us;
+    int is_auto;
+    if (hoop_param_auto_u64("HOOP_BUSY_POLL_US", 0, 1000000, &is_auto, &us))
+        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: %s (microseconds)", e->rank,
+                          hoop_last_error());
+    if (is_auto)
+        us = ENG_SPIN_AUTO_NS / 1000;
     e->spin_ns = us * 1000;
-    cpu_set_t cpus;
-    int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     int local = hoop_comm_local_size(e->comm);
-    e->spin_yields = ncpu < 2 * (local > 0 ? local : 1);
+    e->spin_yields = hoop_usable_cpus() < 2 * (local > 0 ? local : 1);
     HOOP_INFO("engine rank %d: a quiet engine looks for enqueues for %llu us before it sleeps%s",
               e->rank, us,
               e->spin_yields && us ? ", yielding the CPU between looks (fewer CPUs here than "

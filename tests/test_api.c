@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "hoop.h"
+#include "common/param.h"
 
 static uint32_t f32_bits(float f)
 {
@@ -451,6 +452,44 @@ Test(api, parameters_are_documented)
         cr_assert(mentions(doc_text, name), "%s is not mentioned in %s", name, path);
     }
     free(doc_text);
+}
+
+/* auto, or a number within the bounds (suffixes as every number), or an
+ * error that names the variable, the value and the bounds. */
+Test(api, auto_or_number_parameters)
+{
+    static const struct {
+        const char *v;
+        int ok, is_auto;
+        unsigned long long out;
+    } cases[] = {
+        {"auto", 1, 1, 77},    {"0", 1, 0, 0},     {"16", 1, 0, 16}, {"2K", 1, 0, 2048},
+        {"1000001", 0, 0, 77}, {"fast", 0, 0, 77}, {"-1", 0, 0, 77}, {"autox", 0, 0, 77},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        cr_assert(setenv("HOOP_BUSY_POLL_US", cases[i].v, 1) == 0);
+        unsigned long long out = 77;
+        int is_auto = -1;
+        hoop_status_t st = hoop_param_auto_u64("HOOP_BUSY_POLL_US", 0, 1000000, &is_auto, &out);
+        if (cases[i].ok) {
+            cr_assert_eq(st, HOOP_OK, "'%s': %s", cases[i].v, hoop_last_error());
+            cr_assert_eq(is_auto, cases[i].is_auto, "'%s': is_auto %d", cases[i].v, is_auto);
+            cr_assert_eq(out, cases[i].out, "'%s': %llu", cases[i].v, out);
+            continue;
+        }
+        cr_assert_eq(st, HOOP_ERR_INVALID, "'%s' was taken (%llu)", cases[i].v, out);
+        char want[128];
+        snprintf(want, sizeof want,
+                 "HOOP_BUSY_POLL_US='%s' is neither auto nor a whole number between 0 and 1000000",
+                 cases[i].v);
+        cr_assert(strstr(hoop_last_error(), want), "'%s': %s", cases[i].v, hoop_last_error());
+        cr_assert_eq(out, 77, "'%s' wrote %llu", cases[i].v, out);
+    }
+    unsetenv("HOOP_BUSY_POLL_US");
+    unsigned long long out = 0;
+    int is_auto = 0;
+    cr_assert_eq(hoop_param_auto_u64("HOOP_BUSY_POLL_US", 0, 1000000, &is_auto, &out), HOOP_OK);
+    cr_assert_eq(is_auto, 1, "unset is not the default, auto");
 }
 
 /* The log names each HOOP_* variable the library does not know, the whole

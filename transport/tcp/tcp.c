@@ -91,17 +91,12 @@ static hoop_status_t tcp_create(const struct hoop_tp_params *p, void **out)
         st = hoop_error(HOOP_ERR_SYSTEM, "rank %d: tcp transport: out of memory", p->rank);
         goto err_free;
     }
-    if (strcmp(hoop_param_str("HOOP_TCP_NSOCKS"), "auto") == 0) {
-        tp->nsocks = 0;
-    } else if (hoop_param_parse_u64("HOOP_TCP_NSOCKS", hoop_param_str("HOOP_TCP_NSOCKS"), 1,
-                                    TCP_NSOCKS_MAX, &v)) {
-        st = hoop_error(HOOP_ERR_INVALID,
-                        "rank %d: HOOP_TCP_NSOCKS='%s' is neither auto nor a whole number between "
-                        "1 and %d", p->rank, hoop_param_str("HOOP_TCP_NSOCKS"), TCP_NSOCKS_MAX);
+    int nsocks_auto;
+    if (hoop_param_auto_u64("HOOP_TCP_NSOCKS", 1, TCP_NSOCKS_MAX, &nsocks_auto, &v)) {
+        st = hoop_error(HOOP_ERR_INVALID, "rank %d: %s", p->rank, hoop_last_error());
         goto err_free;
-    } else {
-        tp->nsocks = (int)v;
     }
+    tp->nsocks = nsocks_auto ? 0 : (int)v;
     if (gethostname(tp->hostname, sizeof(tp->hostname) - 1))
         tp->hostname[0] = '\0';
     if ((st = hoop_param_u64("HOOP_TCP_SOCKBUF", 0, 1ull << 30, &v)))
