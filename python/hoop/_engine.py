@@ -5,6 +5,7 @@ here: a buffer is an address, an element count and a hoop dtype, and each
 operation returns a Handle whose synchronize() waits and gives its result.
 """
 import atexit
+import collections
 import ctypes
 import os
 import threading
@@ -74,6 +75,7 @@ def shutdown():
         if s is None:
             return
         st = _lib.lib().hoop_engine_destroy(s.engine)
+        _reap()  # what was pending has failed (aborted): every dropped handle is done
     if st != _lib.OK:
         raise error(st, (_lib.lib().hoop_last_error() or b"").decode(errors="replace"))
 
@@ -103,15 +105,42 @@ def auto_name(kind, name):
     return "%s.noname.%d" % (kind, n)
 
 
+# Handles dropped while their operation was in flight, each with the
+# buffers the engine still reads or writes: (C handle, keep, finish). They
+# are let go once the operation is done (at the next enqueue, drop or
+# shutdown); freed earlier, the engine would write into memory that Python
+# gave to something else. A deque: append and popleft hold no lock that a
+# __del__ run by the garbage collector inside _reap could wait on.
+_orphans = collections.deque()
+
+
+def _reap():
+    """Release the dropped handles whose operations are done."""
+    L = _lib.lib()
+    for _ in range(len(_orphans)):
+        try:
+            o = _orphans.popleft()
+        except IndexError:  # another thread took the last
+            return
+        if L.hoop_engine_test(o[0]):
+            L.hoop_engine_release(o[0])
+        else:
+            _orphans.append(o)
+
+
 class Handle:
     """An operation in flight: poll() says whether it is done, synchronize()
-    waits for it and returns its result (or raises hoop's error)."""
+    waits for it and returns its result (or raises hoop's error). Dropped
+    before that, it keeps its buffers alive until the operation is done
+    (as horovod.torch keeps a handle's tensors until it is synchronized)."""
 
     # Done once _h, the C handle, is None (released). Every gradient makes
     # one: no field it does not need.
     __slots__ = ("_h", "name", "_keep", "_finish", "_result", "_error", "__weakref__")
 
     def __init__(self, h, name, keep, finish, result=None):
+        if _orphans:
+            _reap()
         self._h = h
         self.name = name
         self._keep = keep          # buffers the engine reads or writes until completion
@@ -179,10 +208,15 @@ class Handle:
     wait = synchronize
 
     def __del__(self):
+        h = self._h
+        if h is None:
+            return
         try:
-            if self._h is not None:
-                _lib.lib().hoop_engine_release(self._h)
-        except Exception:
+            if _lib.lib().hoop_engine_test(h):
+                _lib.lib().hoop_engine_release(h)
+            else:
+                _orphans.append((h, self._keep, self._finish))
+        except Exception:  # the interpreter is going away
             pass
 
 

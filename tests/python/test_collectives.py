@@ -1,6 +1,7 @@
 """Every collective of hoop (numpy) and hoop.torch, exact on integer values.
 Run on every rank: hooprun -np N python3 -m pytest tests/python/test_collectives.py"""
 import ctypes
+import gc
 import json
 import os
 import sys
@@ -362,6 +363,30 @@ def test_enqueue_refused_and_from_threads():
                 assert torch.equal(out[k][i], torch.full((7 + i % 5,), want)), (k, i, out[k][i])
     finally:
         sys.setswitchinterval(old)
+
+
+@pytest.mark.skipif(N == 1, reason="needs a rank that enqueues the name later")
+@pytest.mark.parametrize("elems", [4096, 65536])
+def test_a_dropped_handle_keeps_its_buffers(elems):
+    """horovod.torch's own tests drop the handle of an allreduce_async that
+    the other ranks enqueue later. The engine writes the result when they
+    do: into the handle's buffer still, not into memory Python has given
+    to other tensors since."""
+    if R == 0:
+        hvd.allreduce_async(torch.zeros(elems), name="dropped.%d" % elems, op=hvd.Sum)  # dropped at once
+        gc.collect()
+        assert len(_engine._orphans) == 1
+        later = [torch.full((elems,), -1.0) for _ in range(8)]  # where a freed buffer would go
+    hvd.barrier()  # rank 0's allreduce still waits for the others
+    if R != 0:
+        assert torch.equal(hvd.allreduce(torch.ones(elems), name="dropped.%d" % elems, op=hvd.Sum),
+                           torch.full((elems,), float(N - 1)))
+    hvd.barrier()
+    if R == 0:
+        for t in later:
+            assert torch.equal(t, torch.full((elems,), -1.0)), "the engine wrote into a freed buffer"
+    hvd.allreduce(torch.ones(1), name="after.dropped.%d" % elems)
+    assert len(_engine._orphans) == 0, "a done, dropped handle was not let go"
 
 
 def test_join_last():
