@@ -152,13 +152,6 @@ static hoop_status_t check_common(hoop_engine_t *e, const char *name, int dtype,
     if (!isfinite(pre) || !isfinite(post))
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': scale factors must be finite",
                           e->rank, name);
-    int floating =
-        dtype == HOOP_F16 || dtype == HOOP_BF16 || dtype == HOOP_F32 || dtype == HOOP_F64;
-    if (!floating && (pre != 1.0 || post != 1.0))
-        return hoop_error(HOOP_ERR_INVALID,
-                          "engine rank %d: '%s': prescale %g and postscale %g on %s: scale factors "
-                          "other than 1 need a floating dtype (f16, bf16, f32, f64)",
-                          e->rank, name, pre, post, hoop_dtype_str((hoop_dtype_t)dtype));
     return HOOP_OK;
 }
 

@@ -2,6 +2,7 @@
  * hoop_gpu_scale), with the bits of the engine's CPU scaling. */
 #include "gpu/gpu.h"
 #include "reduce/half.h"
+#include "reduce/iscale.h"
 extern "C" {
 #include "reduce/reduce.h"
 }
@@ -28,6 +29,21 @@ template <bool BF> __global__ void scale_half_kernel(uint16_t *p, size_t n, floa
     }
 }
 
+// The integers' scaling of iscale.h, by type.
+__device__ inline int8_t iscale(int8_t x, double f) { return hoop_iscale_i8(x, f); }
+__device__ inline uint8_t iscale(uint8_t x, double f) { return hoop_iscale_u8(x, f); }
+__device__ inline int32_t iscale(int32_t x, double f) { return hoop_iscale_i32(x, f); }
+__device__ inline uint32_t iscale(uint32_t x, double f) { return hoop_iscale_u32(x, f); }
+__device__ inline int64_t iscale(int64_t x, double f) { return hoop_iscale_i64(x, f); }
+__device__ inline uint64_t iscale(uint64_t x, double f) { return hoop_iscale_u64(x, f); }
+
+template <typename T> __global__ void scale_int_kernel(T *p, size_t n, double f)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        p[i] = iscale(p[i], f);
+}
+
 unsigned blocks_for(size_t n)
 {
     size_t b = (n + 255) / 256;
@@ -52,7 +68,13 @@ extern "C" int hoop_gpu_scale(void *buf, size_t n, hoop_dtype_t dtype, double f,
     case HOOP_F64: scale_kernel<double, double><<<b, 256, 0, s>>>((double *)buf, n, f); break;
     case HOOP_F16: scale_half_kernel<false><<<b, 256, 0, s>>>((uint16_t *)buf, n, (float)f); break;
     case HOOP_BF16: scale_half_kernel<true><<<b, 256, 0, s>>>((uint16_t *)buf, n, (float)f); break;
-    default: return 0; /* integers are not scaled (the engine refuses them at enqueue) */
+    case HOOP_I8: scale_int_kernel<int8_t><<<b, 256, 0, s>>>((int8_t *)buf, n, f); break;
+    case HOOP_U8: scale_int_kernel<uint8_t><<<b, 256, 0, s>>>((uint8_t *)buf, n, f); break;
+    case HOOP_I32: scale_int_kernel<int32_t><<<b, 256, 0, s>>>((int32_t *)buf, n, f); break;
+    case HOOP_U32: scale_int_kernel<uint32_t><<<b, 256, 0, s>>>((uint32_t *)buf, n, f); break;
+    case HOOP_I64: scale_int_kernel<int64_t><<<b, 256, 0, s>>>((int64_t *)buf, n, f); break;
+    case HOOP_U64: scale_int_kernel<uint64_t><<<b, 256, 0, s>>>((uint64_t *)buf, n, f); break;
+    default: return 0;
     }
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess)

@@ -65,8 +65,9 @@ HOOP_API int hoop_engine_size(const hoop_engine_t *engine);
 
 /* Allreduce of count elements, sendbuf to recvbuf (in place when equal):
  * each element is multiplied by prescale before the reduction and by
- * postscale after it (floating dtypes only; integers need 1.0). HOOP_AVG
- * divides the sum by the number of ranks, joined ranks included. */
+ * postscale after it (integers as Horovod scales them: in double,
+ * truncated toward zero, held to the type's range). HOOP_AVG divides the
+ * sum by the number of ranks, joined ranks included. */
 HOOP_API hoop_status_t hoop_engine_allreduce(hoop_engine_t *engine, const char *name,
                                              const void *sendbuf, void *recvbuf, size_t count,
                                              hoop_dtype_t dtype, hoop_op_t op, double prescale,

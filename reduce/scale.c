@@ -1,6 +1,8 @@
 /* scale.c - multiplying a buffer by a factor (the engine's prescale and
- * postscale), one definition for the engine and the GPU emulation. */
+ * postscale), one definition for the engine and the GPU emulation.
+ * Integers as iscale.h says. */
 #include "reduce/half.h"
+#include "reduce/iscale.h"
 #include "reduce/reduce.h"
 
 void hoop_reduce_scale(void *buf, size_t n, hoop_dtype_t dtype, double f)
@@ -33,6 +35,20 @@ void hoop_reduce_scale(void *buf, size_t n, hoop_dtype_t dtype, double f)
             p[i] = hoop_f2bf(hoop_bf2f(p[i]) * (float)f);
         break;
     }
-    default: break; /* integers are not scaled */
+#define ISCALE(T, FN)                                                                              \
+    {                                                                                              \
+        T *p = buf;                                                                                \
+        for (size_t i = 0; i < n; i++)                                                             \
+            p[i] = FN(p[i], f);                                                                    \
+        break;                                                                                     \
+    }
+    case HOOP_I8: ISCALE(int8_t, hoop_iscale_i8)
+    case HOOP_U8: ISCALE(uint8_t, hoop_iscale_u8)
+    case HOOP_I32: ISCALE(int32_t, hoop_iscale_i32)
+    case HOOP_U32: ISCALE(uint32_t, hoop_iscale_u32)
+    case HOOP_I64: ISCALE(int64_t, hoop_iscale_i64)
+    case HOOP_U64: ISCALE(uint64_t, hoop_iscale_u64)
+#undef ISCALE
+    default: break;
     }
 }

@@ -258,7 +258,7 @@ static int body_scaled(hoop_engine_t *e, int rank, int size, void *arg)
     enum { N = 64 };
     float a[N], b[N];
     double g1[N], g2[2 * N], o1[N], o2[2 * N];
-    int32_t rs_in[N * HARNESS_MAX_PROCS], rs_out[N];
+    int32_t rs_in[N * HARNESS_MAX_PROCS], rs_out[N], iv[N], io[N];
     for (int i = 0; i < N; i++)
         a[i] = (float)(rank + i);
     for (int i = 0; i < N; i++)
@@ -267,6 +267,8 @@ static int body_scaled(hoop_engine_t *e, int rank, int size, void *arg)
         g2[i] = i;
     for (int i = 0; i < N * size; i++)
         rs_in[i] = rank + i;
+    for (int i = 0; i < N; i++)
+        iv[i] = 3 * rank + i - N / 2;
     hoop_engine_handle_t *h[5];
     /* AVG of (rank + i) * 2, then * 0.5: (mean rank + i) */
     hoop_status_t st =
@@ -282,15 +284,22 @@ static int body_scaled(hoop_engine_t *e, int rank, int size, void *arg)
                                         NULL, NULL, &h[2]);
     if (!st)
         st = hoop_engine_barrier(e, NULL, NULL, &h[3]);
+    /* Integers as Horovod scales them: each truncated toward zero. */
     if (!st)
-        st = hoop_engine_allreduce(e, "ints", a, b, N, HOOP_I32, HOOP_SUM, 2.0, 1.0, NULL, NULL,
+        st = hoop_engine_allreduce(e, "ints", iv, io, N, HOOP_I32, HOOP_SUM, 0.5, 3.0, NULL, NULL,
                                    &h[4]);
-    if (st != HOOP_ERR_INVALID)
-        return harness_failf(rank, "an integer allreduce with prescale 2 gave %s, not invalid",
-                             hoop_status_str(st));
-    for (int k = 0; k < 4; k++)
+    if (st)
+        return harness_failf(rank, "enqueue: %s", hoop_last_error());
+    for (int k = 0; k < 5; k++)
         if (wait_ok(h[k], rank, "op"))
             return 1;
+    for (int i = 0; i < N; i++) {
+        int32_t want = 0;
+        for (int r = 0; r < size; r++)
+            want += (int32_t)((3 * r + i - N / 2) * 0.5); /* C's cast truncates toward zero */
+        if (io[i] != 3 * want)
+            return harness_failf(rank, "ints[%d] = %d, want %d", i, io[i], 3 * want);
+    }
     double mean = (size - 1) / 2.0;
     for (int i = 0; i < N; i++)
         if (b[i] != (float)(mean + i))
@@ -305,7 +314,7 @@ static int body_scaled(hoop_engine_t *e, int rank, int size, void *arg)
     for (int i = 0; i < N; i++)
         if (rs_out[i] != size - 1 + rank * N + i)
             return harness_failf(rank, "rs[%d] = %d", i, rs_out[i]);
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         hoop_engine_release(h[k]);
     return 0;
 }

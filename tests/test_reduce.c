@@ -223,6 +223,44 @@ Test(reduce, signed_integer_wraps)
     cr_assert_eq(r, -3, "integer average truncates toward zero");
 }
 
+/* Integers are scaled as Horovod scales them: in double, truncated toward
+ * zero; and held to the type's range, where a cast would be undefined. */
+Test(reduce, integer_scaling_truncates_and_saturates)
+{
+    int8_t i8[] = {7, -7, 100, -100, 0, 1};
+    hoop_reduce_scale(i8, 6, HOOP_I8, 1.5);
+    int8_t i8_want[] = {10, -10, 127, -128, 0, 1};
+    cr_assert_arr_eq(i8, i8_want, sizeof i8, "i8 times 1.5: %d %d %d %d %d %d", i8[0], i8[1], i8[2],
+                     i8[3], i8[4], i8[5]);
+    uint8_t u8[] = {3, 200, 9};
+    hoop_reduce_scale(u8, 3, HOOP_U8, 0.5);
+    uint8_t u8_want[] = {1, 100, 4};
+    cr_assert_arr_eq(u8, u8_want, sizeof u8);
+    hoop_reduce_scale(u8, 3, HOOP_U8, -3.0);
+    cr_assert(u8[0] == 0 && u8[1] == 0 && u8[2] == 0, "u8 times -3 gave %u %u %u, not 0", u8[0],
+              u8[1], u8[2]);
+    int32_t i32[] = {-99, 99, INT32_MAX, INT32_MIN};
+    hoop_reduce_scale(i32, 4, HOOP_I32, 0.1);
+    int32_t i32_want[] = {-9, 9, 214748364, -214748364};
+    cr_assert_arr_eq(i32, i32_want, sizeof i32, "i32 times 0.1: %d %d %d %d", i32[0], i32[1],
+                     i32[2], i32[3]);
+    uint32_t u32[] = {UINT32_MAX, 5};
+    hoop_reduce_scale(u32, 2, HOOP_U32, 2.0);
+    cr_assert(u32[0] == UINT32_MAX && u32[1] == 10, "u32 times 2 gave %u %u", u32[0], u32[1]);
+    int64_t i64[] = {INT64_MAX / 2 + 1, -(INT64_MAX / 2) - 2, 1000, -3};
+    hoop_reduce_scale(i64, 4, HOOP_I64, 4.0);
+    cr_assert(i64[0] == INT64_MAX && i64[1] == INT64_MIN && i64[2] == 4000 && i64[3] == -12,
+              "i64 times 4 gave %lld %lld %lld %lld", (long long)i64[0], (long long)i64[1],
+              (long long)i64[2], (long long)i64[3]);
+    uint64_t u64[] = {UINT64_MAX / 2 + 1, 7};
+    hoop_reduce_scale(u64, 2, HOOP_U64, 3.0);
+    cr_assert(u64[0] == UINT64_MAX && u64[1] == 21, "u64 times 3 gave %llu %llu",
+              (unsigned long long)u64[0], (unsigned long long)u64[1]);
+    int32_t one[] = {5};
+    hoop_reduce_scale(one, 1, HOOP_I32, 1.0);
+    cr_assert_eq(one[0], 5);
+}
+
 /* HOOP_REDUCE_ISA names the kernels; a name that is not one falls back to
  * the widest the CPU runs (each Criterion test is its own process, so the
  * choice, made once per process, is made here). */

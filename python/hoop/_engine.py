@@ -270,26 +270,18 @@ def _check(st, name):
 
 
 _OK = _lib.OK
-_FLOATING = _lib.FLOATING
 _c_void_p = ctypes.c_void_p
 _byref = ctypes.byref
-
-
-def _scales(dtype, prescale, postscale, what, name):
-    if dtype not in _FLOATING and (prescale != 1.0 or postscale != 1.0):
-        raise HoopInvalidError("hoop: %s '%s': prescale_factor and postscale_factor apply to floating "
-                               "point tensors only" % (what, name), _lib.ERR_INVALID)
-    return float(prescale), float(postscale)
 
 
 def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, finish, result=None):
     """keep: what must live until completion; the result is finish(handle)
     when finish is given, else result. The path every gradient takes: no
     work here that the call does not need."""
-    if prescale == 1.0 and postscale == 1.0:  # a gradient's: nothing to check
+    if prescale == 1.0 and postscale == 1.0:  # a gradient's
         pre = post = 1.0
     else:
-        pre, post = _scales(dtype, prescale, postscale, "allreduce", name)
+        pre, post = float(prescale), float(postscale)
     s = _state if _state is not None else state()
     try:
         a, addr = _tls.args
@@ -307,7 +299,7 @@ def grouped_allreduce(name, sends, recvs, counts, dtype, op, prescale, postscale
                       result=None):
     """As allreduce, for a list of buffers; recvs may be sends itself (in
     place: one array for both)."""
-    pre, post = _scales(dtype, prescale, postscale, "grouped allreduce", name)
+    pre, post = float(prescale), float(postscale)
     n = len(sends)
     s = (_c_void_p * n)(*sends)
     r = s if recvs is sends else (_c_void_p * n)(*recvs)
@@ -345,7 +337,7 @@ def alltoall(name, send, splits, dtype, keep, finish):
 
 
 def reduce_scatter(name, send, recv, recvcount, dtype, op, prescale, postscale, keep, finish):
-    pre, post = _scales(dtype, prescale, postscale, "reducescatter", name)
+    pre, post = float(prescale), float(postscale)
     h = ctypes.c_void_p()
     _check(_lib.lib().hoop_engine_reduce_scatter(state().engine, name.encode(), send, recv, recvcount, dtype,
                                                  op, pre, post, None, None, ctypes.byref(h)), name)
@@ -354,7 +346,7 @@ def reduce_scatter(name, send, recv, recvcount, dtype, op, prescale, postscale, 
 
 def reduce_scatterv(name, send, recv, recvcounts, dtype, op, prescale, postscale, keep, finish):
     """recvcounts: one count per rank, the same list on every rank."""
-    pre, post = _scales(dtype, prescale, postscale, "reducescatter", name)
+    pre, post = float(prescale), float(postscale)
     rc = (ctypes.c_size_t * len(recvcounts))(*recvcounts)
     h = ctypes.c_void_p()
     _check(_lib.lib().hoop_engine_reduce_scatterv(state().engine, name.encode(), send, recv, rc, dtype, op,

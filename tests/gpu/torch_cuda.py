@@ -53,7 +53,9 @@ def main():
             x = (torch.rand(numel, generator=g, dtype=torch.float64) * 200 - 100).to(dtype)
             ops = [hvd.Sum, hvd.Min, hvd.Max] + ([hvd.Average] if dtype.is_floating_point else [])
             for op in ops:
-                scale = (0.5, 3.0) if dtype.is_floating_point and op == hvd.Average else (1.0, 1.0)
+                # integers are scaled too (truncated toward zero): the device kernel against the CPU loop
+                scale = (0.5, 3.0) if op == hvd.Average or (op == hvd.Sum and not dtype.is_floating_point) \
+                    else (1.0, 1.0)
                 name = "t.%s.%d.%s" % (str(dtype), numel, op)
                 cpu = hvd.allreduce(x, name=name + ".cpu", op=op, prescale_factor=scale[0],
                                     postscale_factor=scale[1])

@@ -97,6 +97,22 @@ def test_torch_average_scales_and_grad():
     assert c.dtype == torch.float32 and torch.equal(c, torch.full((5,), float(N + SUM_R)))
 
 
+@pytest.mark.parametrize("dt", [torch.int8, torch.uint8, torch.int32, torch.int64])
+def test_torch_integer_scales_truncate_as_horovod(dt):
+    """horovod.torch scales integer tensors in double and truncates toward
+    zero (its own tests check prescale and postscale on int tensors)."""
+    def of(r):  # rank r's values
+        v = torch.arange(-6, 6) + 3 * r
+        return v.abs() if dt == torch.uint8 else v
+
+    x = of(R)
+    want = sum(of(r).double().mul(0.7).trunc() for r in range(N))
+    s = hvd.allreduce(x.to(dt), op=hvd.Sum, prescale_factor=0.7, postscale_factor=2.0)
+    assert s.dtype == dt and torch.equal(s, want.mul(2.0).to(dt)), (s, want)
+    g = hvd.grouped_allreduce([x.to(dt), x.to(dt)], op=hvd.Sum, prescale_factor=0.7)
+    assert all(torch.equal(t, want.to(dt)) for t in g)
+
+
 def test_torch_grouped_allreduce():
     ts = [torch.full((i + 1,), float(R + i)) for i in range(3)]
     outs = hvd.grouped_allreduce(ts, op=hvd.Sum)
