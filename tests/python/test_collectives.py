@@ -170,13 +170,13 @@ def test_torch_allgather_and_broadcast_gradients():
     x = torch.full((R + 1, 2), float(R), requires_grad=True)
     g = hvd.allgather(x)
     (g * torch.arange(1.0, g.shape[0] + 1).unsqueeze(1)).sum().backward()
-    start = sum(r + 1 for r in range(R))  # every rank weighs row i by i + 1: the sum is N (i + 1)
-    assert torch.equal(x.grad, N * torch.arange(start + 1.0, start + R + 2).unsqueeze(1).expand(R + 1, 2))
+    start = sum(r + 1 for r in range(R))  # every rank weighs row i by i + 1: the average is i + 1
+    assert torch.equal(x.grad, torch.arange(start + 1.0, start + R + 2).unsqueeze(1).expand(R + 1, 2))
     y = torch.full((3,), float(R), requires_grad=True)
     b = hvd.broadcast(y, root_rank=0)
     assert torch.equal(b, torch.zeros(3))
     (b * (R + 1)).sum().backward()
-    assert torch.equal(y.grad, torch.full((3,), float(N * (N + 1) // 2) if R == 0 else 0.0))
+    assert torch.equal(y.grad, torch.full((3,), (N + 1) / 2 if R == 0 else 0.0))  # the average of r + 1
 
 
 def test_torch_alltoall_splits():
@@ -207,11 +207,11 @@ def test_torch_grouped_allgather_and_reducescatter():
     assert torch.equal(outs[1], torch.cat([torch.arange(3, dtype=torch.int64) * (r + 1) for r in range(N)]))
     h = hvd.grouped_allgather_async([b])
     assert torch.equal(hvd.synchronize(h)[0], outs[1]) and hvd.poll(h)
-    # differentiable: each input gets the sum of every rank's gradient for its rows
+    # differentiable: each input gets the average of every rank's gradient for its rows
     x = torch.ones(2, 3, requires_grad=True)
     y, = hvd.grouped_allgather([x])
     (y * (R + 1)).sum().backward()
-    assert torch.equal(x.grad, torch.full((2, 3), float(N * (N + 1) // 2)))
+    assert torch.equal(x.grad, torch.full((2, 3), (N + 1) / 2))
     xs = [torch.arange(2 * N * 3, dtype=torch.float32).reshape(2 * N, 3) + R, torch.ones(N, dtype=torch.int32)]
     rs = hvd.grouped_reducescatter(xs, op=hvd.Sum)
     assert torch.equal(rs[0], N * torch.arange(2 * N * 3.).reshape(2 * N, 3)[2 * R:2 * R + 2] + SUM_R)

@@ -245,8 +245,8 @@ class _AllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        # this rank's rows of the sum of every rank's gradient
-        g = allreduce_async(grad.contiguous(), op=Sum).synchronize()
+        # this rank's rows of the average of every rank's gradient (horovod.torch's)
+        g = allreduce_async(grad.contiguous(), op=Average).synchronize()
         return g.narrow(0, ctx.start, ctx.rows), None
 
 
@@ -279,8 +279,8 @@ class _GroupedAllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        # as allgather's: this rank's rows of the sum of every rank's gradient
-        hs = [allreduce_async(g.contiguous(), op=Sum) for g in grads]
+        # as allgather's: this rank's rows of the average of every rank's gradient
+        hs = [allreduce_async(g.contiguous(), op=Average) for g in grads]
         return (None,) + tuple(h.synchronize().narrow(0, s, n) for h, (s, n) in zip(hs, ctx.spans))
 
 
@@ -316,8 +316,9 @@ class _BroadcastFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        # the root's tensor gets the sum of every rank's gradient, the others none
-        g = allreduce_async(grad.contiguous(), op=Sum).synchronize()
+        # the root's tensor gets the average of every rank's gradient, the
+        # others none (horovod.torch's)
+        g = allreduce_async(grad.contiguous(), op=Average).synchronize()
         if _engine.state().rank != ctx.root_rank:
             g.zero_()
         return g, None, None
