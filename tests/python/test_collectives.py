@@ -179,6 +179,33 @@ def test_torch_allgather_and_broadcast_gradients():
     assert torch.equal(y.grad, torch.full((3,), (N + 1) / 2 if R == 0 else 0.0))  # the average of r + 1
 
 
+def test_torch_grouped_allreduce_alltoall_and_reducescatter_gradients():
+    """Differentiable as in horovod.torch: a grouped allreduce's gradients
+    are reduced with its op, an alltoall's go back the way the rows came,
+    a reducescatter's are gathered (times the ranks for Sum, times the
+    scale factors)."""
+    xs = [torch.ones(3, requires_grad=True), torch.ones(2, 2, requires_grad=True)]
+    ys = hvd.grouped_allreduce(xs, op=hvd.Sum)
+    sum(y.sum() for y in ys).mul(R + 1).backward()
+    for x in xs:
+        assert torch.equal(x.grad, torch.full(x.shape, float(N * (N + 1) // 2)))
+    a = torch.full((N, 2), float(R), requires_grad=True)  # row j goes to rank j
+    out = hvd.alltoall(a)
+    assert torch.equal(out, torch.arange(N, dtype=torch.float32).unsqueeze(1).expand(N, 2))
+    (out * (10 * R + torch.arange(N, dtype=torch.float32)).unsqueeze(1)).sum().backward()
+    # row j of rank R's input reached rank j as its row R, weighed 10 j + R there
+    assert torch.equal(a.grad, (10 * torch.arange(N, dtype=torch.float32) + R).unsqueeze(1).expand(N, 2))
+    for op, pre, factor in ((hvd.Sum, 1.0, N), (hvd.Average, 2.0, 2.0)):
+        x = torch.ones(2 * N, 3, requires_grad=True)
+        rs = hvd.reducescatter(x, op=op, prescale_factor=pre)
+        (rs * (R + 1)).sum().backward()
+        want = factor * torch.arange(1.0, N + 1).repeat_interleave(2).unsqueeze(1).expand(2 * N, 3)
+        assert torch.equal(x.grad, want), (op, x.grad)
+    g = torch.ones(N, requires_grad=True)
+    (hvd.grouped_reducescatter([g], op=hvd.Sum)[0] * (R + 1)).sum().backward()
+    assert torch.equal(g.grad, N * torch.arange(1.0, N + 1))
+
+
 def test_torch_alltoall_splits():
     # rank R sends j + 1 rows to rank j, each row [R, j]
     rows = [[R, j] for j in range(N) for _ in range(j + 1)]

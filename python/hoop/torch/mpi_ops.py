@@ -193,13 +193,30 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                     process_set).synchronize()
 
 
+class _GroupedAllreduceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale, postscale, *tensors):
+        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
+        return tuple(grouped_allreduce_async(list(tensors), name=name, op=op, prescale_factor=prescale,
+                                             postscale_factor=postscale).synchronize())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        gs = grouped_allreduce_async([g.contiguous() for g in grads], op=ctx.op, prescale_factor=ctx.prescale,
+                                     postscale_factor=ctx.postscale).synchronize()
+        return (None, None, None, None) + tuple(gs)
+
+
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=None):
+    """grouped_allreduce_async's results, as new tensors; differentiable
+    (as allreduce: the gradients are reduced together with the same op)."""
     from .compression import Compression
+    _no_process_set(process_set)
+    op = _op(average, op)
     compression = compression or Compression.none
     pairs = [compression.compress(t) for t in tensors]
-    outs = grouped_allreduce_async([p[0] for p in pairs], average, name, op, prescale_factor,
-                                   postscale_factor, process_set).synchronize()
+    outs = _GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
@@ -354,11 +371,28 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     return _engine.alltoall(name, _ptr(buf), [s * row_elems for s in sp], dt, [buf], finish)
 
 
+class _AlltoallFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        out, recv = alltoall_async(tensor, splits, name).synchronize()
+        ctx.recv, ctx.shape = recv, tensor.shape
+        ctx.mark_non_differentiable(recv)
+        return out, recv
+
+    @staticmethod
+    def backward(ctx, grad, *ignored):
+        # each row's gradient goes back to the rank that sent the row
+        g, _ = alltoall_async(grad.contiguous(), ctx.recv).synchronize()
+        return g.reshape(ctx.shape), None, None
+
+
 def alltoall(tensor, splits=None, name=None, process_set=None):
     """Rows splits[j] (first dimension; equal shares when None) go to rank j.
     Returns what every rank sent here, in rank order, and, when splits was
-    given, how many rows came from each rank."""
-    out, recv = alltoall_async(tensor, splits, name, process_set).synchronize()
+    given, how many rows came from each rank; differentiable (the gradient
+    goes back the way the rows came)."""
+    _no_process_set(process_set)
+    out, recv = _AlltoallFn.apply(tensor, splits, name)
     return out if splits is None else (out, recv)
 
 
@@ -383,12 +417,45 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, post
                                    prescale_factor, postscale_factor, [buf, out], lambda h: out.to(tensor.device))
 
 
+def _reducescatter_grads(ctx, grads):
+    """What horovod.torch's reducescatter gives back: each rank's gradient
+    scaled (by the ranks for Sum, by the scale factors), every rank's
+    gathered."""
+    n = _engine.state().size
+    scaled = []
+    for g in grads:
+        if ctx.op == Sum:
+            g = g * n
+        if ctx.prescale != 1.0:
+            g = g * ctx.prescale
+        if ctx.postscale != 1.0:
+            g = g * ctx.postscale
+        scaled.append(g.contiguous())
+    hs = [_allgather_async(g, None, None, False) for g in scaled]
+    return [h.synchronize() for h in hs]
+
+
+class _ReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale):
+        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
+        return reducescatter_async(tensor, name, op, prescale, postscale).synchronize()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _reducescatter_grads(ctx, [grad])[0], None, None, None, None
+
+
 def reducescatter(tensor, name=None, compression=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                   process_set=None):
+    """This rank's share of the reduction; differentiable (horovod.torch's
+    gradient: every rank's, scaled, gathered)."""
     from .compression import Compression
+    _no_process_set(process_set)
+    check_op(op)
     compression = compression or Compression.none
     t, ctx = compression.compress(tensor)
-    out = reducescatter_async(t, name, op, prescale_factor, postscale_factor, process_set).synchronize()
+    out = _ReducescatterFn.apply(t, name, op, prescale_factor, postscale_factor)
     return compression.decompress(out, ctx)
 
 
@@ -403,13 +470,26 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
     return HandleGroup(hs, list, name)
 
 
+class _GroupedReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale, postscale, *tensors):
+        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
+        return tuple(grouped_reducescatter_async(list(tensors), name, op, prescale, postscale).synchronize())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None, None, None) + tuple(_reducescatter_grads(ctx, grads))
+
+
 def grouped_reducescatter(tensors, name=None, compression=None, op=Average, prescale_factor=1.0,
                           postscale_factor=1.0, process_set=None):
+    """reducescatter of each tensor, started together; differentiable."""
     from .compression import Compression
+    _no_process_set(process_set)
+    check_op(op)
     compression = compression or Compression.none
     pairs = [compression.compress(t) for t in tensors]
-    outs = grouped_reducescatter_async([t for t, _ in pairs], name, op, prescale_factor, postscale_factor,
-                                       process_set).synchronize()
+    outs = _GroupedReducescatterFn.apply(name, op, prescale_factor, postscale_factor, *[t for t, _ in pairs])
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
