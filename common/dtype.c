@@ -4,9 +4,9 @@
 #include <string.h>
 
 static const char *const hoop_dtype_names[HOOP_DTYPE_COUNT] = {
-    "i8", "u8", "i32", "u32", "i64", "u64", "f16", "bf16", "f32", "f64",
+    "i8", "u8", "i32", "u32", "i64", "u64", "f16", "bf16", "f32", "f64", "i16", "u16",
 };
-static const size_t hoop_dtype_sizes[HOOP_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+static const size_t hoop_dtype_sizes[HOOP_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 2, 2};
 static const char *const hoop_op_names[HOOP_OP_COUNT] = {"sum", "prod", "min", "max", "avg"};
 
 const char *hoop_dtype_str(hoop_dtype_t dtype)

@@ -21,7 +21,7 @@ template <typename UT, typename ST> struct int_op {
     {
         switch (op) {
         case HOOP_SUM: return (ST)(UT)((UT)p + (UT)q);
-        case HOOP_PROD: return (ST)(UT)((UT)p * (UT)q);
+        case HOOP_PROD: return (ST)(UT)(1u * (UT)p * (UT)q); /* unsigned: u16 would promote to int */
         case HOOP_MIN: return q < p ? q : p;
         case HOOP_MAX: return q > p ? q : p;
         case HOOP_AVG: {
@@ -124,6 +124,10 @@ extern "C" int hoop_gpu_reduce2(void *dst, void *dst2, const void *a, const void
     switch (dtype) {
     case HOOP_I8: e = launch<int8_t>(dst, dst2, a, b, n, int_op<uint8_t, int8_t>{o, avg_n}, s); break;
     case HOOP_U8: e = launch<uint8_t>(dst, dst2, a, b, n, int_op<uint8_t, uint8_t>{o, avg_n}, s); break;
+    case HOOP_I16: e = launch<int16_t>(dst, dst2, a, b, n, int_op<uint16_t, int16_t>{o, avg_n}, s); break;
+    case HOOP_U16:
+        e = launch<uint16_t>(dst, dst2, a, b, n, int_op<uint16_t, uint16_t>{o, avg_n}, s);
+        break;
     case HOOP_I32: e = launch<int32_t>(dst, dst2, a, b, n, int_op<uint32_t, int32_t>{o, avg_n}, s); break;
     case HOOP_U32:
         e = launch<uint32_t>(dst, dst2, a, b, n, int_op<uint32_t, uint32_t>{o, avg_n}, s);

@@ -32,6 +32,8 @@ template <bool BF> __global__ void scale_half_kernel(uint16_t *p, size_t n, floa
 // The integers' scaling of iscale.h, by type.
 __device__ inline int8_t iscale(int8_t x, double f) { return hoop_iscale_i8(x, f); }
 __device__ inline uint8_t iscale(uint8_t x, double f) { return hoop_iscale_u8(x, f); }
+__device__ inline int16_t iscale(int16_t x, double f) { return hoop_iscale_i16(x, f); }
+__device__ inline uint16_t iscale(uint16_t x, double f) { return hoop_iscale_u16(x, f); }
 __device__ inline int32_t iscale(int32_t x, double f) { return hoop_iscale_i32(x, f); }
 __device__ inline uint32_t iscale(uint32_t x, double f) { return hoop_iscale_u32(x, f); }
 __device__ inline int64_t iscale(int64_t x, double f) { return hoop_iscale_i64(x, f); }
@@ -70,6 +72,8 @@ extern "C" int hoop_gpu_scale(void *buf, size_t n, hoop_dtype_t dtype, double f,
     case HOOP_BF16: scale_half_kernel<true><<<b, 256, 0, s>>>((uint16_t *)buf, n, (float)f); break;
     case HOOP_I8: scale_int_kernel<int8_t><<<b, 256, 0, s>>>((int8_t *)buf, n, f); break;
     case HOOP_U8: scale_int_kernel<uint8_t><<<b, 256, 0, s>>>((uint8_t *)buf, n, f); break;
+    case HOOP_I16: scale_int_kernel<int16_t><<<b, 256, 0, s>>>((int16_t *)buf, n, f); break;
+    case HOOP_U16: scale_int_kernel<uint16_t><<<b, 256, 0, s>>>((uint16_t *)buf, n, f); break;
     case HOOP_I32: scale_int_kernel<int32_t><<<b, 256, 0, s>>>((int32_t *)buf, n, f); break;
     case HOOP_U32: scale_int_kernel<uint32_t><<<b, 256, 0, s>>>((uint32_t *)buf, n, f); break;
     case HOOP_I64: scale_int_kernel<int64_t><<<b, 256, 0, s>>>((int64_t *)buf, n, f); break;

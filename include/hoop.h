@@ -69,6 +69,8 @@ typedef enum hoop_dtype {
     HOOP_BF16, /* bfloat16; reduced in f32, rounded to nearest even */
     HOOP_F32,
     HOOP_F64,
+    HOOP_I16, /* after the others: the codes above are kept */
+    HOOP_U16,
     HOOP_DTYPE_COUNT
 } hoop_dtype_t;
 

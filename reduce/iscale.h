@@ -25,6 +25,8 @@
 
 HOOP_ISCALE_DEFINE(int8_t, hoop_iscale_i8, INT8_MIN, INT8_MAX)
 HOOP_ISCALE_DEFINE(uint8_t, hoop_iscale_u8, 0, UINT8_MAX)
+HOOP_ISCALE_DEFINE(int16_t, hoop_iscale_i16, INT16_MIN, INT16_MAX)
+HOOP_ISCALE_DEFINE(uint16_t, hoop_iscale_u16, 0, UINT16_MAX)
 HOOP_ISCALE_DEFINE(int32_t, hoop_iscale_i32, INT32_MIN, INT32_MAX)
 HOOP_ISCALE_DEFINE(uint32_t, hoop_iscale_u32, 0, UINT32_MAX)
 HOOP_ISCALE_DEFINE(int64_t, hoop_iscale_i64, INT64_MIN, INT64_MAX)

@@ -36,15 +36,16 @@
     } while (0)
 
 /* Integers: sums and products in the unsigned type (wraparound is defined
- * there and gives the same bits as two's complement); order in the signed
- * type when ST is signed. */
+ * there and gives the same bits as two's complement; products at least in
+ * unsigned int, where u16 would promote to int and overflow it); order in
+ * the signed type when ST is signed. */
 #define INT_KERNEL(NAME, UT, ST)                                                           \
     static void NAME(void *dst, const void *a, const void *b, size_t n, hoop_op_t op,       \
                      int avg_n)                                                           \
     {                                                                                      \
         switch (op) {                                                                      \
         case HOOP_SUM: LOOP(UT, p + q); break;                                             \
-        case HOOP_PROD: LOOP(UT, p * q); break;                                            \
+        case HOOP_PROD: LOOP(UT, 1u * p * q); break;                                       \
         case HOOP_MIN: LOOP(ST, q < p ? q : p); break;                                     \
         case HOOP_MAX: LOOP(ST, q > p ? q : p); break;                                     \
         case HOOP_AVG:                                                                     \
@@ -61,6 +62,8 @@
 
 INT_KERNEL(reduce_i8, uint8_t, int8_t)
 INT_KERNEL(reduce_u8, uint8_t, uint8_t)
+INT_KERNEL(reduce_i16, uint16_t, int16_t)
+INT_KERNEL(reduce_u16, uint16_t, uint16_t)
 INT_KERNEL(reduce_i32, uint32_t, int32_t)
 INT_KERNEL(reduce_u32, uint32_t, uint32_t)
 INT_KERNEL(reduce_i64, uint64_t, int64_t)
@@ -252,5 +255,5 @@ const hoop_reduce_fn HOOP_REDUCE_CAT(hoop_reduce_table_, HOOP_REDUCE_ISA)[HOOP_D
     [HOOP_I8] = reduce_i8,     [HOOP_U8] = reduce_u8,     [HOOP_I32] = reduce_i32,
     [HOOP_U32] = reduce_u32,   [HOOP_I64] = reduce_i64,   [HOOP_U64] = reduce_u64,
     [HOOP_F16] = reduce_f16,   [HOOP_BF16] = reduce_bf16, [HOOP_F32] = reduce_f32,
-    [HOOP_F64] = reduce_f64,
+    [HOOP_F64] = reduce_f64,   [HOOP_I16] = reduce_i16,   [HOOP_U16] = reduce_u16,
 };

@@ -44,6 +44,8 @@ void hoop_reduce_scale(void *buf, size_t n, hoop_dtype_t dtype, double f)
     }
     case HOOP_I8: ISCALE(int8_t, hoop_iscale_i8)
     case HOOP_U8: ISCALE(uint8_t, hoop_iscale_u8)
+    case HOOP_I16: ISCALE(int16_t, hoop_iscale_i16)
+    case HOOP_U16: ISCALE(uint16_t, hoop_iscale_u16)
     case HOOP_I32: ISCALE(int32_t, hoop_iscale_i32)
     case HOOP_U32: ISCALE(uint32_t, hoop_iscale_u32)
     case HOOP_I64: ISCALE(int64_t, hoop_iscale_i64)

@@ -178,7 +178,7 @@ Test(api, names_are_distinct_and_parse_back)
 
 Test(api, dtype_sizes)
 {
-    static const size_t want[HOOP_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+    static const size_t want[HOOP_DTYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8, 2, 2};
     for (int i = 0; i < HOOP_DTYPE_COUNT; i++)
         cr_assert_eq(hoop_dtype_size((hoop_dtype_t)i), want[i], "hoop_dtype_size(%s) = %zu",
                      dtype_name(i), hoop_dtype_size((hoop_dtype_t)i));

@@ -21,7 +21,8 @@
 static double input(int dt, int op, int rank, size_t i)
 {
     unsigned h = (unsigned)(i * 2654435761u) ^ (unsigned)(rank * 40503u);
-    int neg = dt == HOOP_I8 || dt == HOOP_I32 || dt == HOOP_I64 || dt >= HOOP_F16;
+    int neg = dt == HOOP_I8 || dt == HOOP_I16 || dt == HOOP_I32 || dt == HOOP_I64 ||
+              dt == HOOP_F16 || dt == HOOP_BF16 || dt == HOOP_F32 || dt == HOOP_F64;
     if (op == HOOP_PROD)
         return 1 + ((h >> 7) & 1);
     double v = (double)((h >> 3) % 15);
@@ -33,6 +34,8 @@ static void store(int dt, void *buf, size_t i, double v)
     switch (dt) {
     case HOOP_I8: ((int8_t *)buf)[i] = (int8_t)v; break;
     case HOOP_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case HOOP_I16: ((int16_t *)buf)[i] = (int16_t)v; break;
+    case HOOP_U16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
     case HOOP_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
     case HOOP_U32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
     case HOOP_I64: ((int64_t *)buf)[i] = (int64_t)v; break;

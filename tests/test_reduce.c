@@ -23,7 +23,7 @@ static void ref_one(hoop_dtype_t dt, hoop_op_t op, const void *a, const void *b,
         memcpy(&y, b, sizeof(y));                                               \
         switch (op) {                                                           \
         case HOOP_SUM: r = (ST)(UT)((UT)x + (UT)y); break;                      \
-        case HOOP_PROD: r = (ST)(UT)((UT)x * (UT)y); break;                     \
+        case HOOP_PROD: r = (ST)(UT)(1u * (UT)x * (UT)y); break;                \
         case HOOP_MIN: r = x < y ? x : y; break;                                \
         case HOOP_MAX: r = x > y ? x : y; break;                                \
         default:                                                                \
@@ -50,6 +50,8 @@ static void ref_one(hoop_dtype_t dt, hoop_op_t op, const void *a, const void *b,
     switch (dt) {
     case HOOP_I8: INTREF(int8_t, uint8_t); break;
     case HOOP_U8: INTREF(uint8_t, uint8_t); break;
+    case HOOP_I16: INTREF(int16_t, uint16_t); break;
+    case HOOP_U16: INTREF(uint16_t, uint16_t); break;
     case HOOP_I32: INTREF(int32_t, uint32_t); break;
     case HOOP_U32: INTREF(uint32_t, uint32_t); break;
     case HOOP_I64: INTREF(int64_t, uint64_t); break;
@@ -239,6 +241,13 @@ Test(reduce, integer_scaling_truncates_and_saturates)
     hoop_reduce_scale(u8, 3, HOOP_U8, -3.0);
     cr_assert(u8[0] == 0 && u8[1] == 0 && u8[2] == 0, "u8 times -3 gave %u %u %u, not 0", u8[0],
               u8[1], u8[2]);
+    int16_t i16[] = {300, -300, 30000, -30000};
+    hoop_reduce_scale(i16, 4, HOOP_I16, 2.5);
+    cr_assert(i16[0] == 750 && i16[1] == -750 && i16[2] == INT16_MAX && i16[3] == INT16_MIN,
+              "i16 times 2.5 gave %d %d %d %d", i16[0], i16[1], i16[2], i16[3]);
+    uint16_t u16[] = {7, 60000};
+    hoop_reduce_scale(u16, 2, HOOP_U16, 1.5);
+    cr_assert(u16[0] == 10 && u16[1] == UINT16_MAX, "u16 times 1.5 gave %u %u", u16[0], u16[1]);
     int32_t i32[] = {-99, 99, INT32_MAX, INT32_MIN};
     hoop_reduce_scale(i32, 4, HOOP_I32, 0.1);
     int32_t i32_want[] = {-9, 9, 214748364, -214748364};

@@ -10,7 +10,8 @@ bool values_is_float(hoop_dtype_t dt)
 
 bool values_is_signed(hoop_dtype_t dt)
 {
-    return dt == HOOP_I8 || dt == HOOP_I32 || dt == HOOP_I64 || values_is_float(dt);
+    return dt == HOOP_I8 || dt == HOOP_I16 || dt == HOOP_I32 || dt == HOOP_I64 ||
+           values_is_float(dt);
 }
 
 /* Largest total a sum of non-negative inputs may reach and stay exact in dt:
@@ -64,6 +65,8 @@ void values_put_int(void *buf, size_t i, hoop_dtype_t dt, uint64_t v)
     switch (dt) {
     case HOOP_I8:
     case HOOP_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case HOOP_I16:
+    case HOOP_U16: ((uint16_t *)buf)[i] = (uint16_t)v; break;
     case HOOP_I32:
     case HOOP_U32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
     case HOOP_I64:

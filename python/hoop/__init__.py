@@ -78,8 +78,8 @@ def check_op(op):
 
 
 if _np is not None:
-    _NP_DTYPES = {_np.dtype(_np.int8): _lib.I8, _np.dtype(_np.uint8): _lib.U8, _np.dtype(_np.int32): _lib.I32,
-                  _np.dtype(_np.uint32): _lib.U32, _np.dtype(_np.int64): _lib.I64,
+    _NP_DTYPES = {_np.dtype(_np.int8): _lib.I8, _np.dtype(_np.uint8): _lib.U8, _np.dtype(_np.int16): _lib.I16,
+                  _np.dtype(_np.uint16): _lib.U16, _np.dtype(_np.int32): _lib.I32, _np.dtype(_np.uint32): _lib.U32, _np.dtype(_np.int64): _lib.I64,
                   _np.dtype(_np.uint64): _lib.U64, _np.dtype(_np.float16): _lib.F16,
                   _np.dtype(_np.float32): _lib.F32, _np.dtype(_np.float64): _lib.F64}
 
@@ -89,8 +89,8 @@ def _np_dtype(a, what):
         raise ImportError("hoop's numpy API needs numpy")
     dt = _NP_DTYPES.get(_np.dtype(a.dtype))
     if dt is None:
-        raise TypeError("hoop: %s: numpy dtype %s is not one hoop reduces (int8, uint8, int32, uint32, int64, "
-                        "uint64, float16, float32, float64)" % (what, a.dtype))
+        raise TypeError("hoop: %s: numpy dtype %s is not one hoop reduces (int8, uint8, int16, uint16, int32, "
+                        "uint32, int64, uint64, float16, float32, float64)" % (what, a.dtype))
     return dt
 
 

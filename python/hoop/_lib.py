@@ -18,8 +18,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 OK, ERR_INVALID, ERR_TIMEOUT, ERR_PEER, ERR_MISMATCH, ERR_UNSUPPORTED, ERR_SYSTEM, ERR_ABORTED = range(8)
 
 # hoop_dtype_t
-I8, U8, I32, U32, I64, U64, F16, BF16, F32, F64 = range(10)
-DTYPE_SIZE = {I8: 1, U8: 1, I32: 4, U32: 4, I64: 8, U64: 8, F16: 2, BF16: 2, F32: 4, F64: 8}
+I8, U8, I32, U32, I64, U64, F16, BF16, F32, F64, I16, U16 = range(12)
+DTYPE_SIZE = {I8: 1, U8: 1, I32: 4, U32: 4, I64: 8, U64: 8, F16: 2, BF16: 2, F32: 4, F64: 8, I16: 2, U16: 2}
 # hoop_op_t
 SUM, PROD, MIN, MAX, AVG = range(5)
 

@@ -19,8 +19,8 @@ hvd.init()
 R, N = hvd.rank(), hvd.size()
 SUM_R = N * (N - 1) // 2  # sum of the ranks
 
-NP_DTYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32, np.float64]
-TORCH_DTYPES = [torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+NP_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32, np.float64]
+TORCH_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
                 torch.float32, torch.float64]
 
 
@@ -355,8 +355,8 @@ def test_errors_and_unsupported():
         hvd.elastic.run
     with pytest.raises(NotImplementedError, match="process sets"):
         hvd.add_process_set([0])
-    with pytest.raises(TypeError, match="int16"):
-        hvd.allreduce(torch.ones(1, dtype=torch.int16))
+    with pytest.raises(TypeError, match="complex64"):
+        hvd.allreduce(torch.ones(1, dtype=torch.complex64))
     with pytest.raises(hvd.HoopInvalidError, match="root_rank"):
         hvd.broadcast(torch.ones(1), N)
     # a name enqueued with another count on the last rank fails on every rank

@@ -13,7 +13,8 @@ from .. import _engine, _lib, check_op
 from .. import Average, Sum, Min, Max, Product, Adasum  # noqa: F401 (re-exported)
 from .._engine import Handle, HandleGroup
 
-_DTYPES = {torch.int8: _lib.I8, torch.uint8: _lib.U8, torch.int32: _lib.I32, torch.int64: _lib.I64,
+_DTYPES = {torch.int8: _lib.I8, torch.uint8: _lib.U8, torch.int16: _lib.I16, torch.int32: _lib.I32,
+           torch.int64: _lib.I64,
            torch.float16: _lib.F16, torch.bfloat16: _lib.BF16, torch.float32: _lib.F32,
            torch.float64: _lib.F64}
 
@@ -21,8 +22,8 @@ _DTYPES = {torch.int8: _lib.I8, torch.uint8: _lib.U8, torch.int32: _lib.I32, tor
 def _dtype(t, what):
     dt = _DTYPES.get(t.dtype)
     if dt is None:
-        raise TypeError("hoop: %s: tensor dtype %s is not one hoop reduces (uint8, int8, int32, int64, "
-                        "float16, bfloat16, float32, float64)" % (what, t.dtype))
+        raise TypeError("hoop: %s: tensor dtype %s is not one hoop reduces (uint8, int8, int16, int32, "
+                        "int64, float16, bfloat16, float32, float64)" % (what, t.dtype))
     return dt
 
 
