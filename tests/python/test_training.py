@@ -215,13 +215,44 @@ def test_sparse_gradients_match_one_process(as_dense):
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.5), named_parameters=m.named_parameters(),
                                    sparse_as_dense=as_dense)
     train_bag(m, opt)
-    assert m.emb.weight.grad.is_sparse != as_dense
+    assert m.emb.weight.grad.is_sparse  # as horovod.torch: reduced dense or not, handed back sparse
     ref = Bag()
     train_bag(ref, torch.optim.SGD(ref.parameters(), lr=0.5), shard_it=False)
     assert_same_on_every_rank(m)
     assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=1e-10), \
         (params_of(m) - params_of(ref)).abs().max()
     assert not torch.equal(params_of(m), params_of(Bag())), "training did not move the parameters"
+
+
+@pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
+@pytest.mark.parametrize("as_dense", [False, True])
+def test_sparse_adam_takes_the_reduced_gradient(as_dense):
+    """torch.optim.SparseAdam takes sparse gradients only: with
+    sparse_as_dense too, the reduced gradient is handed back sparse."""
+    def emb():
+        torch.manual_seed(5)
+        return torch.nn.Embedding(40, 6, sparse=True).double()
+
+    def train_emb(m, opt, shard_it=True):
+        for s in range(STEPS):
+            g = torch.Generator().manual_seed(900 + s)
+            idx = torch.randint(0, 40, (BATCH, 3), generator=g)
+            y = torch.randn(BATCH, 3, 6, generator=g, dtype=torch.float64)
+            if shard_it:
+                idx, y = shard(idx), shard(y)
+            opt.zero_grad()
+            F.mse_loss(m(idx), y).backward()
+            opt.step()
+
+    m = emb()
+    train_emb(m, hvd.DistributedOptimizer(torch.optim.SparseAdam(list(m.parameters()), lr=0.1),
+                                          named_parameters=m.named_parameters(), sparse_as_dense=as_dense))
+    ref = emb()
+    train_emb(ref, torch.optim.SparseAdam(list(ref.parameters()), lr=0.1), shard_it=False)
+    assert_same_on_every_rank(m)
+    assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=1e-9), \
+        (params_of(m) - params_of(ref)).abs().max()
+    assert not torch.equal(params_of(m), params_of(emb())), "training did not move the parameters"
 
 
 @pytest.mark.skipif(N == 1, reason="needs 2+ ranks")

@@ -136,7 +136,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 # Gathered, not reduced (horovod.torch's way); not compressed.
                 self._start(sl, (sparse_allreduce_async(grad, name=sl.name, op=self.op), None, _SPARSE))
                 return
-            grad = sl.p.grad = grad.to_dense()
+            grad = grad.to_dense()  # reduced dense; the gradient stays sparse (synchronize)
         tensor_compressed, ctx = self._compression.compress(grad)
         pre, post = self._scales()
         handle = allreduce_async_(tensor_compressed, name=sl.name, op=self.op, prescale_factor=pre,
@@ -148,8 +148,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         grads = []
         for sl in g:
             grad = self._dense_grad(sl)
-            if grad.is_sparse:  # a group is one dense allreduce
-                grad = sl.p.grad = grad.to_dense()
+            if grad.is_sparse:  # a group is one dense allreduce; the gradient stays sparse
+                grad = grad.to_dense()
             grads.append(grad)
         pairs = [self._compression.compress(grad) for grad in grads]
         pre, post = self._scales()
@@ -223,7 +223,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     continue
                 out = self._compression.decompress(tensor, ctx)
                 grad = sl.p.grad
-                if out is not grad and out.data_ptr() != grad.data_ptr():
+                if grad.is_sparse:
+                    # sparse_as_dense: reduced dense, handed back sparse, as
+                    # horovod.torch does (SparseAdam takes sparse gradients only)
+                    grad.zero_().add_(out.to_sparse())
+                elif out is not grad and out.data_ptr() != grad.data_ptr():
                     grad.copy_(out)
         finally:
             # After a failure too: the next backward starts afresh.
