@@ -106,6 +106,20 @@ def test_post_accumulate_grad_hooks(monkeypatch):
 
 
 @pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
+def test_unnamed_parameters_in_several_groups():
+    """Without named_parameters each parameter is named by its group and
+    its place in it (horovod.torch's names): unique across groups."""
+    m = model()
+    groups = [{"params": m[0].parameters()}, {"params": m[2].parameters(), "lr": 0.05}]
+    train(m, hvd.DistributedOptimizer(torch.optim.SGD(groups, lr=0.1)), STEPS)
+    ref = model()
+    train(ref, torch.optim.SGD([{"params": ref[0].parameters()}, {"params": ref[2].parameters(), "lr": 0.05}],
+                               lr=0.1), STEPS, shard_it=False)
+    assert_same_on_every_rank(m)
+    assert torch.allclose(params_of(m), params_of(ref), rtol=0, atol=1e-10)
+
+
+@pytest.mark.skipif(BATCH % N != 0, reason="the batch does not split evenly among these ranks")
 def test_predivide_factor_sum_op_and_explicit_synchronize():
     m = model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),

@@ -40,8 +40,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         else:
-            named_parameters = [("allreduce.noname.%s" % i, v)
-                                for group in self.param_groups for i, v in enumerate(group["params"])]
+            # as horovod.torch names them: by group, then by place in it
+            named_parameters = [("allreduce.noname.%d.%d" % (i, j), v)
+                                for i, group in enumerate(self.param_groups) for j, v in enumerate(group["params"])]
         if any(not isinstance(p, tuple) for p in named_parameters):
             raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
                              "produced by model.named_parameters().")
