@@ -222,6 +222,11 @@ def test_torch_reducescatter():
     assert torch.equal(out, N * torch.arange(2 * N * 3.).reshape(2 * N, 3)[2 * R:2 * R + 2] + SUM_R)
     uneven = hvd.reducescatter(torch.ones(N + 1, 2), op=hvd.Sum)  # rank 0 gets 2 rows
     assert uneven.shape == ((2 if R == 0 else 1), 2) and torch.equal(uneven, torch.full(uneven.shape, float(N)))
+    with pytest.raises(hvd.HoopInvalidError, match="a scalar has no first dimension"):
+        hvd.reducescatter(torch.tensor(1.0))
+    with pytest.raises(hvd.HoopInvalidError, match="tensor 1 is a scalar"):
+        hvd.grouped_reducescatter([torch.ones(N), torch.tensor(1.0)])
+    assert len(_engine._orphans) == 0, "the group's first tensor was enqueued before the refusal"
     avg = hvd.synchronize(hvd.reducescatter_async(torch.full((N,), float(R))))
     assert torch.equal(avg, torch.full((1,), SUM_R / N))
 

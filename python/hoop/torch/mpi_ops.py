@@ -403,6 +403,10 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, post
     check_op(op)
     name = _engine.auto_name("reducescatter", name)
     dt = _dtype(tensor, "reducescatter '%s'" % name)
+    if tensor.dim() == 0:
+        raise _lib.HoopInvalidError("hoop: reducescatter '%s': a scalar has no first dimension to scatter "
+                                    "over the ranks; pass a tensor of at least one dimension" % name,
+                                    _lib.ERR_INVALID)
     buf, rows, row_elems = _rows(_host(tensor))
     s = _engine.state()
     n, r = s.size, s.rank
@@ -466,6 +470,11 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
     the list of this rank's shares."""
     _no_process_set(process_set)
     name = _engine.auto_name("grouped_reducescatter", name)
+    tensors = list(tensors)
+    for i, t in enumerate(tensors):  # refused before any is enqueued
+        if t.dim() == 0:
+            raise _lib.HoopInvalidError("hoop: grouped reducescatter '%s': tensor %d is a scalar, with no first "
+                                        "dimension to scatter over the ranks" % (name, i), _lib.ERR_INVALID)
     hs = [reducescatter_async(t, "%s.%d" % (name, i), op, prescale_factor, postscale_factor)
           for i, t in enumerate(tensors)]
     return HandleGroup(hs, list, name)
