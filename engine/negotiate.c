@@ -272,7 +272,13 @@ int eng_table_collect(struct hoop_engine *e)
                 else if (lacking_joined < 0)
                     lacking_joined = r;
             }
-        if (!ready && !en->timed_out) {
+        /* Once a rank has joined without it, an operation other than an
+         * allreduce fails at once, as in Horovod: the ranks still running
+         * may name it differently (unnamed operations are counted per rank,
+         * and the joined rank skipped one), and waiting for every one of
+         * them could wait for ever. */
+        int refused = lacking_joined >= 0 && en->p.kind != EK_ALLREDUCE;
+        if (!ready && !en->timed_out && !refused) {
             e->tab[kept++] = en;
             continue;
         }
@@ -287,7 +293,13 @@ int eng_table_collect(struct hoop_engine *e)
         en->splits = NULL;
         r->neg_start_ns = en->first_ns;
         r->op = local_op(e, r->p.name);
-        if (!ready) {
+        if (refused) {
+            r->err = HOOP_ERR_INVALID;
+            r->msg = sentence("engine rank %d: '%s': %s is not supported once a rank has joined "
+                              "(rank %d joined without it); only allreduce goes on with zeros from "
+                              "the joined ranks",
+                              e->rank, r->p.name, eng_kind_name(r->p.kind), lacking_joined);
+        } else if (!ready) {
             char miss[256];
             missing_ranks(e, en, miss, sizeof(miss));
             r->err = HOOP_ERR_TIMEOUT;
@@ -300,12 +312,6 @@ int eng_table_collect(struct hoop_engine *e)
             r->err = HOOP_ERR_MISMATCH;
             r->msg = en->mismatch;
             en->mismatch = NULL;
-        } else if (lacking_joined >= 0 && r->p.kind != EK_ALLREDUCE) {
-            r->err = HOOP_ERR_INVALID;
-            r->msg = sentence("engine rank %d: '%s': %s is not supported once a rank has joined "
-                              "(rank %d joined without it); only allreduce goes on with zeros from "
-                              "the joined ranks",
-                              e->rank, r->p.name, eng_kind_name(r->p.kind), lacking_joined);
         } else {
             r->cacheable = eng_cacheable(r->p.kind) && lacking_joined < 0;
         }

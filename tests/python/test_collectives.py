@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -435,6 +436,27 @@ def test_a_dropped_handle_keeps_its_buffers(elems):
             assert torch.equal(t, torch.full((elems,), -1.0)), "the engine wrote into a freed buffer"
     hvd.allreduce(torch.ones(1), name="after.dropped.%d" % elems)
     assert len(_engine._orphans) == 0, "a done, dropped handle was not let go"
+
+
+@pytest.mark.skipif(N < 3, reason="needs two ranks still running beside the one that joined")
+def test_after_a_join_other_collectives_fail_at_once_whatever_their_names():
+    """As in Horovod, a collective other than allreduce fails once a rank
+    has joined, without waiting for the other ranks still running: they
+    may have named it differently (unnamed operations are counted per
+    rank, and the joined rank skipped one). Here each running rank names
+    its allgather its own way."""
+    if R == 0:
+        last = hvd.join()
+    else:
+        h = hvd.allgather_async(torch.ones(2), name="after.join.%d" % R)
+        t0 = time.time()
+        while not hvd.poll(h) and time.time() - t0 < 20:
+            time.sleep(0.01)
+        assert hvd.poll(h), "the allgather waited for the other running ranks' name"
+        with pytest.raises(hvd.HoopInvalidError, match="not supported once a rank has joined"):
+            hvd.synchronize(h)
+        last = hvd.join()
+    assert hvd.allgather_object(last) == [last] * N
 
 
 def test_join_last():
