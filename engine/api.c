@@ -185,10 +185,57 @@ static hoop_status_t no_memory(hoop_engine_t *e, const char *name)
                       name);
 }
 
-/* Hand op to the engine's thread, or refuse it (and free it) when the name
- * is already in flight or the engine has stopped. */
-static hoop_status_t submit(hoop_engine_t *e, eng_op_t *op, hoop_engine_handle_t **handle)
+/* The caller's shape (hoop_engine_op_args_t), checked against the
+ * operation's counts: dims[0] is `rows` and the rest multiply to row_elems
+ * where rows is not (size_t)-1, else all of them multiply to `total`.
+ * HOOP_OK, or HOOP_ERR_INVALID naming what does not add up. */
+static hoop_status_t shape_check(const hoop_engine_t *e, const char *name,
+                                 const hoop_engine_op_args_t *a, uint64_t total, size_t rows,
+                                 size_t row_elems)
 {
+    if (a->ndims < 0 || a->ndims > HOOP_ENGINE_DIMS_MAX)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: '%s': a shape of %d dimensions (0 to %d can be given)",
+                          e->rank, name, (int)a->ndims, HOOP_ENGINE_DIMS_MAX);
+    if (!a->ndims)
+        return HOOP_OK;
+    int by_rows = rows != (size_t)-1;
+    uint64_t prod = 1;
+    for (int i = 0; i < a->ndims; i++) {
+        if (a->dims[i] < 0)
+            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': dimension %d is %lld",
+                              e->rank, name, i, (long long)a->dims[i]);
+        if (i == 0 && by_rows)
+            continue;
+        if (__builtin_mul_overflow(prod, (uint64_t)a->dims[i], &prod))
+            prod = UINT64_MAX;
+    }
+    if (by_rows && ((uint64_t)a->dims[0] != rows || prod != row_elems))
+        return hoop_error(
+            HOOP_ERR_INVALID,
+            "engine rank %d: '%s': the shape's first dimension (%lld) and the "
+            "elements of the others (%llu) are not the %zu rows of %zu elements given",
+            e->rank, name, (long long)a->dims[0], (unsigned long long)prod, rows, row_elems);
+    if (!by_rows && prod != total)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: '%s': the shape (%d dimensions) holds %llu elements "
+                          "where the operation has %llu",
+                          e->rank, name, (int)a->ndims, (unsigned long long)prod,
+                          (unsigned long long)total);
+    return HOOP_OK;
+}
+
+/* Hand op to the engine's thread, or refuse it (and free it) when the name
+ * is already in flight or the engine has stopped; a->ndims > 0: op carries
+ * that shape. */
+static hoop_status_t submit_shaped(hoop_engine_t *e, eng_op_t *op, const hoop_engine_op_args_t *a,
+                                   hoop_engine_handle_t **handle)
+{
+    if (a && a->ndims > 0) {
+        op->p.ndims = (uint8_t)a->ndims;
+        for (int i = 0; i < a->ndims; i++)
+            op->p.dims[i] = (uint64_t)a->dims[i];
+    }
     op->t_enq_ns = hoop_now_ns();
     pthread_mutex_lock(&e->mu);
     hoop_status_t st = HOOP_OK;
@@ -229,6 +276,11 @@ static hoop_status_t submit(hoop_engine_t *e, eng_op_t *op, hoop_engine_handle_t
     return HOOP_OK;
 }
 
+static hoop_status_t submit(hoop_engine_t *e, eng_op_t *op, hoop_engine_handle_t **handle)
+{
+    return submit_shaped(e, op, NULL, handle);
+}
+
 hoop_status_t hoop_engine_allreduce(hoop_engine_t *e, const char *name, const void *sendbuf,
                                     void *recvbuf, size_t count, hoop_dtype_t dtype, hoop_op_t op,
                                     double pre, double post, hoop_engine_cb_t cb, void *cb_arg,
@@ -240,12 +292,12 @@ hoop_status_t hoop_engine_allreduce(hoop_engine_t *e, const char *name, const vo
                                          cb_arg, handle);
 }
 
-/* n < 0: a plain allreduce (one segment, no group). */
-hoop_status_t hoop_engine_grouped_allreduce(hoop_engine_t *e, const char *name, int n,
-                                            const void *const *sendbufs, void *const *recvbufs,
-                                            const size_t *counts, hoop_dtype_t dtype, hoop_op_t op,
-                                            double pre, double post, hoop_engine_cb_t cb,
-                                            void *cb_arg, hoop_engine_handle_t **handle)
+/* n < 0: a plain allreduce (one segment, no group); sh: its shape, or NULL. */
+static hoop_status_t allreduce_sh(hoop_engine_t *e, const char *name, int n,
+                                  const void *const *sendbufs, void *const *recvbufs,
+                                  const size_t *counts, hoop_dtype_t dtype, hoop_op_t op,
+                                  double pre, double post, hoop_engine_cb_t cb, void *cb_arg,
+                                  hoop_engine_handle_t **handle, const hoop_engine_op_args_t *sh)
 {
     hoop_status_t st = check_common(e, name, dtype, 1, op, pre, post, handle);
     if (st)
@@ -269,6 +321,8 @@ hoop_status_t hoop_engine_grouped_allreduce(hoop_engine_t *e, const char *name, 
                               "engine rank %d: '%s': tensor %d has %zu elements and a NULL buffer",
                               e->rank, name, i, counts[i]);
     }
+    if (sh && (st = shape_check(e, name, sh, total, (size_t)-1, 0)))
+        return st;
     eng_op_t *o = op_new(EK_ALLREDUCE, name, dtype, op, pre, post, cb, cb_arg);
     if (!o)
         return no_memory(e, name);
@@ -290,7 +344,17 @@ hoop_status_t hoop_engine_grouped_allreduce(hoop_engine_t *e, const char *name, 
         o->send[i] = sendbufs[i];
         o->recv[i] = recvbufs[i];
     }
-    return submit(e, o, handle);
+    return submit_shaped(e, o, sh, handle);
+}
+
+hoop_status_t hoop_engine_grouped_allreduce(hoop_engine_t *e, const char *name, int n,
+                                            const void *const *sendbufs, void *const *recvbufs,
+                                            const size_t *counts, hoop_dtype_t dtype, hoop_op_t op,
+                                            double pre, double post, hoop_engine_cb_t cb,
+                                            void *cb_arg, hoop_engine_handle_t **handle)
+{
+    return allreduce_sh(e, name, n, sendbufs, recvbufs, counts, dtype, op, pre, post, cb, cb_arg,
+                        handle, NULL);
 }
 
 hoop_engine_handle_t *hoop_engine_allreduce_args(hoop_engine_allreduce_args_t *a, const char *name)
@@ -316,10 +380,10 @@ hoop_engine_handle_t *hoop_engine_allreduce_args(hoop_engine_allreduce_args_t *a
     return a->status == HOOP_OK ? h : NULL;
 }
 
-hoop_status_t hoop_engine_allgather(hoop_engine_t *e, const char *name, const void *sendbuf,
-                                    size_t rows, size_t row_elems, hoop_dtype_t dtype,
-                                    hoop_engine_cb_t cb, void *cb_arg,
-                                    hoop_engine_handle_t **handle)
+static hoop_status_t allgather_sh(hoop_engine_t *e, const char *name, const void *sendbuf,
+                                  size_t rows, size_t row_elems, hoop_dtype_t dtype,
+                                  hoop_engine_cb_t cb, void *cb_arg, hoop_engine_handle_t **handle,
+                                  const hoop_engine_op_args_t *sh)
 {
     hoop_status_t st = check_common(e, name, dtype, 0, 0, 1.0, 1.0, handle);
     if (st)
@@ -330,18 +394,28 @@ hoop_status_t hoop_engine_allgather(hoop_engine_t *e, const char *name, const vo
                           e->rank, name, rows, row_elems);
     if (rows && row_elems && !sendbuf)
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': sendbuf is NULL", e->rank, name);
+    if (sh && (st = shape_check(e, name, sh, 0, rows, row_elems)))
+        return st;
     eng_op_t *o = op_new(EK_ALLGATHER, name, dtype, 0, 1.0, 1.0, cb, cb_arg);
     if (!o)
         return no_memory(e, name);
     o->p.count = rows;
     o->p.row = row_elems;
     o->send1 = sendbuf;
-    return submit(e, o, handle);
+    return submit_shaped(e, o, sh, handle);
 }
 
-hoop_status_t hoop_engine_broadcast(hoop_engine_t *e, const char *name, void *buf, size_t count,
-                                    hoop_dtype_t dtype, int root, hoop_engine_cb_t cb, void *cb_arg,
+hoop_status_t hoop_engine_allgather(hoop_engine_t *e, const char *name, const void *sendbuf,
+                                    size_t rows, size_t row_elems, hoop_dtype_t dtype,
+                                    hoop_engine_cb_t cb, void *cb_arg,
                                     hoop_engine_handle_t **handle)
+{
+    return allgather_sh(e, name, sendbuf, rows, row_elems, dtype, cb, cb_arg, handle, NULL);
+}
+
+static hoop_status_t broadcast_sh(hoop_engine_t *e, const char *name, void *buf, size_t count,
+                                  hoop_dtype_t dtype, int root, hoop_engine_cb_t cb, void *cb_arg,
+                                  hoop_engine_handle_t **handle, const hoop_engine_op_args_t *sh)
 {
     hoop_status_t st = check_common(e, name, dtype, 0, 0, 1.0, 1.0, handle);
     if (st)
@@ -351,6 +425,8 @@ hoop_status_t hoop_engine_broadcast(hoop_engine_t *e, const char *name, void *bu
                           e->rank, name, root, e->size - 1);
     if (count && !buf)
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': buf is NULL", e->rank, name);
+    if (sh && (st = shape_check(e, name, sh, count, (size_t)-1, 0)))
+        return st;
     eng_op_t *o = op_new(EK_BROADCAST, name, dtype, 0, 1.0, 1.0, cb, cb_arg);
     if (!o)
         return no_memory(e, name);
@@ -358,7 +434,14 @@ hoop_status_t hoop_engine_broadcast(hoop_engine_t *e, const char *name, void *bu
     o->p.root = root;
     o->send1 = buf;
     o->recv1 = buf;
-    return submit(e, o, handle);
+    return submit_shaped(e, o, sh, handle);
+}
+
+hoop_status_t hoop_engine_broadcast(hoop_engine_t *e, const char *name, void *buf, size_t count,
+                                    hoop_dtype_t dtype, int root, hoop_engine_cb_t cb, void *cb_arg,
+                                    hoop_engine_handle_t **handle)
+{
+    return broadcast_sh(e, name, buf, count, dtype, root, cb, cb_arg, handle, NULL);
 }
 
 /* The sum of one count per rank, each bounded so that the total's bytes
@@ -392,28 +475,107 @@ static int op_set_vals(eng_op_t *o, const size_t *counts, int n)
     return 0;
 }
 
-hoop_status_t hoop_engine_alltoall(hoop_engine_t *e, const char *name, const void *sendbuf,
-                                   const size_t *splits, hoop_dtype_t dtype, hoop_engine_cb_t cb,
-                                   void *cb_arg, hoop_engine_handle_t **handle)
+/* splits: elements to each rank; or, with sh, rows of row_elems elements
+ * (the ranks then also compare row_elems). */
+static hoop_status_t alltoall_sh(hoop_engine_t *e, const char *name, const void *sendbuf,
+                                 const size_t *splits, size_t row_elems, hoop_dtype_t dtype,
+                                 hoop_engine_cb_t cb, void *cb_arg, hoop_engine_handle_t **handle,
+                                 const hoop_engine_op_args_t *sh)
 {
     hoop_status_t st = check_common(e, name, dtype, 0, 0, 1.0, 1.0, handle);
     if (st)
         return st;
     if (!splits)
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': splits is NULL", e->rank, name);
+    size_t es = hoop_dtype_size(dtype);
+    size_t *elems = NULL;
+    if (sh) {
+        /* rows to elements, each bounded as sum_counts bounds them */
+        if (!(elems = malloc(sizeof(size_t) * (size_t)e->size)))
+            return no_memory(e, name);
+        uint64_t rows = 0;
+        for (int j = 0; j < e->size; j++) {
+            size_t per = row_elems ? row_elems : 1;
+            if (splits[j] > (SIZE_MAX / 4) / es / per - rows) {
+                free(elems);
+                return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': splits too large",
+                                  e->rank, name);
+            }
+            rows += splits[j];
+            elems[j] = splits[j] * row_elems;
+        }
+        if ((st = shape_check(e, name, sh, 0, (size_t)rows, row_elems))) {
+            free(elems);
+            return st;
+        }
+    }
+    const size_t *counts = elems ? elems : splits;
     uint64_t total;
-    if ((st = sum_counts(e, name, splits, hoop_dtype_size(dtype), "splits", &total)))
+    if ((st = sum_counts(e, name, counts, es, "splits", &total))) {
+        free(elems);
         return st;
-    if (total && !sendbuf)
+    }
+    if (total && !sendbuf) {
+        free(elems);
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': sendbuf is NULL", e->rank, name);
+    }
     eng_op_t *o = op_new(EK_ALLTOALL, name, dtype, 0, 1.0, 1.0, cb, cb_arg);
-    if (!o)
+    int bad = !o || op_set_vals(o, counts, e->size);
+    free(elems);
+    if (bad)
         return no_memory(e, name);
     o->p.count = total;
-    if (op_set_vals(o, splits, e->size))
+    o->p.row = sh ? row_elems : 0;
+    o->send1 = sendbuf;
+    return submit_shaped(e, o, sh, handle);
+}
+
+hoop_status_t hoop_engine_alltoall(hoop_engine_t *e, const char *name, const void *sendbuf,
+                                   const size_t *splits, hoop_dtype_t dtype, hoop_engine_cb_t cb,
+                                   void *cb_arg, hoop_engine_handle_t **handle)
+{
+    return alltoall_sh(e, name, sendbuf, splits, 0, dtype, cb, cb_arg, handle, NULL);
+}
+
+/* recvcounts NULL: every rank gets recvcount elements; else recvcounts[r]. */
+static hoop_status_t reduce_scatter_sh(hoop_engine_t *e, const char *name, const void *sendbuf,
+                                       void *recvbuf, size_t recvcount, const size_t *recvcounts,
+                                       hoop_dtype_t dtype, hoop_op_t op, double pre, double post,
+                                       hoop_engine_cb_t cb, void *cb_arg,
+                                       hoop_engine_handle_t **handle,
+                                       const hoop_engine_op_args_t *sh)
+{
+    hoop_status_t st = check_common(e, name, dtype, 1, op, pre, post, handle);
+    if (st)
+        return st;
+    size_t es = hoop_dtype_size(dtype);
+    uint64_t total;
+    if (recvcounts) {
+        if ((st = sum_counts(e, name, recvcounts, es, "recvcounts", &total)))
+            return st;
+        if ((total && !sendbuf) || (recvcounts[e->rank] && !recvbuf))
+            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': a buffer is NULL", e->rank,
+                              name);
+    } else {
+        if (recvcount > (SIZE_MAX / 4) / es / (size_t)e->size)
+            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': recvcount too large",
+                              e->rank, name);
+        if (recvcount && (!sendbuf || !recvbuf))
+            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': a buffer is NULL", e->rank,
+                              name);
+        total = (uint64_t)recvcount * (uint64_t)e->size;
+    }
+    if (sh && (st = shape_check(e, name, sh, total, (size_t)-1, 0)))
+        return st;
+    eng_op_t *o = op_new(EK_REDUCE_SCATTER, name, dtype, op, pre, post, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    o->p.count = recvcounts ? total : recvcount;
+    if (recvcounts && op_set_vals(o, recvcounts, e->size))
         return no_memory(e, name);
     o->send1 = sendbuf;
-    return submit(e, o, handle);
+    o->recv1 = recvbuf;
+    return submit_shaped(e, o, sh, handle);
 }
 
 hoop_status_t hoop_engine_reduce_scatter(hoop_engine_t *e, const char *name, const void *sendbuf,
@@ -421,23 +583,8 @@ hoop_status_t hoop_engine_reduce_scatter(hoop_engine_t *e, const char *name, con
                                          hoop_op_t op, double pre, double post, hoop_engine_cb_t cb,
                                          void *cb_arg, hoop_engine_handle_t **handle)
 {
-    hoop_status_t st = check_common(e, name, dtype, 1, op, pre, post, handle);
-    if (st)
-        return st;
-    size_t es = hoop_dtype_size(dtype);
-    if (recvcount > (SIZE_MAX / 4) / es / (size_t)e->size)
-        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': recvcount too large", e->rank,
-                          name);
-    if (recvcount && (!sendbuf || !recvbuf))
-        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': a buffer is NULL", e->rank,
-                          name);
-    eng_op_t *o = op_new(EK_REDUCE_SCATTER, name, dtype, op, pre, post, cb, cb_arg);
-    if (!o)
-        return no_memory(e, name);
-    o->p.count = recvcount;
-    o->send1 = sendbuf;
-    o->recv1 = recvbuf;
-    return submit(e, o, handle);
+    return reduce_scatter_sh(e, name, sendbuf, recvbuf, recvcount, NULL, dtype, op, pre, post, cb,
+                             cb_arg, handle, NULL);
 }
 
 hoop_status_t hoop_engine_reduce_scatterv(hoop_engine_t *e, const char *name, const void *sendbuf,
@@ -446,27 +593,63 @@ hoop_status_t hoop_engine_reduce_scatterv(hoop_engine_t *e, const char *name, co
                                           hoop_engine_cb_t cb, void *cb_arg,
                                           hoop_engine_handle_t **handle)
 {
-    hoop_status_t st = check_common(e, name, dtype, 1, op, pre, post, handle);
-    if (st)
-        return st;
-    if (!recvcounts)
+    if (e && handle && !recvcounts) {
+        *handle = NULL;
         return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': recvcounts is NULL", e->rank,
-                          name);
-    uint64_t total;
-    if ((st = sum_counts(e, name, recvcounts, hoop_dtype_size(dtype), "recvcounts", &total)))
-        return st;
-    if ((total && !sendbuf) || (recvcounts[e->rank] && !recvbuf))
-        return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': a buffer is NULL", e->rank,
-                          name);
-    eng_op_t *o = op_new(EK_REDUCE_SCATTER, name, dtype, op, pre, post, cb, cb_arg);
-    if (!o)
-        return no_memory(e, name);
-    o->p.count = total;
-    if (op_set_vals(o, recvcounts, e->size))
-        return no_memory(e, name);
-    o->send1 = sendbuf;
-    o->recv1 = recvbuf;
-    return submit(e, o, handle);
+                          name ? name : "(NULL)");
+    }
+    return reduce_scatter_sh(e, name, sendbuf, recvbuf, 0, recvcounts, dtype, op, pre, post, cb,
+                             cb_arg, handle, NULL);
+}
+
+hoop_engine_handle_t *hoop_engine_enqueue(hoop_engine_op_args_t *a, const char *name)
+{
+    if (!a) {
+        hoop_error(HOOP_ERR_INVALID, "engine: enqueue needs its struct (got NULL)");
+        return NULL;
+    }
+    if (a->struct_size != sizeof(*a)) {
+        hoop_status_t st = hoop_error(HOOP_ERR_INVALID,
+                                      "engine: enqueue: struct_size is %zu, this library's struct "
+                                      "is %zu bytes: the caller was built for another version of "
+                                      "hoop_engine.h",
+                                      a->struct_size, sizeof(*a));
+        if (a->struct_size >= sizeof(*a))
+            a->status = st;
+        return NULL;
+    }
+    hoop_engine_handle_t *h = NULL;
+    hoop_engine_t *e = a->engine;
+    hoop_dtype_t dt = (hoop_dtype_t)a->dtype;
+    switch (a->kind) {
+    case HOOP_ENGINE_ALLREDUCE: {
+        const void *s[1] = {a->sendbuf};
+        void *r[1] = {a->recvbuf};
+        a->status = allreduce_sh(e, name, -1, s, r, &a->count, dt, (hoop_op_t)a->op, a->prescale,
+                                 a->postscale, NULL, NULL, &h, a);
+        break;
+    }
+    case HOOP_ENGINE_ALLGATHER:
+        a->status =
+            allgather_sh(e, name, a->sendbuf, a->count, a->row_elems, dt, NULL, NULL, &h, a);
+        break;
+    case HOOP_ENGINE_BROADCAST:
+        a->status = broadcast_sh(e, name, (void *)(uintptr_t)a->sendbuf, a->count, dt, a->root,
+                                 NULL, NULL, &h, a);
+        break;
+    case HOOP_ENGINE_ALLTOALL:
+        a->status =
+            alltoall_sh(e, name, a->sendbuf, a->counts, a->row_elems, dt, NULL, NULL, &h, a);
+        break;
+    case HOOP_ENGINE_REDUCE_SCATTER:
+        a->status =
+            reduce_scatter_sh(e, name, a->sendbuf, a->recvbuf, a->count, a->counts, dt,
+                              (hoop_op_t)a->op, a->prescale, a->postscale, NULL, NULL, &h, a);
+        break;
+    default:
+        a->status = hoop_error(HOOP_ERR_INVALID, "engine: enqueue: unknown kind %d", (int)a->kind);
+    }
+    return a->status == HOOP_OK ? h : NULL;
 }
 
 /* An operation that carries no data and no name of the caller's: named by

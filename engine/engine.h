@@ -45,7 +45,9 @@ struct eng_params {
     double pre, post;
     uint64_t count; /* allreduce: elements in all; broadcast: count;
                        reduce_scatter: recvcount; allgather: rows */
-    uint64_t row;   /* allgather: elements per row */
+    uint64_t row;   /* allgather, alltoall: elements per row (alltoall: 0, not given) */
+    uint8_t ndims;  /* the caller's shape (0: none given) */
+    uint64_t dims[HOOP_ENGINE_DIMS_MAX];
     uint32_t nvals; /* grouped allreduce: segment counts; alltoall: splits */
     uint64_t *vals;
     char name[HOOP_ENGINE_NAME_MAX + 1];

@@ -29,6 +29,22 @@ int eng_params_copy(struct eng_params *dst, const struct eng_params *src)
     return 0;
 }
 
+/* p's shape as "[17, 23, 57]", the first dimension "*" when skip. */
+static void shape_str(char *buf, size_t len, const struct eng_params *p, int skip)
+{
+    size_t n = 0;
+    n += (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < p->ndims && n < len; i++) {
+        if (i == 0 && skip)
+            n += (size_t)snprintf(buf + n, len - n, "*");
+        else
+            n += (size_t)snprintf(buf + n, len - n, "%s%llu", i ? ", " : "",
+                                  (unsigned long long)p->dims[i]);
+    }
+    if (n < len)
+        snprintf(buf + n, len - n, "]");
+}
+
 /* 1 when a (announced by rank ra) and b (by rb) describe the same
  * operation; else 0 and a sentence in why. */
 int eng_params_equal(const struct eng_params *a, const struct eng_params *b, int size, char *why,
@@ -54,6 +70,40 @@ int eng_params_equal(const struct eng_params *a, const struct eng_params *b, int
         DIFF("%g", a->pre, b->pre, "prescale");
     if (a->post != b->post)
         DIFF("%g", a->post, b->post, "postscale");
+    /* Shapes where both ranks gave one (Horovod's check): all dimensions
+     * but the first for the kinds whose first may differ. */
+    int skip = a->kind == EK_ALLGATHER || a->kind == EK_ALLTOALL;
+    struct eng_params ia, ib; /* an allreduce given no shape is one dimension */
+    if (a->kind == EK_ALLREDUCE && !a->nvals && (a->ndims || b->ndims)) {
+        if (!a->ndims) {
+            ia = *a;
+            ia.ndims = 1;
+            ia.dims[0] = a->count;
+            a = &ia;
+        }
+        if (!b->ndims) {
+            ib = *b;
+            ib.ndims = 1;
+            ib.dims[0] = b->count;
+            b = &ib;
+        }
+    }
+    if (a->ndims && b->ndims) {
+        int same = a->ndims == b->ndims;
+        for (int i = skip; same && i < a->ndims; i++)
+            same = a->dims[i] == b->dims[i];
+        if (!same) {
+            char sa[8 * 24], sb[8 * 24];
+            shape_str(sa, sizeof sa, a, skip);
+            shape_str(sb, sizeof sb, b, skip);
+            const char *what = skip ? "rows of shape" : "shape";
+            snprintf(why, why_len, "rank %d gives %s %s but rank %d gives %s %s", ra, what, sa, rb,
+                     what, sb);
+            return 0;
+        }
+    }
+    if (a->kind == EK_ALLTOALL && a->row && b->row && a->row != b->row)
+        DIFF("%llu", (unsigned long long)a->row, (unsigned long long)b->row, "elements per row");
     if (a->kind == EK_ALLGATHER) {
         if (a->row != b->row)
             DIFF("%llu", (unsigned long long)a->row, (unsigned long long)b->row,

@@ -2,8 +2,8 @@
  *
  * A list is records one after the other: a type byte, then
  *   ER_REQ:  kind, dtype, op (bytes), root (i32), prescale, postscale (f64),
- *            count, row (u64), nvals (u32), name length (u16), the name,
- *            nvals u64 values;
+ *            count, row (u64), ndims (u8), ndims u64 dimensions, nvals (u32),
+ *            name length (u16), the name, nvals u64 values;
  *   ER_JOIN: nothing;
  *   ER_FAIL: name length (u16), the name (rank 0: its stall shutdown).
  * Numbers are in the host's byte order: the ranks of a job run one build
@@ -41,7 +41,8 @@ static void put(struct hoop_engine *e, const void *v, size_t n)
 int eng_list_add_req(struct hoop_engine *e, const struct eng_params *p)
 {
     uint16_t nl = (uint16_t)strlen(p->name);
-    size_t need = 1 + 3 + 4 + 16 + 16 + 4 + 2 + nl + 8 * (size_t)p->nvals;
+    size_t need =
+        1 + 3 + 4 + 16 + 16 + 1 + 8 * (size_t)p->ndims + 4 + 2 + nl + 8 * (size_t)p->nvals;
     if (e->mylist_len + need > ENG_LIST_MAX || list_reserve(e, need))
         return -1;
     uint8_t t = ER_REQ;
@@ -54,6 +55,8 @@ int eng_list_add_req(struct hoop_engine *e, const struct eng_params *p)
     put(e, &p->post, 8);
     put(e, &p->count, 8);
     put(e, &p->row, 8);
+    put(e, &p->ndims, 1);
+    put(e, p->dims, 8 * (size_t)p->ndims);
     put(e, &p->nvals, 4);
     put(e, &nl, 2);
     put(e, p->name, nl);
@@ -123,9 +126,10 @@ hoop_status_t eng_list_parse(struct hoop_engine *e, int from, const uint8_t *buf
         if (t == ER_REQ) {
             if (get(&r, &p.kind, 1) || get(&r, &p.dtype, 1) || get(&r, &p.op, 1) ||
                 get(&r, &p.root, 4) || get(&r, &p.pre, 8) || get(&r, &p.post, 8) ||
-                get(&r, &p.count, 8) || get(&r, &p.row, 8) || get(&r, &p.nvals, 4) ||
-                get_name(&r, p.name)) {
-                what = "a request cut short";
+                get(&r, &p.count, 8) || get(&r, &p.row, 8) || get(&r, &p.ndims, 1) ||
+                p.ndims > HOOP_ENGINE_DIMS_MAX || get(&r, p.dims, 8 * (size_t)p.ndims) ||
+                get(&r, &p.nvals, 4) || get_name(&r, p.name)) {
+                what = "a request cut short, or of more than HOOP_ENGINE_DIMS_MAX dimensions";
                 goto bad;
             }
             if (p.kind <= EK_NONE || p.kind >= EK_KIND_COUNT || p.kind == EK_JOIN ||

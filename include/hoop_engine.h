@@ -96,6 +96,53 @@ typedef struct hoop_engine_allreduce_args {
 HOOP_API hoop_engine_handle_t *hoop_engine_allreduce_args(hoop_engine_allreduce_args_t *a,
                                                           const char *name);
 
+/* An operation of any kind but a group, its arguments in one struct, with
+ * the shape of the tensor behind its buffers: the ranks compare shapes as
+ * Horovod does (every dimension for an allreduce, broadcast or
+ * reduce_scatter; all but the first for an allgather or alltoall, whose
+ * first dimension may differ), and a difference fails the name on every
+ * rank with HOOP_ERR_MISMATCH naming both shapes. Shapes are compared
+ * where both ranks gave one (ndims > 0); counts always are. Returns the
+ * handle, or NULL with a->status set to why (and hoop_last_error()'s
+ * sentence). struct_size must be sizeof(hoop_engine_op_args_t). */
+#define HOOP_ENGINE_DIMS_MAX 8
+
+typedef enum hoop_engine_kind {
+    HOOP_ENGINE_ALLREDUCE = 1,
+    HOOP_ENGINE_ALLGATHER,
+    HOOP_ENGINE_BROADCAST,
+    HOOP_ENGINE_ALLTOALL,
+    HOOP_ENGINE_REDUCE_SCATTER,
+} hoop_engine_kind_t;
+
+typedef struct hoop_engine_op_args {
+    size_t struct_size; /* sizeof(hoop_engine_op_args_t) */
+    hoop_engine_t *engine;
+    int32_t kind;  /* hoop_engine_kind_t */
+    int32_t dtype; /* hoop_dtype_t */
+    int32_t op;    /* hoop_op_t: allreduce, reduce_scatter */
+    int32_t root;  /* broadcast */
+    /* broadcast: the buffer (sent from root, received elsewhere) */
+    const void *sendbuf;
+    /* allreduce, reduce_scatter (allgather and alltoall: the engine's) */
+    void *recvbuf;
+    /* allreduce, broadcast: elements; reduce_scatter: the elements each
+     * rank gets; allgather: this rank's rows */
+    size_t count;
+    /* allgather, alltoall: elements per row */
+    size_t row_elems;
+    /* alltoall: rows to each rank (hoop_engine_counts then gives the
+     * elements from each); reduce_scatter: NULL, or each rank's elements
+     * (as hoop_engine_reduce_scatterv) */
+    const size_t *counts;
+    double prescale, postscale; /* allreduce, reduce_scatter */
+    int32_t ndims;              /* 0 (no shape) to HOOP_ENGINE_DIMS_MAX */
+    int32_t status;             /* out: HOOP_OK, or why the call returned NULL */
+    int64_t dims[HOOP_ENGINE_DIMS_MAX];
+} hoop_engine_op_args_t;
+
+HOOP_API hoop_engine_handle_t *hoop_engine_enqueue(hoop_engine_op_args_t *a, const char *name);
+
 /* n allreduces that run together, fused, once all are ready on all ranks:
  * tensor i is counts[i] elements from sendbufs[i] to recvbufs[i]. One
  * handle for the group, named `name`. */

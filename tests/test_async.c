@@ -571,6 +571,155 @@ Test(async, mismatched_count_fails_on_every_rank_n3, .timeout = 60)
     run_case(3, &c, 40);
 }
 
+/* ---- shapes: compared as Horovod compares them ------------------------------ */
+
+/* One operation through hoop_engine_enqueue; its status (and the sentence
+ * in *why once completed, or the refusal's). */
+static hoop_status_t shaped(hoop_engine_t *e, hoop_engine_op_args_t a, const char *name,
+                            hoop_engine_handle_t **h, const char **why)
+{
+    a.struct_size = sizeof a;
+    a.engine = e;
+    *h = hoop_engine_enqueue(&a, name);
+    if (!*h) {
+        *why = hoop_last_error();
+        return (hoop_status_t)a.status;
+    }
+    hoop_status_t st = hoop_engine_wait(*h, WAIT_S);
+    hoop_engine_status(*h, why);
+    return st;
+}
+
+static int body_shapes(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    /* Static: a rank that fails returns while its engine may still use them. */
+    static float x[17 * 1311], y[64];
+    hoop_engine_handle_t *h;
+    const char *why = "";
+    /* The same count in other shapes (Horovod's [17, 1311] and [17, 23, 57]). */
+    hoop_engine_op_args_t a = {.kind = HOOP_ENGINE_ALLREDUCE,
+                               .dtype = HOOP_F32,
+                               .op = HOOP_SUM,
+                               .sendbuf = x,
+                               .recvbuf = x,
+                               .count = 17 * 1311,
+                               .prescale = 1.0,
+                               .postscale = 1.0,
+                               .ndims = rank == 1 ? 3 : 2};
+    a.dims[0] = 17;
+    a.dims[1] = rank == 1 ? 23 : 1311;
+    a.dims[2] = 57;
+    hoop_status_t st = shaped(e, a, "reshaped", &h, &why);
+    if (st != HOOP_ERR_MISMATCH || !strstr(why, "'reshaped'") ||
+        !strstr(why, "rank 1 gives shape [17, 23, 57]") || !strstr(why, "gives shape [17, 1311]"))
+        return harness_failf(rank, "reshaped: %s: %s", hoop_status_str(st), why);
+    hoop_engine_release(h);
+    /* A plain allreduce (no shape) is one dimension: against [4, 4] it differs. */
+    if (rank == 0) {
+        st = hoop_engine_allreduce(e, "flat", y, y, 16, HOOP_F32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                   &h);
+        if (!st)
+            st = hoop_engine_wait(h, WAIT_S);
+        hoop_engine_status(h, &why);
+    } else {
+        hoop_engine_op_args_t f = {.kind = HOOP_ENGINE_ALLREDUCE,
+                                   .dtype = HOOP_F32,
+                                   .op = HOOP_SUM,
+                                   .sendbuf = y,
+                                   .recvbuf = y,
+                                   .count = 16,
+                                   .prescale = 1.0,
+                                   .postscale = 1.0,
+                                   .ndims = 2,
+                                   .dims = {4, 4}};
+        st = shaped(e, f, "flat", &h, &why);
+    }
+    if (st != HOOP_ERR_MISMATCH || !strstr(why, "rank 0 gives shape [16]") ||
+        !strstr(why, "gives shape [4, 4]"))
+        return harness_failf(rank, "flat: %s: %s", hoop_status_str(st), why);
+    hoop_engine_release(h);
+    /* An alltoall whose rows differ in size: refused, not delivered. */
+    hoop_engine_op_args_t t = {.kind = HOOP_ENGINE_ALLTOALL,
+                               .dtype = HOOP_F32,
+                               .sendbuf = x,
+                               .ndims = 3,
+                               .dims = {size, rank == 0 ? 4 : 2, 3}};
+    size_t splits[8];
+    for (int j = 0; j < size; j++)
+        splits[j] = 1;
+    t.counts = splits;
+    t.row_elems = (size_t)(t.dims[1] * t.dims[2]);
+    st = shaped(e, t, "rows", &h, &why);
+    if (st != HOOP_ERR_MISMATCH || !strstr(why, "rank 0 gives rows of shape [*, 4, 3]") ||
+        !strstr(why, "gives rows of shape [*, 2, 3]"))
+        return harness_failf(rank, "rows: %s: %s", hoop_status_str(st), why);
+    hoop_engine_release(h);
+    /* A shape that does not hold the count is refused at once. */
+    hoop_engine_op_args_t w = a;
+    w.ndims = 2;
+    w.dims[1] = 1310;
+    st = shaped(e, w, "wrong", &h, &why);
+    if (st != HOOP_ERR_INVALID || h ||
+        !strstr(why, "holds 22270 elements where the operation has 22287"))
+        return harness_failf(rank, "wrong: %s: %s", hoop_status_str(st), why);
+    /* Agreeing shapes run, the allgather's first dimension free, and the
+     * alltoall in rows. */
+    for (int i = 0; i < 64; i++)
+        y[i] = (float)(rank + 1);
+    hoop_engine_op_args_t ok = {.kind = HOOP_ENGINE_ALLREDUCE,
+                                .dtype = HOOP_F32,
+                                .op = HOOP_SUM,
+                                .sendbuf = y,
+                                .recvbuf = y,
+                                .count = 12,
+                                .prescale = 1.0,
+                                .postscale = 1.0,
+                                .ndims = 3,
+                                .dims = {2, 3, 2}};
+    if ((st = shaped(e, ok, "ok", &h, &why)))
+        return harness_failf(rank, "ok: %s: %s", hoop_status_str(st), why);
+    hoop_engine_release(h);
+    if (y[11] != (float)(size * (size + 1) / 2) || y[12] != (float)(rank + 1))
+        return harness_failf(rank, "ok: y[11] = %g, y[12] = %g", y[11], y[12]);
+    hoop_engine_op_args_t g = {.kind = HOOP_ENGINE_ALLGATHER,
+                               .dtype = HOOP_F32,
+                               .sendbuf = y,
+                               .count = (size_t)rank + 1,
+                               .row_elems = 2,
+                               .ndims = 2,
+                               .dims = {rank + 1, 2}};
+    if ((st = shaped(e, g, "gather", &h, &why)))
+        return harness_failf(rank, "gather: %s: %s", hoop_status_str(st), why);
+    size_t n = 0;
+    hoop_engine_output(h, &n);
+    hoop_engine_release(h);
+    if (n != (size_t)(size * (size + 1)))
+        return harness_failf(rank, "gather: %zu elements, want %d", n, size * (size + 1));
+    for (int i = 0; i < 64; i++)
+        y[i] = (float)(100 * rank + i / 3);
+    t.dims[1] = 1;
+    t.row_elems = 3;
+    t.sendbuf = y;
+    if ((st = shaped(e, t, "rows2", &h, &why)))
+        return harness_failf(rank, "rows2: %s: %s", hoop_status_str(st), why);
+    size_t counts[8];
+    float *out = hoop_engine_output(h, &n);
+    hoop_engine_counts(h, counts);
+    for (int j = 0; j < size; j++)
+        if (counts[j] != 3 || out[3 * j] != (float)(100 * j + rank))
+            return harness_failf(rank, "rows2: from rank %d %zu elements, first %g", j, counts[j],
+                                 out[3 * j]);
+    hoop_engine_release(h);
+    return 0;
+}
+
+Test(async, shapes_are_compared_as_horovod_compares_them_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_shapes};
+    run_case(3, &c, 40);
+}
+
 /* ---- the cache: the second step is agreed without the gather --------------- */
 
 static int body_cache(hoop_engine_t *e, int rank, int size, void *arg)
@@ -1612,6 +1761,7 @@ Test(async, timeline_of_every_rank_n2, .timeout = 60)
 static int parsed_reqs;
 static char parsed_name[HOOP_ENGINE_NAME_MAX + 1];
 static uint64_t parsed_vals[4];
+static struct eng_params parsed_shape;
 
 static hoop_status_t count_rec(struct hoop_engine *e, int from, int rec, const struct eng_params *p,
                                const char *name)
@@ -1623,6 +1773,8 @@ static hoop_status_t count_rec(struct hoop_engine *e, int from, int rec, const s
         snprintf(parsed_name, sizeof parsed_name, "%s", name);
         for (uint32_t i = 0; i < p->nvals && i < 4; i++)
             parsed_vals[i] = p->vals[i];
+        parsed_shape.ndims = p->ndims;
+        memcpy(parsed_shape.dims, p->dims, sizeof p->dims);
     }
     return HOOP_OK;
 }
@@ -1639,6 +1791,9 @@ Test(async, request_lists_round_trip_and_refuse_garbage)
                            .pre = 1.0,
                            .post = 1.0,
                            .count = 24,
+                           .row = 2,
+                           .ndims = 3,
+                           .dims = {12, 1, 2},
                            .nvals = 3,
                            .vals = splits};
     snprintf(p.name, sizeof p.name, "layer.weight");
@@ -1650,6 +1805,7 @@ Test(async, request_lists_round_trip_and_refuse_garbage)
     cr_expect_eq(parsed_reqs, 1);
     cr_expect_str_eq(parsed_name, "layer.weight");
     cr_expect(parsed_vals[0] == 7 && parsed_vals[2] == 9);
+    cr_expect(parsed_shape.ndims == 3 && parsed_shape.dims[0] == 12 && parsed_shape.dims[2] == 2);
     /* Every cut short of the whole is refused, naming the sender. */
     for (size_t cut = 1; cut < len - 1; cut++) {
         hoop_status_t st = eng_list_parse(&e, 1, e.mylist, cut, count_rec);
@@ -1671,6 +1827,14 @@ Test(async, request_lists_round_trip_and_refuse_garbage)
     /* An alltoall whose splits do not number the ranks is refused. */
     e.size = 4;
     cr_expect_eq(eng_list_parse(&e, 0, e.mylist, len, count_rec), HOOP_ERR_PEER);
+    /* More dimensions than a shape may have are refused (the byte after
+     * row: type, kind, dtype, op, root, pre, post, count, row). */
+    e.size = 3;
+    size_t at_ndims = 1 + 3 + 4 + 8 + 8 + 8 + 8;
+    cr_assert_eq(e.mylist[at_ndims], 3);
+    e.mylist[at_ndims] = HOOP_ENGINE_DIMS_MAX + 1;
+    cr_expect_eq(eng_list_parse(&e, 1, e.mylist, len, count_rec), HOOP_ERR_PEER);
+    cr_expect(strstr(hoop_last_error(), "HOOP_ENGINE_DIMS_MAX") != NULL, "%s", hoop_last_error());
     /* Only rank 0 may fail a name. */
     e.mylist_len = 0;
     cr_assert_eq(eng_list_add_fail(&e, "x"), 0);
