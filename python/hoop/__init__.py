@@ -109,7 +109,7 @@ def allreduce_async(array, op=Average, name=None, prescale_factor=1.0, postscale
     a, dt = _arr(array, "allreduce '%s'" % name)
     out = _np.empty_like(a)
     return _engine.allreduce(name, _ptr(a), _ptr(out), a.size, dt, op, prescale_factor, postscale_factor,
-                             [a, out], lambda h: out)
+                             [a, out], lambda h: out, shape=a.shape)
 
 
 def allreduce(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
@@ -152,7 +152,7 @@ def allgather_async(array, name=None):
         data = h.output(a.itemsize)
         out = _np.frombuffer(data, dtype=a.dtype).copy()
         return out.reshape((-1,) + a.shape[1:]) if row_elems else out.reshape((sum(h.counts(size())),) + a.shape[1:])
-    return _engine.allgather(name, _ptr(a), rows, row_elems, dt, [a], finish)
+    return _engine.allgather(name, _ptr(a), a.shape, dt, [a], finish)
 
 
 def allgather(array, name=None):
@@ -163,7 +163,7 @@ def broadcast_async(array, root_rank, name=None):
     name = _engine.auto_name("broadcast", name)
     a, dt = _arr(array, "broadcast '%s'" % name)
     out = a.copy()
-    return _engine.broadcast(name, _ptr(out), out.size, dt, root_rank, [out], lambda h: out)
+    return _engine.broadcast(name, _ptr(out), out.shape, dt, root_rank, [out], lambda h: out)
 
 
 def broadcast(array, root_rank, name=None):
@@ -197,7 +197,7 @@ def alltoall_async(array, splits=None, name=None):
         out = _np.frombuffer(h.output(a.itemsize), dtype=a.dtype).copy()
         recv = [c // row_elems if row_elems else 0 for c in counts]
         return out.reshape((sum(recv),) + a.shape[1:]), _np.array(recv, dtype=_np.int32)
-    return _engine.alltoall(name, _ptr(a), [s * row_elems for s in sp], dt, [a], finish)
+    return _engine.alltoall(name, _ptr(a), a.shape, sp, dt, [a], finish)
 
 
 def alltoall(array, splits=None, name=None):
@@ -215,12 +215,12 @@ def reducescatter_async(array, op=Average, name=None, prescale_factor=1.0, posts
     n, r = size(), rank()
     if rows % n == 0:
         out = _np.empty((rows // n,) + a.shape[1:], dtype=a.dtype)
-        return _engine.reduce_scatter(name, _ptr(a), _ptr(out), out.size, dt, op, prescale_factor,
+        return _engine.reduce_scatter(name, _ptr(a), _ptr(out), a.shape, out.size, dt, op, prescale_factor,
                                       postscale_factor, [a, out], lambda h: out)
     # Uneven shares: each rank gets its rows only (reduce_scatterv).
     rows_of = _engine.shares(rows, n)
     out = _np.empty((rows_of[r],) + a.shape[1:], dtype=a.dtype)
-    return _engine.reduce_scatterv(name, _ptr(a), _ptr(out), [k * row_elems for k in rows_of], dt, op,
+    return _engine.reduce_scatterv(name, _ptr(a), _ptr(out), a.shape, [k * row_elems for k in rows_of], dt, op,
                                    prescale_factor, postscale_factor, [a, out], lambda h: out)
 
 

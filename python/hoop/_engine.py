@@ -18,11 +18,15 @@ _lock = threading.Lock()
 _names = {}
 # The C functions every gradient goes through, looked up once at init():
 # the allreduce from a struct, wait, wait-and-release, test, status, release.
-_fn_allreduce_args = _fn_wait = _fn_wait_release = _fn_test = _fn_status = _fn_release = None
+_fn_allreduce_args = _fn_enqueue = _fn_wait = _fn_wait_release = _fn_test = _fn_status = _fn_release = None
 # Each thread packs its allreduces' arguments into a struct of its own.
 _tls = threading.local()
 _pack_args = _lib.ALLREDUCE_ARGS_PACK.pack_into
 _ARGS_SIZE = ctypes.sizeof(_lib.AllreduceArgs)
+# and, for an operation with a shape, into an OpArgs of its own.
+_pack_op = [p.pack_into for p in _lib.OP_ARGS_PACK]
+_OP_ARGS_SIZE = ctypes.sizeof(_lib.OpArgs)
+_KIND_ALLREDUCE, _DIMS_MAX = _lib.KIND_ALLREDUCE, _lib.DIMS_MAX
 
 
 class _State:
@@ -60,8 +64,9 @@ def init():
         s.engine_addr = eng.value
         _state = s
         _names.clear()
-        global _fn_allreduce_args, _fn_wait, _fn_wait_release, _fn_test, _fn_status, _fn_release
+        global _fn_allreduce_args, _fn_enqueue, _fn_wait, _fn_wait_release, _fn_test, _fn_status, _fn_release
         _fn_allreduce_args, _fn_wait, _fn_test = L.hoop_engine_allreduce_args, L.hoop_engine_wait, L.hoop_engine_test
+        _fn_enqueue = L.hoop_engine_enqueue
         _fn_wait_release = L.hoop_engine_wait_release
         _fn_status, _fn_release = L.hoop_engine_status, L.hoop_engine_release
 
@@ -274,22 +279,59 @@ _c_void_p = ctypes.c_void_p
 _byref = ctypes.byref
 
 
-def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, finish, result=None):
+def _enqueue(kind, name, dtype, shape, send=None, recv=None, count=0, row_elems=0, counts=None, op=0,
+             root=0, pre=1.0, post=1.0):
+    """hoop_engine_enqueue: the C handle, or raises. shape: the tensor's
+    (the ranks compare it; one of more than DIMS_MAX dimensions is not
+    given, and the counts alone are compared)."""
+    s = _state if _state is not None else state()
+    try:
+        a, addr = _tls.op_args
+    except AttributeError:
+        a = _lib.OpArgs()
+        _tls.op_args = a, addr = a, ctypes.addressof(a)
+    nd = len(shape)
+    if nd > _lib.DIMS_MAX:
+        shape, nd = (), 0
+    _pack_op[nd](a, 0, _OP_ARGS_SIZE, s.engine_addr, kind, dtype, op, root, send or 0, recv or 0, count,
+                 row_elems, ctypes.addressof(counts) if counts is not None else 0, pre, post, nd, 0, *shape)
+    h = _fn_enqueue(addr, name.encode())
+    if not h:
+        _check(a.status, name)
+    return h
+
+
+def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, finish, result=None, shape=None):
     """keep: what must live until completion; the result is finish(handle)
-    when finish is given, else result. The path every gradient takes: no
-    work here that the call does not need."""
+    when finish is given, else result. shape: the tensor's, compared across
+    ranks where it is not one dimension (a rank that gives none counts as
+    one dimension of count). The path every gradient takes: no work here
+    that the call does not need."""
     if prescale == 1.0 and postscale == 1.0:  # a gradient's
         pre = post = 1.0
     else:
         pre, post = float(prescale), float(postscale)
     s = _state if _state is not None else state()
-    try:
-        a, addr = _tls.args
-    except AttributeError:
-        a = _lib.AllreduceArgs()
-        _tls.args = a, addr = a, ctypes.addressof(a)
-    _pack_args(a, 0, _ARGS_SIZE, s.engine_addr, send or 0, recv or 0, count, dtype, op, pre, post)
-    h = _fn_allreduce_args(addr, name.encode())
+    if shape is None or len(shape) == 1:
+        try:
+            a, addr = _tls.args
+        except AttributeError:
+            a = _lib.AllreduceArgs()
+            _tls.args = a, addr = a, ctypes.addressof(a)
+        _pack_args(a, 0, _ARGS_SIZE, s.engine_addr, send or 0, recv or 0, count, dtype, op, pre, post)
+        h = _fn_allreduce_args(addr, name.encode())
+    else:  # _enqueue's, written out: most gradients of a model take this path
+        try:
+            a, addr = _tls.op_args
+        except AttributeError:
+            a = _lib.OpArgs()
+            _tls.op_args = a, addr = a, ctypes.addressof(a)
+        nd = len(shape)
+        if nd > _DIMS_MAX:
+            shape, nd = (), 0
+        _pack_op[nd](a, 0, _OP_ARGS_SIZE, s.engine_addr, _KIND_ALLREDUCE, dtype, op, 0, send or 0, recv or 0,
+                     count, 0, 0, pre, post, nd, 0, *shape)
+        h = _fn_enqueue(addr, name.encode())
     if not h:
         _check(a.status, name)
     return Handle(h, name, keep, finish, result)
@@ -310,48 +352,50 @@ def grouped_allreduce(name, sends, recvs, counts, dtype, op, prescale, postscale
     return Handle(h, name, [keep, s, r, c], finish, result)
 
 
-def allgather(name, send, rows, row_elems, dtype, keep, finish):
-    h = ctypes.c_void_p()
-    _check(_lib.lib().hoop_engine_allgather(state().engine, name.encode(), send, rows, row_elems, dtype,
-                                            None, None, ctypes.byref(h)), name)
+def allgather(name, send, shape, dtype, keep, finish):
+    """shape: the tensor's, at least one dimension; rows (the first) may
+    differ between ranks, the rest may not."""
+    rows, row_elems = shape[0], _prod(shape[1:])
+    h = _enqueue(_lib.KIND_ALLGATHER, name, dtype, shape, send, count=rows, row_elems=row_elems)
     return Handle(h, name, keep, finish)
 
 
-def broadcast(name, buf, count, dtype, root, keep, finish):
+def broadcast(name, buf, shape, dtype, root, keep, finish):
     s = state()
     if not 0 <= int(root) < s.size:
         raise HoopInvalidError("hoop: broadcast '%s': root_rank %d is not a rank of this %d-rank job"
                                % (name, root, s.size), _lib.ERR_INVALID)
-    h = ctypes.c_void_p()
-    _check(_lib.lib().hoop_engine_broadcast(s.engine, name.encode(), buf, count, dtype, int(root), None, None,
-                                            ctypes.byref(h)), name)
+    h = _enqueue(_lib.KIND_BROADCAST, name, dtype, shape, buf, count=_prod(shape), root=int(root))
     return Handle(h, name, keep, finish)
 
 
-def alltoall(name, send, splits, dtype, keep, finish):
+def alltoall(name, send, shape, splits, dtype, keep, finish):
+    """splits: rows (first dimension of shape) to each rank."""
     sp = (ctypes.c_size_t * len(splits))(*splits)
-    h = ctypes.c_void_p()
-    _check(_lib.lib().hoop_engine_alltoall(state().engine, name.encode(), send, sp, dtype, None, None,
-                                           ctypes.byref(h)), name)
+    h = _enqueue(_lib.KIND_ALLTOALL, name, dtype, shape, send, row_elems=_prod(shape[1:]), counts=sp)
     return Handle(h, name, keep + [sp], finish)
 
 
-def reduce_scatter(name, send, recv, recvcount, dtype, op, prescale, postscale, keep, finish):
-    pre, post = float(prescale), float(postscale)
-    h = ctypes.c_void_p()
-    _check(_lib.lib().hoop_engine_reduce_scatter(state().engine, name.encode(), send, recv, recvcount, dtype,
-                                                 op, pre, post, None, None, ctypes.byref(h)), name)
+def reduce_scatter(name, send, recv, shape, recvcount, dtype, op, prescale, postscale, keep, finish):
+    """shape: the tensor every rank gives; recvcount: elements each gets."""
+    h = _enqueue(_lib.KIND_REDUCE_SCATTER, name, dtype, shape, send, recv, recvcount, op=op,
+                 pre=float(prescale), post=float(postscale))
     return Handle(h, name, keep, finish)
 
 
-def reduce_scatterv(name, send, recv, recvcounts, dtype, op, prescale, postscale, keep, finish):
+def reduce_scatterv(name, send, recv, shape, recvcounts, dtype, op, prescale, postscale, keep, finish):
     """recvcounts: one count per rank, the same list on every rank."""
-    pre, post = float(prescale), float(postscale)
     rc = (ctypes.c_size_t * len(recvcounts))(*recvcounts)
-    h = ctypes.c_void_p()
-    _check(_lib.lib().hoop_engine_reduce_scatterv(state().engine, name.encode(), send, recv, rc, dtype, op,
-                                                  pre, post, None, None, ctypes.byref(h)), name)
+    h = _enqueue(_lib.KIND_REDUCE_SCATTER, name, dtype, shape, send, recv, counts=rc, op=op,
+                 pre=float(prescale), post=float(postscale))
     return Handle(h, name, keep + [rc], finish)
+
+
+def _prod(dims):
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
 
 
 def shares(rows, n):

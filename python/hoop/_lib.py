@@ -149,6 +149,29 @@ if ALLREDUCE_ARGS_PACK.size != AllreduceArgs.status.offset:
                       "ctypes places status at %d" % (ALLREDUCE_ARGS_PACK.size, AllreduceArgs.status.offset))
 
 
+class OpArgs(ctypes.Structure):
+    """hoop_engine_op_args_t: an operation of any kind but a group, with the
+    shape of its tensor, which the ranks compare (hoop_engine_enqueue)."""
+    _fields_ = [("struct_size", ctypes.c_size_t), ("engine", ctypes.c_void_p), ("kind", ctypes.c_int32),
+                ("dtype", ctypes.c_int32), ("op", ctypes.c_int32), ("root", ctypes.c_int32),
+                ("sendbuf", ctypes.c_void_p), ("recvbuf", ctypes.c_void_p), ("count", ctypes.c_size_t),
+                ("row_elems", ctypes.c_size_t), ("counts", ctypes.c_void_p), ("prescale", ctypes.c_double),
+                ("postscale", ctypes.c_double), ("ndims", ctypes.c_int32), ("status", ctypes.c_int32),
+                ("dims", ctypes.c_int64 * 8)]
+
+
+# hoop_engine_kind_t
+KIND_ALLREDUCE, KIND_ALLGATHER, KIND_BROADCAST, KIND_ALLTOALL, KIND_REDUCE_SCATTER = 1, 2, 3, 4, 5
+DIMS_MAX = 8
+
+# The fields up to the dimensions, then ndims of them, packed in one call
+# into an OpArgs (status packed as 0): the layout checked against ctypes'.
+OP_ARGS_PACK = [struct.Struct("@NPiiiiPPNNPddii%dq" % n) for n in range(DIMS_MAX + 1)]
+if OP_ARGS_PACK[0].size != OpArgs.dims.offset or OP_ARGS_PACK[1].size != OpArgs.dims.offset + 8:
+    raise ImportError("hoop: hoop_engine_op_args_t's fields pack to %d bytes before dims, where ctypes "
+                      "places dims at %d" % (OP_ARGS_PACK[0].size, OpArgs.dims.offset))
+
+
 def _prototypes(L):
     c_int, c_size_t, c_double, c_char_p, c_void_p = (ctypes.c_int, ctypes.c_size_t, ctypes.c_double,
                                                       ctypes.c_char_p, ctypes.c_void_p)
@@ -172,6 +195,7 @@ def _prototypes(L):
         "hoop_engine_allreduce": (c_int, [c_void_p, c_char_p, c_void_p, c_void_p, c_size_t, c_int, c_int,
                                           c_double, c_double, c_void_p, c_void_p, P(c_void_p)]),
         "hoop_engine_allreduce_args": (c_void_p, [c_void_p, c_char_p]),
+        "hoop_engine_enqueue": (c_void_p, [c_void_p, c_char_p]),
         "hoop_engine_grouped_allreduce": (c_int, [c_void_p, c_char_p, c_int, P(c_void_p), P(c_void_p),
                                                   P(c_size_t), c_int, c_int, c_double, c_double, c_void_p,
                                                   c_void_p, P(c_void_p)]),

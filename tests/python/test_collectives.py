@@ -372,6 +372,34 @@ def test_errors_and_unsupported():
     assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum), torch.full((1,), float(N)))
 
 
+@pytest.mark.skipif(N < 2, reason="shapes are compared between ranks: needs 2 or more")
+def test_shapes_are_compared_as_horovod_compares_them():
+    last = R == N - 1
+    # the same number of elements in other shapes: an error on every rank, naming both
+    with pytest.raises(hvd.HoopMismatchError, match=r"(?=.*gives shape \[17, 1311\])(?=.*gives shape \[17, 23, 57\])"):
+        hvd.allreduce(torch.ones([17, 23, 57] if last else [17, 1311]), name="shape.ar")
+    with pytest.raises(hvd.HoopMismatchError, match=r"gives shape \[289\]"):  # one dimension against two
+        hvd.allreduce(torch.ones([17, 17] if last else [289]), name="shape.flat")
+    with pytest.raises(hvd.HoopMismatchError, match="shape"):
+        hvd.reducescatter(torch.ones([N, 6] if last else [N, 2, 3]), name="shape.rs")
+    with pytest.raises(hvd.HoopMismatchError, match="shape"):
+        hvd.broadcast(torch.ones([2, 3] if last else [3, 2]), 0, name="shape.bc")
+    # rows of another size: refused, where they used to be delivered and misread
+    with pytest.raises(hvd.HoopMismatchError, match=r"(?=.*rows of shape \[\*, 10, 3\])(?=.*rows of shape \[\*, 20, 3\])"):
+        hvd.alltoall(torch.ones([N, 10 * (1 + last), 3]), name="shape.a2a")
+    with pytest.raises(hoop.HoopMismatchError, match=r"rows of shape \[\*, 2\]"):
+        hoop.allgather(np.ones((1, 2 + last), dtype=np.float32), name="shape.ag")
+    # the first dimension of an allgather or alltoall may differ; the rest may not
+    out = hvd.allgather(torch.full((R + 1, 2, 3), float(R)))
+    assert out.shape == (N * (N + 1) // 2, 2, 3)
+    got, recv = hvd.alltoall(torch.full((N * (R + 1), 2), float(R)), [R + 1] * N)
+    assert recv.tolist() == [j + 1 for j in range(N)]
+    assert got.shape == (N * (N + 1) // 2, 2)
+    # more dimensions than the engine compares: the counts alone are
+    t = hvd.allreduce(torch.ones([1] * 9 + [2]), op=hvd.Sum, name="shape.deep")
+    assert t.shape == tuple([1] * 9 + [2]) and torch.all(t == N)
+
+
 def test_enqueue_refused_and_from_threads():
     # refused at the enqueue: hoop's status and sentence, nothing enqueued
     with pytest.raises(hvd.HoopInvalidError, match="a name of 1 to 200 bytes"):

@@ -99,10 +99,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         n = tensor.numel()
         p = tensor.data_ptr() if n else None
         return _engine.allreduce(name, p, p, n, dt, op, prescale_factor, postscale_factor, tensor, None,
-                                 tensor)
+                                 tensor, tensor.shape)
     buf = _device_ok(tensor)
     return _engine.allreduce(name, _ptr(buf), _ptr(buf), buf.numel(), dt, op, prescale_factor,
-                             postscale_factor, [buf, tensor], lambda h: _write_back(tensor, buf))
+                             postscale_factor, [buf, tensor], lambda h: _write_back(tensor, buf),
+                             shape=tensor.shape)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -240,13 +241,13 @@ def _allgather_async(tensor, name, process_set, with_counts):
     _no_process_set(process_set)
     name = _engine.auto_name("allgather", name)
     dt = _dtype(tensor, "allgather '%s'" % name)
-    buf, rows, row_elems = _rows(_host(tensor))
+    buf = _rows(_host(tensor))[0]
 
     def finish(h):
         counts = h.counts(_engine.state().size)
         out = _from_bytes(h.output(buf.element_size()), tensor, (sum(counts),) + tuple(buf.shape[1:]))
         return (out, counts) if with_counts else out
-    return _engine.allgather(name, _ptr(buf), rows, row_elems, dt, [buf], finish)
+    return _engine.allgather(name, _ptr(buf), buf.shape, dt, [buf], finish)
 
 
 def allgather_async(tensor, name=None, process_set=None):
@@ -314,7 +315,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     name = _engine.auto_name("broadcast", name)
     dt = _dtype(tensor, "broadcast '%s'" % name)
     buf = _host(tensor)
-    return _engine.broadcast(name, _ptr(buf), buf.numel(), dt, root_rank, [buf, tensor],
+    return _engine.broadcast(name, _ptr(buf), tensor.shape, dt, root_rank, [buf, tensor],
                              lambda h: _write_back(tensor, buf))
 
 
@@ -369,7 +370,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
         recv = [c // row_elems if row_elems else 0 for c in h.counts(n)]
         out = _from_bytes(h.output(buf.element_size()), tensor, (sum(recv),) + tuple(buf.shape[1:]))
         return out, torch.tensor(recv, dtype=torch.int32)
-    return _engine.alltoall(name, _ptr(buf), [s * row_elems for s in sp], dt, [buf], finish)
+    return _engine.alltoall(name, _ptr(buf), buf.shape, sp, dt, [buf], finish)
 
 
 class _AlltoallFn(torch.autograd.Function):
@@ -412,14 +413,16 @@ def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, post
     n, r = s.size, s.rank
     if rows % n == 0:
         out = torch.empty((rows // n,) + tuple(buf.shape[1:]), dtype=buf.dtype)
-        return _engine.reduce_scatter(name, _ptr(buf), _ptr(out), out.numel(), dt, op, prescale_factor,
-                                      postscale_factor, [buf, out], lambda h: out.to(tensor.device))
+        return _engine.reduce_scatter(name, _ptr(buf), _ptr(out), buf.shape, out.numel(), dt, op,
+                                      prescale_factor, postscale_factor, [buf, out],
+                                      lambda h: out.to(tensor.device))
     # Uneven shares (the first rows % size ranks one row more, as Horovod
     # splits): each rank gets its rows only (reduce_scatterv).
     rows_of = _engine.shares(rows, n)
     out = torch.empty((rows_of[r],) + tuple(buf.shape[1:]), dtype=buf.dtype)
-    return _engine.reduce_scatterv(name, _ptr(buf), _ptr(out), [k * row_elems for k in rows_of], dt, op,
-                                   prescale_factor, postscale_factor, [buf, out], lambda h: out.to(tensor.device))
+    return _engine.reduce_scatterv(name, _ptr(buf), _ptr(out), buf.shape, [k * row_elems for k in rows_of],
+                                   dt, op, prescale_factor, postscale_factor, [buf, out],
+                                   lambda h: out.to(tensor.device))
 
 
 def _reducescatter_grads(ctx, grads):
