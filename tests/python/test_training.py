@@ -328,7 +328,7 @@ def test_broadcast_optimizer_state_after_divergence():
         m(x).pow(2).sum().backward()
         opt.step()
     hvd.broadcast_parameters(m.state_dict(), root_rank=0)
-    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0, model=m)  # horovod.torch's third argument
     assert_same_on_every_rank(m)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.05)
     bufs = torch.cat([opt.state[p]["momentum_buffer"].reshape(-1) for p in m.parameters()])

@@ -61,9 +61,12 @@ def allgather_object(obj, name=None, process_set=None):
     return out
 
 
-def broadcast_optimizer_state(optimizer, root_rank, prefix=None):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, prefix=None):
     """root_rank's optimizer state (every param group's settings and each
-    parameter's state, e.g. momentum buffers) on every rank."""
+    parameter's state, e.g. momentum buffers) on every rank. model is
+    horovod.torch's argument (it marks the sparse parameters for the step
+    that creates an empty state); the state goes as it is, so it is not
+    needed."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     state = optimizer.state_dict()

@@ -398,8 +398,8 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     return out if splits is None else (out, recv)
 
 
-def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                        process_set=None):
+def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                        postscale_factor=1.0):
     _no_process_set(process_set)
     check_op(op)
     name = _engine.auto_name("reducescatter", name)
@@ -447,15 +447,16 @@ class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale):
         ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
-        return reducescatter_async(tensor, name, op, prescale, postscale).synchronize()
+        return reducescatter_async(tensor, name, op, prescale_factor=prescale,
+                                   postscale_factor=postscale).synchronize()
 
     @staticmethod
     def backward(ctx, grad):
         return _reducescatter_grads(ctx, [grad])[0], None, None, None, None
 
 
-def reducescatter(tensor, name=None, compression=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                  process_set=None):
+def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None, prescale_factor=1.0,
+                  postscale_factor=1.0):
     """This rank's share of the reduction; differentiable (horovod.torch's
     gradient: every rank's, scaled, gathered)."""
     from .compression import Compression
@@ -467,8 +468,8 @@ def reducescatter(tensor, name=None, compression=None, op=Average, prescale_fact
     return compression.decompress(out, ctx)
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                                process_set=None):
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                                postscale_factor=1.0):
     """Each tensor's reducescatter, started together; synchronize() gives
     the list of this rank's shares."""
     _no_process_set(process_set)
@@ -478,7 +479,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
         if t.dim() == 0:
             raise _lib.HoopInvalidError("hoop: grouped reducescatter '%s': tensor %d is a scalar, with no first "
                                         "dimension to scatter over the ranks" % (name, i), _lib.ERR_INVALID)
-    hs = [reducescatter_async(t, "%s.%d" % (name, i), op, prescale_factor, postscale_factor)
+    hs = [reducescatter_async(t, "%s.%d" % (name, i), op, prescale_factor=prescale_factor,
+                              postscale_factor=postscale_factor)
           for i, t in enumerate(tensors)]
     return HandleGroup(hs, list, name)
 
@@ -487,15 +489,16 @@ class _GroupedReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale, postscale, *tensors):
         ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
-        return tuple(grouped_reducescatter_async(list(tensors), name, op, prescale, postscale).synchronize())
+        return tuple(grouped_reducescatter_async(list(tensors), name, op, prescale_factor=prescale,
+                                                 postscale_factor=postscale).synchronize())
 
     @staticmethod
     def backward(ctx, *grads):
         return (None, None, None, None) + tuple(_reducescatter_grads(ctx, grads))
 
 
-def grouped_reducescatter(tensors, name=None, compression=None, op=Average, prescale_factor=1.0,
-                          postscale_factor=1.0, process_set=None):
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=None,
+                          prescale_factor=1.0, postscale_factor=1.0):
     """reducescatter of each tensor, started together; differentiable."""
     from .compression import Compression
     _no_process_set(process_set)
