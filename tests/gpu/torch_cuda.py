@@ -76,6 +76,25 @@ def main():
         same(a, b, "grouped allreduce tensor %d" % i)
         checks += 1
 
+    # The other collectives on CUDA tensors of two dimensions (their shapes
+    # go to the engine), against the same on CPU; alltoall's received
+    # splits on the splits' device (horovod.torch's).
+    m = torch.randn(2 * n, 3, generator=g)
+    for what, f in (("allgather", lambda t, k: hvd.allgather(t, name="ag." + k)),
+                    ("broadcast", lambda t, k: hvd.broadcast(t, 0, name="bc." + k)),
+                    ("reducescatter", lambda t, k: hvd.reducescatter(t, name="rs." + k, op=hvd.Sum))):
+        cuda, cpu = f(m.cuda(), "cuda"), f(m, "cpu")
+        if not cuda.is_cuda:
+            fail("%s: the result is not on the GPU" % what)
+        same(cuda, cpu, what)
+        checks += 1
+    splits = torch.tensor([2] * n, dtype=torch.int32, device="cuda")
+    out, recv = hvd.alltoall(m.cuda(), splits, name="a2a.cuda")
+    if not out.is_cuda or recv.device.type != "cuda" or recv.tolist() != [2] * n:
+        fail("alltoall: output on %s, received splits %s on %s" % (out.device, recv.tolist(), recv.device))
+    same(out, hvd.alltoall(m, [2] * n, name="a2a.cpu")[0], "alltoall")
+    checks += 1
+
     # Training: the same model and data on CPU and on CUDA, 5 steps.
     def train(device):
         torch.manual_seed(7)

@@ -369,7 +369,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     def finish(h):
         recv = [c // row_elems if row_elems else 0 for c in h.counts(n)]
         out = _from_bytes(h.output(buf.element_size()), tensor, (sum(recv),) + tuple(buf.shape[1:]))
-        return out, torch.tensor(recv, dtype=torch.int32)
+        # on the splits tensor's device, as horovod.torch (the CPU without one)
+        return out, torch.tensor(recv, dtype=torch.int32,
+                                 device=splits.device if torch.is_tensor(splits) else "cpu")
     return _engine.alltoall(name, _ptr(buf), buf.shape, sp, dt, [buf], finish)
 
 
