@@ -336,6 +336,34 @@ def test_broadcast_optimizer_state_after_divergence():
     assert all(torch.equal(every[r], every[0]) for r in range(N))
 
 
+def test_broadcast_optimizer_state_creates_a_new_state():
+    # horovod.torch's: a new optimizer's state is made by a step of zero gradients
+    m = model()
+    m[0].bias.requires_grad_(False)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=m.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert m[0].bias.grad is None
+    for p in (m[0].weight, m[2].weight, m[2].bias):
+        assert p.grad is not None and not p.grad.any()
+        assert not opt.state[p]["momentum_buffer"].any()
+    # the wrapped step reduced nothing; the optimizer then trains as before
+    train(m, opt, 2)
+    assert_same_on_every_rank(m)
+    # a rank with state (root) and ranks without: every rank ends with root's
+    m2 = model()
+    adam = torch.optim.Adam(m2.parameters(), lr=0.01)
+    if R == 0:
+        m2(batch(0)[0]).pow(2).sum().backward()
+        adam.step()
+    hvd.broadcast_optimizer_state(adam, root_rank=0)
+    steps = hvd.allgather(torch.tensor([float(adam.state[m2[0].weight]["step"])]))
+    assert steps.tolist() == [1.0] * N
+    avg = adam.state[m2[0].weight]["exp_avg"]
+    every = hvd.allgather(avg.unsqueeze(0))
+    assert all(torch.equal(every[r], every[0]) for r in range(N)) and avg.any()
+
+
 def test_join_with_uneven_batches():
     m = model()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters())

@@ -61,17 +61,42 @@ def allgather_object(obj, name=None, process_set=None):
     return out
 
 
+def _create_state(optimizer, model):
+    """horovod.torch's way to give a new optimizer its state: a step with
+    zero gradients (sparse ones where its optimizer needs them; model names
+    the sparse embeddings). A DistributedOptimizer takes its wrapped
+    optimizer's step, which reduces nothing: ranks may differ here."""
+    from .optimizer import _DistributedOptimizer
+    sparse = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse.update(id(p) for p in m.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = p.data.new(p.size()).zero_()
+                if isinstance(optimizer, torch.optim.SparseAdam) or \
+                        (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    p.grad = p.grad.to_sparse()
+    if type(optimizer).__module__ == _DistributedOptimizer.__module__:
+        super(type(optimizer), optimizer).step()
+    else:
+        optimizer.step()
+
+
 def broadcast_optimizer_state(optimizer, root_rank, model=None, prefix=None):
     """root_rank's optimizer state (every param group's settings and each
-    parameter's state, e.g. momentum buffers) on every rank. model is
-    horovod.torch's argument (it marks the sparse parameters for the step
-    that creates an empty state); the state goes as it is, so it is not
-    needed."""
+    parameter's state, e.g. momentum buffers) on every rank. As
+    horovod.torch, a rank whose optimizer has no state yet first creates
+    it with a step of zero gradients (so each parameter that requires one
+    is left a zero gradient, and weight decay applies once); model marks
+    the sparse embeddings for that step."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        _create_state(optimizer, model)
     state = optimizer.state_dict()
     state = broadcast_object(state, root_rank, name=(prefix or "") + "broadcast_optimizer_state")
     if _engine.state().rank != root_rank:
         optimizer.load_state_dict(state)
-
-
