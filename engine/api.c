@@ -357,22 +357,33 @@ hoop_status_t hoop_engine_grouped_allreduce(hoop_engine_t *e, const char *name, 
                         handle, NULL);
 }
 
-hoop_engine_handle_t *hoop_engine_allreduce_args(hoop_engine_allreduce_args_t *a, const char *name)
+/* 1 when an args struct cannot be read (NULL, or of another version's
+ * size), with the error set, and in *status too where the struct is at
+ * least as large as this library's. */
+static int args_refused(const void *a, const size_t *struct_size, size_t want, int32_t *status,
+                        const char *fn)
 {
     if (!a) {
-        hoop_error(HOOP_ERR_INVALID, "engine: allreduce_args needs its struct (got NULL)");
-        return NULL;
+        hoop_error(HOOP_ERR_INVALID, "engine: %s needs its struct (got NULL)", fn);
+        return 1;
     }
-    if (a->struct_size != sizeof(*a)) {
-        hoop_status_t st = hoop_error(HOOP_ERR_INVALID,
-                                      "engine: allreduce_args: struct_size is %zu, this library's "
-                                      "struct is %zu bytes: the caller was built for another "
-                                      "version of hoop_engine.h",
-                                      a->struct_size, sizeof(*a));
-        if (a->struct_size >= sizeof(*a))
-            a->status = st;
+    if (*struct_size == want)
+        return 0;
+    hoop_status_t st = hoop_error(HOOP_ERR_INVALID,
+                                  "engine: %s: struct_size is %zu, this library's struct is %zu "
+                                  "bytes: the caller was built for another version of "
+                                  "hoop_engine.h",
+                                  fn, *struct_size, want);
+    if (*struct_size >= want)
+        *status = st;
+    return 1;
+}
+
+hoop_engine_handle_t *hoop_engine_allreduce_args(hoop_engine_allreduce_args_t *a, const char *name)
+{
+    if (args_refused(a, a ? &a->struct_size : NULL, sizeof(*a), a ? &a->status : NULL,
+                     "allreduce_args"))
         return NULL;
-    }
     hoop_engine_handle_t *h = NULL;
     a->status = hoop_engine_allreduce(a->engine, name, a->sendbuf, a->recvbuf, a->count,
                                       (hoop_dtype_t)a->dtype, (hoop_op_t)a->op, a->prescale,
@@ -604,20 +615,8 @@ hoop_status_t hoop_engine_reduce_scatterv(hoop_engine_t *e, const char *name, co
 
 hoop_engine_handle_t *hoop_engine_enqueue(hoop_engine_op_args_t *a, const char *name)
 {
-    if (!a) {
-        hoop_error(HOOP_ERR_INVALID, "engine: enqueue needs its struct (got NULL)");
+    if (args_refused(a, a ? &a->struct_size : NULL, sizeof(*a), a ? &a->status : NULL, "enqueue"))
         return NULL;
-    }
-    if (a->struct_size != sizeof(*a)) {
-        hoop_status_t st = hoop_error(HOOP_ERR_INVALID,
-                                      "engine: enqueue: struct_size is %zu, this library's struct "
-                                      "is %zu bytes: the caller was built for another version of "
-                                      "hoop_engine.h",
-                                      a->struct_size, sizeof(*a));
-        if (a->struct_size >= sizeof(*a))
-            a->status = st;
-        return NULL;
-    }
     hoop_engine_handle_t *h = NULL;
     hoop_engine_t *e = a->engine;
     hoop_dtype_t dt = (hoop_dtype_t)a->dtype;

@@ -663,6 +663,13 @@ static int body_shapes(hoop_engine_t *e, int rank, int size, void *arg)
     if (st != HOOP_ERR_INVALID || h ||
         !strstr(why, "holds 22270 elements where the operation has 22287"))
         return harness_failf(rank, "wrong: %s: %s", hoop_status_str(st), why);
+    /* A struct of another version, or none, is refused without a handle. */
+    w.struct_size = sizeof w - 8;
+    w.engine = e;
+    if (hoop_engine_enqueue(&w, "old") || !strstr(hoop_last_error(), "struct_size is"))
+        return harness_failf(rank, "a short struct: %s", hoop_last_error());
+    if (hoop_engine_enqueue(NULL, "none") || !strstr(hoop_last_error(), "needs its struct"))
+        return harness_failf(rank, "no struct: %s", hoop_last_error());
     /* Agreeing shapes run, the allgather's first dimension free, and the
      * alltoall in rows. */
     for (int i = 0; i < 64; i++)
