@@ -359,10 +359,11 @@ test-valgrind: all
 FUZZ_SECONDS ?= 20
 FUZZ_CC ?= clang
 FUZZ_FLAGS := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -g -O1
-FUZZ_TARGETS := hello peers auth slot
+FUZZ_TARGETS := hello peers auth slot list
 FUZZ_SRCS_hello := common/wire.c
 FUZZ_SRCS_peers := common/wire.c bootstrap/peer.c
 FUZZ_SRCS_slot := transport/shm/slot.c
+FUZZ_SRCS_list := engine/wire.c common/status.c common/log.c common/param.c
 FUZZ_SRCS_auth := common/wire.c common/auth.c common/sock.c common/status.c common/log.c common/param.c
 FUZZ_LIBS_auth := $(NETTLE_LIBS)
 fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
