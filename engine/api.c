@@ -633,8 +633,7 @@ hoop_engine_handle_t *hoop_engine_enqueue(hoop_engine_op_args_t *a, const char *
             allgather_sh(e, name, a->sendbuf, a->count, a->row_elems, dt, NULL, NULL, &h, a);
         break;
     case HOOP_ENGINE_BROADCAST:
-        a->status = broadcast_sh(e, name, (void *)(uintptr_t)a->sendbuf, a->count, dt, a->root,
-                                 NULL, NULL, &h, a);
+        a->status = broadcast_sh(e, name, a->recvbuf, a->count, dt, a->root, NULL, NULL, &h, a);
         break;
     case HOOP_ENGINE_ALLTOALL:
         a->status =

@@ -122,9 +122,10 @@ typedef struct hoop_engine_op_args {
     int32_t dtype; /* hoop_dtype_t */
     int32_t op;    /* hoop_op_t: allreduce, reduce_scatter */
     int32_t root;  /* broadcast */
-    /* broadcast: the buffer (sent from root, received elsewhere) */
+    /* allreduce, allgather, alltoall, reduce_scatter */
     const void *sendbuf;
-    /* allreduce, reduce_scatter (allgather and alltoall: the engine's) */
+    /* allreduce, reduce_scatter (allgather and alltoall: the engine's);
+     * broadcast: the buffer, sent from root and received elsewhere */
     void *recvbuf;
     /* allreduce, broadcast: elements; reduce_scatter: the elements each
      * rank gets; allgather: this rank's rows */

@@ -689,6 +689,20 @@ static int body_shapes(hoop_engine_t *e, int rank, int size, void *arg)
     hoop_engine_release(h);
     if (y[11] != (float)(size * (size + 1) / 2) || y[12] != (float)(rank + 1))
         return harness_failf(rank, "ok: y[11] = %g, y[12] = %g", y[11], y[12]);
+    hoop_engine_op_args_t b = {.kind = HOOP_ENGINE_BROADCAST,
+                               .dtype = HOOP_F32,
+                               .root = 1,
+                               .recvbuf = y,
+                               .count = 6,
+                               .ndims = 2,
+                               .dims = {2, 3}};
+    for (int i = 0; i < 6; i++)
+        y[i] = (float)(10 * rank + i);
+    if ((st = shaped(e, b, "bcast", &h, &why)))
+        return harness_failf(rank, "bcast: %s: %s", hoop_status_str(st), why);
+    hoop_engine_release(h);
+    if (y[0] != 10.0f || y[5] != 15.0f)
+        return harness_failf(rank, "bcast: y[0] = %g, y[5] = %g, want 10 and 15", y[0], y[5]);
     hoop_engine_op_args_t g = {.kind = HOOP_ENGINE_ALLGATHER,
                                .dtype = HOOP_F32,
                                .sendbuf = y,

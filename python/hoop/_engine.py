@@ -365,7 +365,7 @@ def broadcast(name, buf, shape, dtype, root, keep, finish):
     if not 0 <= int(root) < s.size:
         raise HoopInvalidError("hoop: broadcast '%s': root_rank %d is not a rank of this %d-rank job"
                                % (name, root, s.size), _lib.ERR_INVALID)
-    h = _enqueue(_lib.KIND_BROADCAST, name, dtype, shape, buf, count=_prod(shape), root=int(root))
+    h = _enqueue(_lib.KIND_BROADCAST, name, dtype, shape, recv=buf, count=_prod(shape), root=int(root))
     return Handle(h, name, keep, finish)
 
 
