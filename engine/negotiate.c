@@ -29,17 +29,17 @@ int eng_params_copy(struct eng_params *dst, const struct eng_params *src)
     return 0;
 }
 
-/* p's shape as "[17, 23, 57]", the first dimension "*" when skip. */
-static void shape_str(char *buf, size_t len, const struct eng_params *p, int skip)
+/* A shape as "[17, 23, 57]", the first dimension "*" when skip. */
+static void shape_str(char *buf, size_t len, int ndims, const uint64_t *dims, int skip)
 {
     size_t n = 0;
     n += (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < p->ndims && n < len; i++) {
+    for (int i = 0; i < ndims && n < len; i++) {
         if (i == 0 && skip)
             n += (size_t)snprintf(buf + n, len - n, "*");
         else
             n += (size_t)snprintf(buf + n, len - n, "%s%llu", i ? ", " : "",
-                                  (unsigned long long)p->dims[i]);
+                                  (unsigned long long)dims[i]);
     }
     if (n < len)
         snprintf(buf + n, len - n, "]");
@@ -73,29 +73,27 @@ int eng_params_equal(const struct eng_params *a, const struct eng_params *b, int
     /* Shapes where both ranks gave one (Horovod's check): all dimensions
      * but the first for the kinds whose first may differ. */
     int skip = a->kind == EK_ALLGATHER || a->kind == EK_ALLTOALL;
-    struct eng_params ia, ib; /* an allreduce given no shape is one dimension */
-    if (a->kind == EK_ALLREDUCE && !a->nvals && (a->ndims || b->ndims)) {
-        if (!a->ndims) {
-            ia = *a;
-            ia.ndims = 1;
-            ia.dims[0] = a->count;
-            a = &ia;
+    int na = a->ndims, nb = b->ndims;
+    const uint64_t *da = a->dims, *db = b->dims;
+    if (a->kind == EK_ALLREDUCE && !a->nvals && (na || nb)) {
+        /* against a shape, an allreduce given none is one dimension */
+        if (!na) {
+            na = 1;
+            da = &a->count;
         }
-        if (!b->ndims) {
-            ib = *b;
-            ib.ndims = 1;
-            ib.dims[0] = b->count;
-            b = &ib;
+        if (!nb) {
+            nb = 1;
+            db = &b->count;
         }
     }
-    if (a->ndims && b->ndims) {
-        int same = a->ndims == b->ndims;
-        for (int i = skip; same && i < a->ndims; i++)
-            same = a->dims[i] == b->dims[i];
+    if (na && nb) {
+        int same = na == nb;
+        for (int i = skip; same && i < na; i++)
+            same = da[i] == db[i];
         if (!same) {
             char sa[8 * 24], sb[8 * 24];
-            shape_str(sa, sizeof sa, a, skip);
-            shape_str(sb, sizeof sb, b, skip);
+            shape_str(sa, sizeof sa, na, da, skip);
+            shape_str(sb, sizeof sb, nb, db, skip);
             const char *what = skip ? "rows of shape" : "shape";
             snprintf(why, why_len, "rank %d gives %s %s but rank %d gives %s %s", ra, what, sa, rb,
                      what, sb);
