@@ -26,7 +26,7 @@ _ARGS_SIZE = ctypes.sizeof(_lib.AllreduceArgs)
 # and, for an operation with a shape, into an OpArgs of its own.
 _pack_op = [p.pack_into for p in _lib.OP_ARGS_PACK]
 _OP_ARGS_SIZE = ctypes.sizeof(_lib.OpArgs)
-_KIND_ALLREDUCE, _DIMS_MAX = _lib.KIND_ALLREDUCE, _lib.DIMS_MAX
+_KIND_ALLREDUCE = _lib.KIND_ALLREDUCE
 
 
 class _State:
@@ -311,27 +311,17 @@ def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, fin
         pre = post = 1.0
     else:
         pre, post = float(prescale), float(postscale)
+    if shape is not None and len(shape) != 1:
+        h = _enqueue(_KIND_ALLREDUCE, name, dtype, shape, send, recv, count, 0, None, op, 0, pre, post)
+        return Handle(h, name, keep, finish, result)
     s = _state if _state is not None else state()
-    if shape is None or len(shape) == 1:
-        try:
-            a, addr = _tls.args
-        except AttributeError:
-            a = _lib.AllreduceArgs()
-            _tls.args = a, addr = a, ctypes.addressof(a)
-        _pack_args(a, 0, _ARGS_SIZE, s.engine_addr, send or 0, recv or 0, count, dtype, op, pre, post)
-        h = _fn_allreduce_args(addr, name.encode())
-    else:  # _enqueue's, written out: most gradients of a model take this path
-        try:
-            a, addr = _tls.op_args
-        except AttributeError:
-            a = _lib.OpArgs()
-            _tls.op_args = a, addr = a, ctypes.addressof(a)
-        nd = len(shape)
-        if nd > _DIMS_MAX:
-            shape, nd = (), 0
-        _pack_op[nd](a, 0, _OP_ARGS_SIZE, s.engine_addr, _KIND_ALLREDUCE, dtype, op, 0, send or 0, recv or 0,
-                     count, 0, 0, pre, post, nd, 0, *shape)
-        h = _fn_enqueue(addr, name.encode())
+    try:
+        a, addr = _tls.args
+    except AttributeError:
+        a = _lib.AllreduceArgs()
+        _tls.args = a, addr = a, ctypes.addressof(a)
+    _pack_args(a, 0, _ARGS_SIZE, s.engine_addr, send or 0, recv or 0, count, dtype, op, pre, post)
+    h = _fn_allreduce_args(addr, name.encode())
     if not h:
         _check(a.status, name)
     return Handle(h, name, keep, finish, result)
