@@ -222,6 +222,9 @@ void eng_op_complete(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, cons
  * instead of sleeping again on each, every wake a switch back and forth. */
 void eng_op_settle(struct hoop_engine *e, eng_op_t *op, hoop_status_t st, const char *msg);
 void eng_op_wake(eng_op_t *op);
+/* Drop one reference to op (the caller's or the engine's); the last frees
+ * it (api.c). */
+void eng_op_unref(eng_op_t *op);
 /* Remove op from the names in flight (takes mu). */
 void eng_forget_name(struct hoop_engine *e, eng_op_t *op);
 eng_op_t *eng_find_inflight(struct hoop_engine *e, const char *name);
