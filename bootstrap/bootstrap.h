@@ -37,6 +37,11 @@ struct hoop_boot_cfg {
     uint8_t token[HOOP_TOKEN_BYTES];
     double timeout_s;
     const char *launcher; /* where rank and size came from, see hoop_comm_launcher */
+    /* Rank 0: serve on this bound listener instead of opening one at
+     * root_host:root_port (hoop_comm_split's groups). The caller keeps it
+     * and closes it. */
+    int has_listener;
+    int listener_fd;
 };
 
 /* Resolve rank, size, root, token and timeout from cfg (set fields) and the

@@ -169,8 +169,8 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
     uint64_t deadline = hoop_deadline_after(cfg->timeout_s);
     struct root_ctx c = {.cfg = cfg, .bs = bs, .failed = -1};
     snprintf(c.who, sizeof(c.who), "rank 0: bootstrap root %s:%u", cfg->root_host, cfg->root_port);
-    int lfd = -1;
-    int rc = root_listen(cfg, &lfd);
+    int lfd = cfg->has_listener ? cfg->listener_fd : -1;
+    int rc = cfg->has_listener ? 0 : root_listen(cfg, &lfd);
     if (rc == -EDESTADDRREQ)
         return hoop_error(HOOP_ERR_INVALID,
                           "rank 0: bootstrap root (HOOP_ROOT) %s:%u: %s: set HOOP_ROOT to a name "
@@ -187,7 +187,8 @@ hoop_status_t hoop_bootstrap_root(struct hoop_bootstrap *bs, const struct hoop_b
     if (rc == 0)
         rc = hoop_listener_serve(&l, deadline, NULL, 0, root_on_hello, &c);
     hoop_listener_close(&l);
-    close(lfd);
+    if (!cfg->has_listener)
+        close(lfd);
     if (rc == -ETIMEDOUT)
         return root_timeout(&c);
     if (rc)

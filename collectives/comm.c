@@ -214,6 +214,14 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
     hoop_status_t st = hoop_boot_cfg_resolve(cfg, &bcfg);
     if (st)
         return st;
+    return hoop_comm_create(out, cfg, &bcfg);
+}
+
+hoop_status_t hoop_comm_create(hoop_comm_t **out, const hoop_config_t *cfg,
+                               const struct hoop_boot_cfg *boot)
+{
+    struct hoop_boot_cfg bcfg = *boot;
+    hoop_status_t st;
     /* Whether CUDA is here, asked once per process: the first call loads
      * the driver (or searches the library path for it in vain, 0.1 ms).
      * Asked now, while the other ranks are still starting, the first
@@ -229,6 +237,7 @@ hoop_status_t hoop_comm_init(hoop_comm_t **out, const hoop_config_t *cfg)
     c->abort_fd = -1;
     c->ctl_epfd = -1;
     c->launcher = bcfg.launcher;
+    c->boot_timeout_s = bcfg.timeout_s;
     size_t chunk = 0;
     int depth = 0;
     if ((st = comm_tunables(c, cfg, &chunk, &depth))) {

@@ -48,7 +48,14 @@ struct hoop_comm {
     double fail_grace_s;
     char transport[512];
     const char *launcher;
+    double boot_timeout_s; /* the bootstrap's deadline, which a split's groups keep */
+    uint64_t splits;       /* hoop_comm_split calls so far */
 };
+
+/* hoop_comm_init's work once the bootstrap's settings are resolved (and
+ * hoop_comm_split's, with settings it makes). */
+hoop_status_t hoop_comm_create(hoop_comm_t **out, const hoop_config_t *cfg,
+                               const struct hoop_boot_cfg *bcfg);
 
 /* Checks shared by every collective; each returns HOOP_OK or
  * HOOP_ERR_INVALID (or the broken state) with a sentence naming `name`. */

@@ -15,6 +15,7 @@
 
 static const char auth_label[] = "hoop auth 2";
 static const char seal_label[] = "hoop seal 2";
+static const char derive_label[] = "hoop derive 1";
 
 void hoop_auth_encode(const struct hoop_auth_msg *m, uint8_t out[HOOP_AUTH_BYTES])
 {
@@ -221,4 +222,16 @@ int hoop_auth_sealed(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t head[H
     uint8_t mac[HOOP_MAC_BYTES];
     seal_mac(token, head, body, body_len, mac);
     return hoop_mac_equal(mac, head + AUTH_OFF);
+}
+
+void hoop_auth_derive(const uint8_t token[HOOP_TOKEN_BYTES], const void *what, size_t len,
+                      uint8_t out[HOOP_TOKEN_BYTES])
+{
+    struct hmac_sha256_ctx c;
+    hmac_sha256_set_key(&c, HOOP_TOKEN_BYTES, token);
+    hmac_sha256_update(&c, sizeof(derive_label), (const uint8_t *)derive_label);
+    if (len)
+        hmac_sha256_update(&c, len, what);
+    hmac_sha256_digest(&c, HOOP_TOKEN_BYTES, out);
+    memset(&c, 0, sizeof(c));
 }

@@ -122,4 +122,10 @@ void hoop_auth_seal(const uint8_t token[HOOP_TOKEN_BYTES], uint8_t head[HOOP_HEL
 int hoop_auth_sealed(const uint8_t token[HOOP_TOKEN_BYTES], const uint8_t head[HOOP_HELLO_BYTES],
                      const void *body, size_t body_len);
 
+/* A token for a communicator made from another (hoop_comm_split): the
+ * HMAC of `what` keyed by the parent's token, so that only ranks holding
+ * the parent's token can join, and each group of each split has its own. */
+void hoop_auth_derive(const uint8_t token[HOOP_TOKEN_BYTES], const void *what, size_t len,
+                      uint8_t out[HOOP_TOKEN_BYTES]);
+
 #endif

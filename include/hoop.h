@@ -112,6 +112,20 @@ HOOP_API void hoop_config_init(hoop_config_t *cfg);
  * *comm is set only on success. */
 HOOP_API hoop_status_t hoop_comm_init(hoop_comm_t **comm, const hoop_config_t *cfg);
 
+/* Make communicators of groups of comm's ranks, as MPI_Comm_split does.
+ * Collective: every rank of comm calls it. The ranks that give one color
+ * (0 or more) form one new communicator, ranked by key and then by their
+ * rank in comm; a rank that gives HOOP_SPLIT_NONE joins none and gets
+ * NULL. Each group forms over its own connections (the transport as
+ * hoop_comm_init chooses it), under a token derived from comm's, within
+ * comm's bootstrap deadline, and takes comm's collective deadline, chunk
+ * size and pipeline depth. Every rank returns the same status: if a group
+ * cannot form, no rank keeps its new communicator. comm stays usable
+ * whatever the outcome but a failure of comm itself. *child is set on
+ * success (NULL for HOOP_SPLIT_NONE); destroy it with hoop_comm_destroy. */
+#define HOOP_SPLIT_NONE (-1)
+HOOP_API hoop_status_t hoop_comm_split(hoop_comm_t *comm, int color, int key, hoop_comm_t **child);
+
 /* Close every connection and free everything. NULL is accepted. Not
  * collective: it does not wait for the other ranks. */
 HOOP_API hoop_status_t hoop_comm_destroy(hoop_comm_t *comm);

@@ -581,6 +581,23 @@ Test(auth, seal_binds_header_and_body)
     cr_assert_not(hoop_auth_sealed(tok, head, body, sizeof(body)), "another communicator");
 }
 
+/* A split's groups each get a token of their own from the parent's. */
+Test(auth, derived_tokens_differ_by_token_and_input)
+{
+    uint8_t tok[HOOP_TOKEN_BYTES], other[HOOP_TOKEN_BYTES];
+    uint8_t a[HOOP_TOKEN_BYTES], a2[HOOP_TOKEN_BYTES], b[HOOP_TOKEN_BYTES], c[HOOP_TOKEN_BYTES];
+    hoop_token_from_string(JOB_TOKEN, tok);
+    hoop_token_from_string("another-job", other);
+    hoop_auth_derive(tok, "group 0", 7, a);
+    hoop_auth_derive(tok, "group 0", 7, a2);
+    hoop_auth_derive(tok, "group 1", 7, b);
+    hoop_auth_derive(other, "group 0", 7, c);
+    cr_assert(memcmp(a, a2, sizeof(a)) == 0, "the same token and input give the same token");
+    cr_assert(memcmp(a, b, sizeof(a)) != 0, "another group");
+    cr_assert(memcmp(a, c, sizeof(a)) != 0, "another parent token");
+    cr_assert(memcmp(a, tok, sizeof(a)) != 0, "not the parent's token");
+}
+
 /* ---- a captured job ---------------------------------------------------- */
 
 static int allreduce_alltoall(hoop_comm_t *comm, int rank, int size, void *arg)
