@@ -20,7 +20,7 @@ const char *eng_kind_name(int kind)
 {
     static const char *const n[EK_KIND_COUNT] = {"none",      "allreduce", "allgather",
                                                  "broadcast", "alltoall",  "reduce_scatter",
-                                                 "barrier",   "join"};
+                                                 "barrier",   "join",      "split"};
     return kind >= 0 && kind < EK_KIND_COUNT ? n[kind] : "unknown";
 }
 
@@ -28,7 +28,7 @@ const char *eng_kind_upper(int kind)
 {
     static const char *const n[EK_KIND_COUNT] = {"NONE",      "ALLREDUCE", "ALLGATHER",
                                                  "BROADCAST", "ALLTOALL",  "REDUCESCATTER",
-                                                 "BARRIER",   "JOIN"};
+                                                 "BARRIER",   "JOIN",      "SPLIT"};
     return kind >= 0 && kind < EK_KIND_COUNT ? n[kind] : "UNKNOWN";
 }
 
@@ -63,6 +63,7 @@ static void op_free(eng_op_t *op)
         free(op->recv);
     free(op->p.vals);
     eng_out_free(op, op->out);
+    hoop_comm_destroy(op->split_comm);
     free(op->counts);
     if (op->msg && op->msg[0] && op->msg != op_no_memory)
         free((void *)op->msg);
@@ -215,6 +216,15 @@ void *hoop_engine_take_output(hoop_engine_handle_t *h, size_t *count)
     if (p)
         h->out = NULL;
     return p;
+}
+
+hoop_comm_t *hoop_engine_take_comm(hoop_engine_handle_t *h)
+{
+    if (!h || !hoop_engine_test(h))
+        return NULL;
+    hoop_comm_t *c = h->split_comm;
+    h->split_comm = NULL;
+    return c;
 }
 
 hoop_status_t hoop_engine_counts(hoop_engine_handle_t *h, size_t *counts)

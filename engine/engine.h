@@ -30,6 +30,7 @@ enum eng_kind {
     EK_REDUCE_SCATTER,
     EK_BARRIER,
     EK_JOIN,
+    EK_SPLIT,
     EK_KIND_COUNT
 };
 
@@ -83,6 +84,10 @@ struct hoop_engine_handle {
     uint64_t *counts;
     int ncounts;
     int last_joined;
+    /* hoop_engine_split: this rank's color and key, and the group's
+     * communicator once made (destroyed with the handle unless taken) */
+    int split_color, split_key;
+    hoop_comm_t *split_comm;
 };
 typedef struct hoop_engine_handle eng_op_t;
 
@@ -142,7 +147,7 @@ struct hoop_engine {
     int stopped;        /* the thread has ended */
     hoop_status_t dead; /* != OK: every enqueue fails with dead_msg */
     char dead_msg[1024];
-    uint64_t barrier_seq, join_seq;
+    uint64_t barrier_seq, join_seq, split_seq;
     pthread_cond_t wake; /* the thread's sleep while quiet (CLOCK_MONOTONIC) */
     int quiet;           /* it sleeps long: an enqueue or destroy wakes it */
     uint64_t wakes;      /* enqueues that woke it (under mu) */

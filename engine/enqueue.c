@@ -554,6 +554,29 @@ hoop_status_t hoop_engine_barrier(hoop_engine_t *e, hoop_engine_cb_t cb, void *c
     return submit_unnamed(e, EK_BARRIER, "hoop.barrier", &e->barrier_seq, cb, cb_arg, handle);
 }
 
+hoop_status_t hoop_engine_split(hoop_engine_t *e, int color, int key, hoop_engine_cb_t cb,
+                                void *cb_arg, hoop_engine_handle_t **handle)
+{
+    if (!e || !handle)
+        return hoop_error(HOOP_ERR_INVALID, "engine: %s is NULL", !e ? "the engine" : "handle");
+    if (color < HOOP_SPLIT_NONE)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine rank %d: split: color %d: give 0 or more, or "
+                          "HOOP_SPLIT_NONE (-1) to join no group",
+                          e->rank, color);
+    char name[64];
+    pthread_mutex_lock(&e->mu);
+    unsigned long long k = (unsigned long long)e->split_seq++;
+    pthread_mutex_unlock(&e->mu);
+    snprintf(name, sizeof(name), "hoop.split.%llu", k);
+    eng_op_t *o = op_new(EK_SPLIT, name, HOOP_U8, 0, 1.0, 1.0, cb, cb_arg);
+    if (!o)
+        return no_memory(e, name);
+    o->split_color = color;
+    o->split_key = key;
+    return submit(e, o, handle);
+}
+
 hoop_status_t hoop_engine_join(hoop_engine_t *e, hoop_engine_cb_t cb, void *cb_arg,
                                hoop_engine_handle_t **handle)
 {

@@ -528,6 +528,12 @@ static hoop_status_t run_one(struct hoop_engine *e, struct eng_resp *r)
         tl_all(e, g, 1, NULL);
         count_collective(e, 1);
         break;
+    case EK_SPLIT:
+        tl_all(e, g, 1, "HOOP_SPLIT");
+        st = hoop_comm_split(e->comm, r->op->split_color, r->op->split_key, &r->op->split_comm);
+        tl_all(e, g, 1, NULL);
+        count_collective(e, 1);
+        break;
     case EK_JOIN:
         if (r->op)
             r->op->last_joined = r->last_joined;
@@ -586,6 +592,21 @@ hoop_status_t eng_execute(struct hoop_engine *e)
             st = run_one(e, r);
         }
         struct eng_resp **members = r->p.kind == EK_ALLREDUCE ? g : &r;
+        if (st && r->p.kind == EK_SPLIT) {
+            /* A group that did not form fails the split on every rank
+             * (hoop_comm_split: its rank with its own status); the engine
+             * goes on where its own communicator still works, as a
+             * barrier tells, and stops where it does not. */
+            char msg[1024];
+            snprintf(msg, sizeof(msg), "%s", hoop_last_error());
+            hoop_status_t bst = hoop_barrier(e->comm);
+            if (bst == HOOP_OK) {
+                finish_all(e, members, n, st, msg);
+                st = HOOP_OK;
+                continue;
+            }
+            st = bst;
+        }
         if (st == HOOP_ERR_INVALID) {
             /* Refused before any collective ran, alike on every rank (the
              * same response, the same sizes): that operation fails, the

@@ -213,6 +213,22 @@ HOOP_API hoop_status_t hoop_engine_barrier(hoop_engine_t *engine, hoop_engine_cb
 HOOP_API hoop_status_t hoop_engine_join(hoop_engine_t *engine, hoop_engine_cb_t cb, void *cb_arg,
                                         hoop_engine_handle_t **handle);
 
+/* Split the engine's communicator as hoop_comm_split does, in the order
+ * the ranks agree on with their other operations: every rank of the engine
+ * calls it (the k-th split of each rank meets the k-th of the others),
+ * with its own color and key. Once h has completed with HOOP_OK,
+ * hoop_engine_take_comm gives this rank's new communicator (NULL for
+ * HOOP_SPLIT_NONE), for hoop_engine_create_with or the caller's own use.
+ * A group that cannot form fails the split on every rank; the engine goes
+ * on. */
+HOOP_API hoop_status_t hoop_engine_split(hoop_engine_t *engine, int color, int key,
+                                         hoop_engine_cb_t cb, void *cb_arg,
+                                         hoop_engine_handle_t **handle);
+/* A completed split's communicator, which the caller then owns; NULL when
+ * there is none (HOOP_SPLIT_NONE, a failure, taken already). A handle
+ * released with its communicator untaken destroys it. */
+HOOP_API hoop_comm_t *hoop_engine_take_comm(hoop_engine_handle_t *h);
+
 /* 1 once h has completed, else 0. */
 HOOP_API int hoop_engine_test(hoop_engine_handle_t *h);
 

@@ -40,6 +40,7 @@ typedef struct async_case {
     const char *stderr_path; /* when set, rank 0's stderr goes there (its log) */
     const char *env_rank1;   /* "NAME=VALUE" set on rank 1 only */
     int one_cpu;             /* each rank runs on one CPU (its first) */
+    double boot_timeout_s;   /* the bootstrap's deadline (0: 30 s) */
 } async_case_t;
 
 static int async_rank(int rank, int size, int port, void *arg)
@@ -70,7 +71,8 @@ static int async_rank(int rank, int size, int port, void *arg)
     }
     hoop_config_t cfg;
     char root[64], token[64];
-    harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
+    harness_loopback_config(&cfg, rank, size, port,
+                            c->boot_timeout_s > 0 ? c->boot_timeout_s : 30.0, root, token, NULL);
     hoop_engine_t *e;
     hoop_status_t st = hoop_engine_create(&e, &cfg);
     if (st)
@@ -1654,6 +1656,95 @@ Test(async, wait_release_lets_go_on_success_only_n2, .timeout = 60)
 {
     async_case_t c = {.body = body_wait_release};
     run_case(2, &c, 40);
+}
+
+/* ---- hoop_engine_split: an engine per group, the parent goes on ---------- */
+
+/* One split of the engine's communicator: this rank's communicator (NULL
+ * for none), or exits through harness_failf with want's status. */
+static int engine_split(hoop_engine_t *e, int rank, int color, hoop_status_t want,
+                        hoop_comm_t **child)
+{
+    hoop_engine_handle_t *h;
+    *child = (hoop_comm_t *)1;
+    if (hoop_engine_split(e, color, -rank, NULL, NULL, &h))
+        return harness_failf(rank, "split: %s", hoop_last_error());
+    hoop_status_t st = hoop_engine_wait(h, WAIT_S);
+    *child = hoop_engine_take_comm(h);
+    const char *why = "";
+    hoop_engine_status(h, &why);
+    if (st != want) {
+        hoop_engine_release(h);
+        return harness_failf(rank, "split: %s (%s), want %s", hoop_status_str(st), why,
+                             hoop_status_str(want));
+    }
+    hoop_engine_release(h);
+    return 0;
+}
+
+static int body_split(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    hoop_comm_t *child;
+    /* Evens and odds, ranked backwards; rank 4 (of 5) in none. */
+    int color = rank == 4 ? HOOP_SPLIT_NONE : rank % 2;
+    if (engine_split(e, rank, color, HOOP_OK, &child))
+        return 1;
+    if (color == HOOP_SPLIT_NONE) {
+        if (child)
+            return harness_failf(rank, "HOOP_SPLIT_NONE gave a communicator");
+    } else {
+        hoop_engine_t *ce;
+        int n = rank % 2 ? size / 2 : (size - 1 + 1) / 2; /* 0, 2 / 1, 3 */
+        if (!child || hoop_comm_size(child) != n || hoop_comm_rank(child) != (n - 1) - rank / 2)
+            return harness_failf(rank, "group rank %d of %d", hoop_comm_rank(child),
+                                 hoop_comm_size(child));
+        if (hoop_engine_create_with(&ce, child))
+            return harness_failf(rank, "an engine over the group: %s", hoop_last_error());
+        int32_t v[5] = {rank, rank, rank, rank, rank};
+        hoop_engine_handle_t *h;
+        if (hoop_engine_allreduce(ce, "in.the.group", v, v, 5, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL,
+                                  NULL, &h) ||
+            hoop_engine_wait_release(h, WAIT_S))
+            return harness_failf(rank, "allreduce in the group: %s", hoop_last_error());
+        int want = rank % 2 ? 1 + 3 : 0 + 2;
+        if (v[0] != want || v[4] != want)
+            return harness_failf(rank, "group sum %d, not %d", v[0], want);
+        if (hoop_engine_destroy(ce))
+            return harness_failf(rank, "group engine destroy: %s", hoop_last_error());
+    }
+    /* A group that cannot form (rank 1's setting): every rank's split
+     * fails alike, and the engine goes on. */
+    if (rank == 1)
+        setenv("HOOP_SHM_CHUNK_BYTES", "10", 1);
+    hoop_status_t want = rank == 1   ? HOOP_ERR_INVALID /* its setting */
+                         : rank == 3 ? HOOP_ERR_TIMEOUT /* its group's root waited for rank 1 */
+                                     : HOOP_ERR_PEER;   /* rank 1's group did not form */
+    if (engine_split(e, rank, rank % 2, want, &child))
+        return 1;
+    if (rank == 1)
+        unsetenv("HOOP_SHM_CHUNK_BYTES");
+    if (child)
+        return harness_failf(rank, "a failed split gave a communicator");
+    int32_t v = rank;
+    hoop_engine_handle_t *h;
+    if (hoop_engine_allreduce(e, "after", &v, &v, 1, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                              &h) ||
+        hoop_engine_wait_release(h, WAIT_S) || v != size * (size - 1) / 2)
+        return harness_failf(rank, "the engine after a failed split: %d, %s", v, hoop_last_error());
+    /* Untaken, a split's communicator goes with its handle. */
+    if (hoop_engine_split(e, 0, rank, NULL, NULL, &h) || hoop_engine_wait(h, WAIT_S))
+        return harness_failf(rank, "split of all: %s", hoop_last_error());
+    hoop_engine_release(h);
+    return 0;
+}
+
+Test(async, split_makes_groups_and_the_engine_goes_on_n5, .timeout = 90)
+{
+    /* The failed group's other rank waits this long for the one that
+     * failed. */
+    async_case_t c = {.body = body_split, .boot_timeout_s = 3};
+    run_case(5, &c, 80);
 }
 
 /* ---- a quiet engine looks for enqueues before it sleeps ------------------ */
