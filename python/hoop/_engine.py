@@ -30,8 +30,13 @@ _KIND_ALLREDUCE = _lib.KIND_ALLREDUCE
 
 
 class _State:
-    def __init__(self, comm, transport):
+    """An engine and where this rank is in it: the job's, or a process
+    set's (ranks: the set's ranks in the job, in order; None for the job)."""
+
+    def __init__(self, comm, transport, ranks=None):
         L = _lib.lib()
+        self.ranks = ranks
+        self.names = {}  # a process set's count of unnamed operations, by kind
         self.engine = None
         self.engine_addr = 0  # the engine's address, as an int (packed into AllreduceArgs)
         self.rank, self.size = L.hoop_comm_rank(comm), L.hoop_comm_size(comm)
@@ -98,16 +103,55 @@ def state():
     return _state
 
 
-def auto_name(kind, name):
+def auto_name(kind, name, g=None):
     """Horovod names unnamed operations by kind and call count; every rank
-    must then call them in the same order."""
+    must then call them in the same order. Counted per engine (g: a process
+    set's), so that the job's names do not depend on what the sets did."""
     if name is not None:
         if not isinstance(name, str):
             raise TypeError("name must be a str, not %s" % type(name).__name__)
         return name
-    n = _names.get(kind, 0)
-    _names[kind] = n + 1
+    names = _names if g is None else g.names
+    n = names.get(kind, 0)
+    names[kind] = n + 1
     return "%s.noname.%d" % (kind, n)
+
+
+def split(ranks):
+    """A process set's engine: every rank of the job calls it with the same
+    ranks (sorted, unique); those in ranks get a _State over a communicator
+    of theirs (ranked in that order), the others None. The split runs in
+    the job engine's order, as its other operations do."""
+    s = state()
+    L = _lib.lib()
+    color = 0 if s.rank in ranks else _lib.SPLIT_NONE
+    h = ctypes.c_void_p()
+    _check(L.hoop_engine_split(s.engine, color, s.rank, None, None, ctypes.byref(h)), "split")
+    comm = []
+    Handle(h, "split", [], lambda hd: comm.append(L.hoop_engine_take_comm(hd._h))).synchronize()
+    if not comm[0]:
+        return None
+    c = ctypes.c_void_p(comm[0])
+    g = _State(c, (L.hoop_comm_transport(c) or b"").decode(), list(ranks))
+    eng = ctypes.c_void_p()
+    st = L.hoop_engine_create_with(ctypes.byref(eng), c)
+    if st != _lib.OK:
+        sentence = (L.hoop_last_error() or b"").decode(errors="replace")
+        L.hoop_comm_destroy(c)
+        raise error(st, sentence)
+    g.engine, g.engine_addr = eng, eng.value
+    return g
+
+
+def destroy(g):
+    """Stop a process set's engine (every rank of the set calls it)."""
+    if g.engine is None:
+        return
+    eng, g.engine, g.engine_addr = g.engine, None, 0
+    st = _lib.lib().hoop_engine_destroy(eng)
+    _reap()
+    if st != _lib.OK:
+        raise error(st, (_lib.lib().hoop_last_error() or b"").decode(errors="replace"))
 
 
 # Handles dropped while their operation was in flight, each with the
@@ -280,11 +324,12 @@ _byref = ctypes.byref
 
 
 def _enqueue(kind, name, dtype, shape, send=None, recv=None, count=0, row_elems=0, counts=None, op=0,
-             root=0, pre=1.0, post=1.0):
+             root=0, pre=1.0, post=1.0, g=None):
     """hoop_engine_enqueue: the C handle, or raises. shape: the tensor's
     (the ranks compare it; one of more than DIMS_MAX dimensions is not
-    given, and the counts alone are compared)."""
-    s = _state if _state is not None else state()
+    given, and the counts alone are compared). g: a process set's engine
+    (None: the job's)."""
+    s = g if g is not None else _state if _state is not None else state()
     try:
         a, addr = _tls.op_args
     except AttributeError:
@@ -301,7 +346,8 @@ def _enqueue(kind, name, dtype, shape, send=None, recv=None, count=0, row_elems=
     return h
 
 
-def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, finish, result=None, shape=None):
+def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, finish, result=None, shape=None,
+              g=None):
     """keep: what must live until completion; the result is finish(handle)
     when finish is given, else result. shape: the tensor's, compared across
     ranks where it is not one dimension (a rank that gives none counts as
@@ -312,9 +358,9 @@ def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, fin
     else:
         pre, post = float(prescale), float(postscale)
     if shape is not None and len(shape) != 1:
-        h = _enqueue(_KIND_ALLREDUCE, name, dtype, shape, send, recv, count, 0, None, op, 0, pre, post)
+        h = _enqueue(_KIND_ALLREDUCE, name, dtype, shape, send, recv, count, 0, None, op, 0, pre, post, g)
         return Handle(h, name, keep, finish, result)
-    s = _state if _state is not None else state()
+    s = g if g is not None else _state if _state is not None else state()
     try:
         a, addr = _tls.args
     except AttributeError:
@@ -328,7 +374,7 @@ def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, fin
 
 
 def grouped_allreduce(name, sends, recvs, counts, dtype, op, prescale, postscale, keep, finish,
-                      result=None):
+                      result=None, g=None):
     """As allreduce, for a list of buffers; recvs may be sends itself (in
     place: one array for both)."""
     pre, post = float(prescale), float(postscale)
@@ -337,47 +383,55 @@ def grouped_allreduce(name, sends, recvs, counts, dtype, op, prescale, postscale
     r = s if recvs is sends else (_c_void_p * n)(*recvs)
     c = (ctypes.c_size_t * n)(*counts)
     h = _c_void_p()
-    _check(_lib.lib().hoop_engine_grouped_allreduce(state().engine, name.encode(), n, s, r, c, dtype, op,
+    _check(_lib.lib().hoop_engine_grouped_allreduce((g or state()).engine, name.encode(), n, s, r, c, dtype, op,
                                                     pre, post, None, None, _byref(h)), name)
     return Handle(h, name, [keep, s, r, c], finish, result)
 
 
-def allgather(name, send, shape, dtype, keep, finish):
+def allgather(name, send, shape, dtype, keep, finish, g=None):
     """shape: the tensor's, at least one dimension; rows (the first) may
     differ between ranks, the rest may not."""
     rows, row_elems = shape[0], _prod(shape[1:])
-    h = _enqueue(_lib.KIND_ALLGATHER, name, dtype, shape, send, count=rows, row_elems=row_elems)
+    h = _enqueue(_lib.KIND_ALLGATHER, name, dtype, shape, send, count=rows, row_elems=row_elems, g=g)
     return Handle(h, name, keep, finish)
 
 
-def broadcast(name, buf, shape, dtype, root, keep, finish):
-    s = state()
-    if not 0 <= int(root) < s.size:
+def broadcast(name, buf, shape, dtype, root, keep, finish, g=None):
+    """root: a rank of the job (of g's set: its place there is what the
+    engine is given)."""
+    s = g or state()
+    if s.ranks is not None:
+        if int(root) not in s.ranks:
+            raise HoopInvalidError("hoop: broadcast '%s': root_rank %d is not in the process set of ranks %s"
+                                   % (name, root, s.ranks), _lib.ERR_INVALID)
+        root = s.ranks.index(int(root))
+    elif not 0 <= int(root) < s.size:
         raise HoopInvalidError("hoop: broadcast '%s': root_rank %d is not a rank of this %d-rank job"
                                % (name, root, s.size), _lib.ERR_INVALID)
-    h = _enqueue(_lib.KIND_BROADCAST, name, dtype, shape, recv=buf, count=_prod(shape), root=int(root))
+    h = _enqueue(_lib.KIND_BROADCAST, name, dtype, shape, recv=buf, count=_prod(shape), root=int(root), g=g)
     return Handle(h, name, keep, finish)
 
 
-def alltoall(name, send, shape, splits, dtype, keep, finish):
+def alltoall(name, send, shape, splits, dtype, keep, finish, g=None):
     """splits: rows (first dimension of shape) to each rank."""
     sp = (ctypes.c_size_t * len(splits))(*splits)
-    h = _enqueue(_lib.KIND_ALLTOALL, name, dtype, shape, send, row_elems=_prod(shape[1:]), counts=sp)
+    h = _enqueue(_lib.KIND_ALLTOALL, name, dtype, shape, send, row_elems=_prod(shape[1:]), counts=sp, g=g)
     return Handle(h, name, keep + [sp], finish)
 
 
-def reduce_scatter(name, send, recv, shape, recvcount, dtype, op, prescale, postscale, keep, finish):
+def reduce_scatter(name, send, recv, shape, recvcount, dtype, op, prescale, postscale, keep, finish, g=None):
     """shape: the tensor every rank gives; recvcount: elements each gets."""
     h = _enqueue(_lib.KIND_REDUCE_SCATTER, name, dtype, shape, send, recv, recvcount, op=op,
-                 pre=float(prescale), post=float(postscale))
+                 pre=float(prescale), post=float(postscale), g=g)
     return Handle(h, name, keep, finish)
 
 
-def reduce_scatterv(name, send, recv, shape, recvcounts, dtype, op, prescale, postscale, keep, finish):
+def reduce_scatterv(name, send, recv, shape, recvcounts, dtype, op, prescale, postscale, keep, finish,
+                    g=None):
     """recvcounts: one count per rank, the same list on every rank."""
     rc = (ctypes.c_size_t * len(recvcounts))(*recvcounts)
     h = _enqueue(_lib.KIND_REDUCE_SCATTER, name, dtype, shape, send, recv, counts=rc, op=op,
-                 pre=float(prescale), post=float(postscale))
+                 pre=float(prescale), post=float(postscale), g=g)
     return Handle(h, name, keep + [rc], finish)
 
 
@@ -395,9 +449,9 @@ def shares(rows, n):
     return [base + (1 if k < extra else 0) for k in range(n)]
 
 
-def barrier():
+def barrier(g=None):
     h = ctypes.c_void_p()
-    _check(_lib.lib().hoop_engine_barrier(state().engine, None, None, ctypes.byref(h)), "barrier")
+    _check(_lib.lib().hoop_engine_barrier((g or state()).engine, None, None, ctypes.byref(h)), "barrier")
     Handle(h, "barrier", [], None).synchronize()
 
 

@@ -162,6 +162,7 @@ class OpArgs(ctypes.Structure):
 
 # hoop_engine_kind_t
 KIND_ALLREDUCE, KIND_ALLGATHER, KIND_BROADCAST, KIND_ALLTOALL, KIND_REDUCE_SCATTER = 1, 2, 3, 4, 5
+SPLIT_NONE = -1  # hoop_comm_split: join no group
 DIMS_MAX = 8
 
 # The fields up to the dimensions, then ndims of them, packed in one call
@@ -211,6 +212,8 @@ def _prototypes(L):
                                                 c_int, c_double, c_double, c_void_p, c_void_p, P(c_void_p)]),
         "hoop_engine_barrier": (c_int, [c_void_p, c_void_p, c_void_p, P(c_void_p)]),
         "hoop_engine_join": (c_int, [c_void_p, c_void_p, c_void_p, P(c_void_p)]),
+        "hoop_engine_split": (c_int, [c_void_p, c_int, c_int, c_void_p, c_void_p, P(c_void_p)]),
+        "hoop_engine_take_comm": (c_void_p, [c_void_p]),
         "hoop_engine_test": (c_int, [c_void_p]),
         "hoop_engine_wait": (c_int, [c_void_p, c_double]),
         "hoop_engine_wait_release": (c_int, [c_void_p, c_double]),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh [BUILD_DIR] - make test's python pass: hoop and hoop.torch on
-# 1..4 ranks started by hooprun, training on 2 and 4, and the jobs that a
-# single pytest starts (a rank killed, the examples, a Horovod script).
+# 1..4 ranks started by hooprun, process sets on 1..4, training on 2 and 4,
+# and the jobs that a single pytest starts (a rank killed, the examples, a Horovod script).
 # Skipped, saying why, where the interpreter (HOOP_PYTHON, default
 # /usr/bin/python3) lacks torch, numpy or pytest;
 # HOOP_TEST_REQUIRE_PYTHON=1 makes that a failure.
@@ -42,6 +42,10 @@ fail=0
 for n in 1 2 3 4; do
     echo "== python: every collective on $n rank(s)"
     ranks "$n" "$src/tests/python/test_collectives.py" || fail=1
+done
+for n in 1 2 3 4; do
+    echo "== python: process sets on $n rank(s)"
+    ranks "$n" "$src/tests/python/test_process_sets.py" || fail=1
 done
 for n in 2 4; do
     echo "== python: data-parallel training on $n ranks"

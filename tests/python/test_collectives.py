@@ -296,11 +296,12 @@ def test_process_sets():
     assert g.process_set_id == 0 and g.size() == N and g.rank() == R and g.included()
     assert g.ranks == list(range(N))
     assert torch.equal(hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=g), torch.full((1,), float(N)))
+    # not added yet: no size, no rank, and no collective (tests/python/test_process_sets.py has the rest)
     ps = hvd.ProcessSet([0])
-    assert ps.size() == 1 and ps.included() == (R == 0) and ps.rank() == (0 if R == 0 else -1)
-    with pytest.raises(NotImplementedError, match="process sets"):
+    assert ps.size() is None and ps.rank() is None and ps.included() == (R == 0)
+    with pytest.raises(ValueError, match="has not been added"):
         hvd.allreduce(torch.ones(1), process_set=ps)
-    with pytest.raises(NotImplementedError, match="process sets"):
+    with pytest.raises(ValueError, match="has not been added"):
         hvd.DistributedOptimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1), process_set=ps)
 
 
@@ -359,8 +360,6 @@ def test_errors_and_unsupported():
         hvd.allreduce(torch.ones(1), op=hvd.Adasum)
     with pytest.raises(NotImplementedError, match="elastic"):
         hvd.elastic.run
-    with pytest.raises(NotImplementedError, match="process sets"):
-        hvd.add_process_set([0])
     with pytest.raises(TypeError, match="complex64"):
         hvd.allreduce(torch.ones(1, dtype=torch.complex64))
     with pytest.raises(hvd.HoopInvalidError, match="root_rank"):

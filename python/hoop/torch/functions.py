@@ -35,25 +35,29 @@ def broadcast_parameters(params, root_rank, prefix=None):
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """root_rank's obj (anything pickle takes) on every rank."""
     name = name or type(obj).__name__
+    ps = process_set
     if _engine.state().rank == root_rank:
         payload = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
         sz = torch.tensor([payload.numel()], dtype=torch.int64)
-        broadcast(sz, root_rank, name="broadcast_object." + name + ".size")
-        broadcast(payload, root_rank, name="broadcast_object." + name + ".data")
+        broadcast(sz, root_rank, name="broadcast_object." + name + ".size", process_set=ps)
+        broadcast(payload, root_rank, name="broadcast_object." + name + ".data", process_set=ps)
         return obj
-    sz = broadcast(torch.zeros(1, dtype=torch.int64), root_rank, name="broadcast_object." + name + ".size")
+    sz = broadcast(torch.zeros(1, dtype=torch.int64), root_rank, name="broadcast_object." + name + ".size",
+                   process_set=ps)
     payload = broadcast(torch.zeros(int(sz.item()), dtype=torch.uint8), root_rank,
-                        name="broadcast_object." + name + ".data")
+                        name="broadcast_object." + name + ".data", process_set=ps)
     return pickle.loads(payload.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=None):
-    """Every rank's obj, in rank order."""
+    """Every rank's obj (of process_set's ranks), in rank order."""
     name = name or type(obj).__name__
     data = pickle.dumps(obj)
     payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name="allgather_object." + name + ".sizes")
-    gathered = allgather(payload, name="allgather_object." + name + ".data").numpy().tobytes()
+    sizes = allgather(torch.tensor([len(data)], dtype=torch.int64), name="allgather_object." + name + ".sizes",
+                      process_set=process_set)
+    gathered = allgather(payload, name="allgather_object." + name + ".data",
+                         process_set=process_set).numpy().tobytes()
     out, at = [], 0
     for s in sizes.tolist():
         out.append(pickle.loads(gathered[at:at + s]))

@@ -72,9 +72,26 @@ def _op(average, op):
     return check_op(Average if op is None else op)
 
 
-def _no_process_set(process_set):
-    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
-        raise _engine.not_supported("process sets (every collective spans the whole job)")
+def _group(process_set):
+    """The engine a collective on process_set runs on: None for the job's
+    (no set, or the global one), else the set's, on the ranks in it."""
+    if process_set is None:
+        return None
+    psid = getattr(process_set, "process_set_id", 0)
+    if psid == 0:
+        return None
+    if psid is None:
+        raise ValueError("hoop: %s has not been added (add_process_set), or was removed" % (process_set,))
+    g = process_set._group
+    if g is None:
+        raise ValueError("hoop: rank %d is not in %s: only the set's ranks may run its collectives"
+                         % (_engine.state().rank, process_set))
+    return g
+
+
+def _where(g):
+    """The engine's state: g's, or the job's."""
+    return g if g is not None else _engine.state()
 
 
 def _write_back(tensor, buf):
@@ -85,11 +102,10 @@ def _write_back(tensor, buf):
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
-    if process_set is not None:
-        _no_process_set(process_set)
+    g = None if process_set is None else _group(process_set)
     op = Average if op is None and average is None else _op(average, op)
     if name.__class__ is not str:
-        name = _engine.auto_name("allreduce", name)
+        name = _engine.auto_name("allreduce", name, g)
     dt = _DTYPES.get(tensor.dtype)
     if dt is None:
         _dtype(tensor, "allreduce '%s'" % name)  # raises
@@ -99,11 +115,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         n = tensor.numel()
         p = tensor.data_ptr() if n else None
         return _engine.allreduce(name, p, p, n, dt, op, prescale_factor, postscale_factor, tensor, None,
-                                 tensor, tensor.shape)
+                                 tensor, tensor.shape, g)
     buf = _device_ok(tensor)
     return _engine.allreduce(name, _ptr(buf), _ptr(buf), buf.numel(), dt, op, prescale_factor,
                              postscale_factor, [buf, tensor], lambda h: _write_back(tensor, buf),
-                             shape=tensor.shape)
+                             shape=tensor.shape, g=g)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -120,16 +136,16 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 class _AllreduceFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale):
-        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
+    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.ps = op, prescale, postscale, process_set
         return allreduce_async(tensor, name=name, op=op, prescale_factor=prescale,
-                               postscale_factor=postscale).synchronize()
+                               postscale_factor=postscale, process_set=process_set).synchronize()
 
     @staticmethod
     def backward(ctx, grad):
         g = allreduce_async(grad, op=ctx.op, prescale_factor=ctx.prescale,
-                            postscale_factor=ctx.postscale).synchronize()
-        return g, None, None, None, None
+                            postscale_factor=ctx.postscale, process_set=ctx.ps).synchronize()
+        return g, None, None, None, None, None
 
 
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
@@ -137,21 +153,20 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     """The reduction of tensor over every rank (op: Average by default), as a
     new tensor; differentiable (the gradient is allreduced with the same op)."""
     from .compression import Compression
-    _no_process_set(process_set)
+    _group(process_set)
     op = _op(average, op)
     compression = compression or Compression.none
     t, ctx = compression.compress(tensor)
-    out = _AllreduceFn.apply(t, name, op, prescale_factor, postscale_factor)
+    out = _AllreduceFn.apply(t, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, ctx)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
-    if process_set is not None:
-        _no_process_set(process_set)
+    g = None if process_set is None else _group(process_set)
     op = _op(average, op)
     if name.__class__ is not str:
-        name = _engine.auto_name("grouped_allreduce", name)
+        name = _engine.auto_name("grouped_allreduce", name, g)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("hoop: grouped allreduce '%s' of no tensors" % name)
@@ -173,14 +188,14 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
         bufs.append(b)
     if not copied:
         return _engine.grouped_allreduce(name, ptrs, ptrs, counts, dt, op, prescale_factor,
-                                         postscale_factor, bufs, None, tensors)
+                                         postscale_factor, bufs, None, tensors, g)
 
     def finish(h):
         for t, b in copied:
             _write_back(t, b)
         return tensors
     return _engine.grouped_allreduce(name, ptrs, ptrs, counts, dt, op, prescale_factor,
-                                     postscale_factor, bufs + tensors, finish)
+                                     postscale_factor, bufs + tensors, finish, g=g)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -197,16 +212,16 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 class _GroupedAllreduceFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale, postscale, *tensors):
-        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
+    def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.ps = op, prescale, postscale, process_set
         return tuple(grouped_allreduce_async(list(tensors), name=name, op=op, prescale_factor=prescale,
-                                             postscale_factor=postscale).synchronize())
+                                             postscale_factor=postscale, process_set=process_set).synchronize())
 
     @staticmethod
     def backward(ctx, *grads):
         gs = grouped_allreduce_async([g.contiguous() for g in grads], op=ctx.op, prescale_factor=ctx.prescale,
-                                     postscale_factor=ctx.postscale).synchronize()
-        return (None, None, None, None) + tuple(gs)
+                                     postscale_factor=ctx.postscale, process_set=ctx.ps).synchronize()
+        return (None, None, None, None, None) + tuple(gs)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
@@ -214,11 +229,12 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
     """grouped_allreduce_async's results, as new tensors; differentiable
     (as allreduce: the gradients are reduced together with the same op)."""
     from .compression import Compression
-    _no_process_set(process_set)
+    _group(process_set)
     op = _op(average, op)
     compression = compression or Compression.none
     pairs = [compression.compress(t) for t in tensors]
-    outs = _GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, *[p[0] for p in pairs])
+    outs = _GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                     *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
@@ -238,16 +254,17 @@ def _from_bytes(data, like, shape):
 
 
 def _allgather_async(tensor, name, process_set, with_counts):
-    _no_process_set(process_set)
-    name = _engine.auto_name("allgather", name)
+    g = _group(process_set)
+    name = _engine.auto_name("allgather", name, g)
     dt = _dtype(tensor, "allgather '%s'" % name)
     buf = _rows(_host(tensor))[0]
+    n = _where(g).size
 
     def finish(h):
-        counts = h.counts(_engine.state().size)
+        counts = h.counts(n)
         out = _from_bytes(h.output(buf.element_size()), tensor, (sum(counts),) + tuple(buf.shape[1:]))
         return (out, counts) if with_counts else out
-    return _engine.allgather(name, _ptr(buf), buf.shape, dt, [buf], finish)
+    return _engine.allgather(name, _ptr(buf), buf.shape, dt, [buf], finish, g)
 
 
 def allgather_async(tensor, name=None, process_set=None):
@@ -256,67 +273,66 @@ def allgather_async(tensor, name=None, process_set=None):
 
 class _AllgatherFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name):
-        out, counts = _allgather_async(tensor, name, None, True).synchronize()
-        r = _engine.state().rank
-        ctx.start, ctx.rows = sum(counts[:r]), counts[r]
+    def forward(ctx, tensor, name, process_set):
+        out, counts = _allgather_async(tensor, name, process_set, True).synchronize()
+        r = _where(_group(process_set)).rank
+        ctx.start, ctx.rows, ctx.ps = sum(counts[:r]), counts[r], process_set
         return out
 
     @staticmethod
     def backward(ctx, grad):
         # this rank's rows of the average of every rank's gradient (horovod.torch's)
-        g = allreduce_async(grad.contiguous(), op=Average).synchronize()
-        return g.narrow(0, ctx.start, ctx.rows), None
+        g = allreduce_async(grad.contiguous(), op=Average, process_set=ctx.ps).synchronize()
+        return g.narrow(0, ctx.start, ctx.rows), None, None
 
 
 def allgather(tensor, name=None, process_set=None):
     """Every rank's tensor concatenated along the first dimension, rank 0's
     first (the first dimension may differ between ranks); differentiable."""
-    _no_process_set(process_set)
+    _group(process_set)
     if tensor.dim() == 0:
         tensor = tensor.reshape(1)
-    return _AllgatherFn.apply(tensor, name)
+    return _AllgatherFn.apply(tensor, name, process_set)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
     """Each tensor's allgather, started together; synchronize() gives the
     list of results."""
-    _no_process_set(process_set)
-    name = _engine.auto_name("grouped_allgather", name)
-    hs = [_allgather_async(t, "%s.%d" % (name, i), None, False) for i, t in enumerate(tensors)]
+    name = _engine.auto_name("grouped_allgather", name, _group(process_set))
+    hs = [_allgather_async(t, "%s.%d" % (name, i), process_set, False) for i, t in enumerate(tensors)]
     return HandleGroup(hs, list, name)
 
 
 class _GroupedAllgatherFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, *tensors):
-        hs = [_allgather_async(t, "%s.%d" % (name, i), None, True) for i, t in enumerate(tensors)]
+    def forward(ctx, name, process_set, *tensors):
+        hs = [_allgather_async(t, "%s.%d" % (name, i), process_set, True) for i, t in enumerate(tensors)]
         outs = HandleGroup(hs, list, name).synchronize()
-        r = _engine.state().rank
-        ctx.spans = [(sum(counts[:r]), counts[r]) for _, counts in outs]
+        r = _where(_group(process_set)).rank
+        ctx.spans, ctx.ps = [(sum(counts[:r]), counts[r]) for _, counts in outs], process_set
         return tuple(out for out, _ in outs)
 
     @staticmethod
     def backward(ctx, *grads):
         # as allgather's: this rank's rows of the average of every rank's gradient
-        hs = [allreduce_async(g.contiguous(), op=Average) for g in grads]
-        return (None,) + tuple(h.synchronize().narrow(0, s, n) for h, (s, n) in zip(hs, ctx.spans))
+        hs = [allreduce_async(g.contiguous(), op=Average, process_set=ctx.ps) for g in grads]
+        return (None, None) + tuple(h.synchronize().narrow(0, s, n) for h, (s, n) in zip(hs, ctx.spans))
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
     """allgather of each tensor, started together; differentiable."""
-    _no_process_set(process_set)
-    name = _engine.auto_name("grouped_allgather", name)
-    return list(_GroupedAllgatherFn.apply(name, *[t.reshape(1) if t.dim() == 0 else t for t in tensors]))
+    name = _engine.auto_name("grouped_allgather", name, _group(process_set))
+    return list(_GroupedAllgatherFn.apply(name, process_set,
+                                          *[t.reshape(1) if t.dim() == 0 else t for t in tensors]))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    _no_process_set(process_set)
-    name = _engine.auto_name("broadcast", name)
+    g = _group(process_set)
+    name = _engine.auto_name("broadcast", name, g)
     dt = _dtype(tensor, "broadcast '%s'" % name)
     buf = _host(tensor)
     return _engine.broadcast(name, _ptr(buf), tensor.shape, dt, root_rank, [buf, tensor],
-                             lambda h: _write_back(tensor, buf))
+                             lambda h: _write_back(tensor, buf), g)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
@@ -329,32 +345,32 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
 
 class _BroadcastFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, root_rank, name):
-        ctx.root_rank = root_rank
-        return broadcast_async(tensor, root_rank, name).synchronize()
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.ps = root_rank, process_set
+        return broadcast_async(tensor, root_rank, name, process_set).synchronize()
 
     @staticmethod
     def backward(ctx, grad):
         # the root's tensor gets the average of every rank's gradient, the
         # others none (horovod.torch's)
-        g = allreduce_async(grad.contiguous(), op=Average).synchronize()
+        g = allreduce_async(grad.contiguous(), op=Average, process_set=ctx.ps).synchronize()
         if _engine.state().rank != ctx.root_rank:
             g.zero_()
-        return g, None, None
+        return g, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """root_rank's tensor, as a new tensor on every rank; differentiable."""
-    _no_process_set(process_set)
-    return _BroadcastFn.apply(tensor, root_rank, name)
+    _group(process_set)
+    return _BroadcastFn.apply(tensor, root_rank, name, process_set)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
-    _no_process_set(process_set)
-    name = _engine.auto_name("alltoall", name)
+    g = _group(process_set)
+    name = _engine.auto_name("alltoall", name, g)
     dt = _dtype(tensor, "alltoall '%s'" % name)
     buf, rows, row_elems = _rows(_host(tensor))
-    n = _engine.state().size
+    n = _where(g).size
     if splits is None:
         if rows % n:
             raise _lib.HoopInvalidError("hoop: alltoall '%s': %d rows do not split evenly among %d ranks; "
@@ -372,22 +388,22 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
         # on the splits tensor's device, as horovod.torch (the CPU without one)
         return out, torch.tensor(recv, dtype=torch.int32,
                                  device=splits.device if torch.is_tensor(splits) else "cpu")
-    return _engine.alltoall(name, _ptr(buf), buf.shape, sp, dt, [buf], finish)
+    return _engine.alltoall(name, _ptr(buf), buf.shape, sp, dt, [buf], finish, g)
 
 
 class _AlltoallFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, splits, name):
-        out, recv = alltoall_async(tensor, splits, name).synchronize()
-        ctx.recv, ctx.shape = recv, tensor.shape
+    def forward(ctx, tensor, splits, name, process_set):
+        out, recv = alltoall_async(tensor, splits, name, process_set).synchronize()
+        ctx.recv, ctx.shape, ctx.ps = recv, tensor.shape, process_set
         ctx.mark_non_differentiable(recv)
         return out, recv
 
     @staticmethod
     def backward(ctx, grad, *ignored):
         # each row's gradient goes back to the rank that sent the row
-        g, _ = alltoall_async(grad.contiguous(), ctx.recv).synchronize()
-        return g.reshape(ctx.shape), None, None
+        g, _ = alltoall_async(grad.contiguous(), ctx.recv, process_set=ctx.ps).synchronize()
+        return g.reshape(ctx.shape), None, None, None
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
@@ -395,43 +411,43 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     Returns what every rank sent here, in rank order, and, when splits was
     given, how many rows came from each rank; differentiable (the gradient
     goes back the way the rows came)."""
-    _no_process_set(process_set)
-    out, recv = _AlltoallFn.apply(tensor, splits, name)
+    _group(process_set)
+    out, recv = _AlltoallFn.apply(tensor, splits, name, process_set)
     return out if splits is None else (out, recv)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
                         postscale_factor=1.0):
-    _no_process_set(process_set)
+    g = _group(process_set)
     check_op(op)
-    name = _engine.auto_name("reducescatter", name)
+    name = _engine.auto_name("reducescatter", name, g)
     dt = _dtype(tensor, "reducescatter '%s'" % name)
     if tensor.dim() == 0:
         raise _lib.HoopInvalidError("hoop: reducescatter '%s': a scalar has no first dimension to scatter "
                                     "over the ranks; pass a tensor of at least one dimension" % name,
                                     _lib.ERR_INVALID)
     buf, rows, row_elems = _rows(_host(tensor))
-    s = _engine.state()
+    s = _where(g)
     n, r = s.size, s.rank
     if rows % n == 0:
         out = torch.empty((rows // n,) + tuple(buf.shape[1:]), dtype=buf.dtype)
         return _engine.reduce_scatter(name, _ptr(buf), _ptr(out), buf.shape, out.numel(), dt, op,
                                       prescale_factor, postscale_factor, [buf, out],
-                                      lambda h: out.to(tensor.device))
+                                      lambda h: out.to(tensor.device), g)
     # Uneven shares (the first rows % size ranks one row more, as Horovod
     # splits): each rank gets its rows only (reduce_scatterv).
     rows_of = _engine.shares(rows, n)
     out = torch.empty((rows_of[r],) + tuple(buf.shape[1:]), dtype=buf.dtype)
     return _engine.reduce_scatterv(name, _ptr(buf), _ptr(out), buf.shape, [k * row_elems for k in rows_of],
                                    dt, op, prescale_factor, postscale_factor, [buf, out],
-                                   lambda h: out.to(tensor.device))
+                                   lambda h: out.to(tensor.device), g)
 
 
 def _reducescatter_grads(ctx, grads):
     """What horovod.torch's reducescatter gives back: each rank's gradient
     scaled (by the ranks for Sum, by the scale factors), every rank's
     gathered."""
-    n = _engine.state().size
+    n = _where(_group(ctx.ps)).size
     scaled = []
     for g in grads:
         if ctx.op == Sum:
@@ -441,20 +457,20 @@ def _reducescatter_grads(ctx, grads):
         if ctx.postscale != 1.0:
             g = g * ctx.postscale
         scaled.append(g.contiguous())
-    hs = [_allgather_async(g, None, None, False) for g in scaled]
+    hs = [_allgather_async(g, None, ctx.ps, False) for g in scaled]
     return [h.synchronize() for h in hs]
 
 
 class _ReducescatterFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale):
-        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
-        return reducescatter_async(tensor, name, op, prescale_factor=prescale,
+    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.ps = op, prescale, postscale, process_set
+        return reducescatter_async(tensor, name, op, process_set, prescale_factor=prescale,
                                    postscale_factor=postscale).synchronize()
 
     @staticmethod
     def backward(ctx, grad):
-        return _reducescatter_grads(ctx, [grad])[0], None, None, None, None
+        return _reducescatter_grads(ctx, [grad])[0], None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None, prescale_factor=1.0,
@@ -462,11 +478,11 @@ def reducescatter(tensor, name=None, compression=None, op=Average, process_set=N
     """This rank's share of the reduction; differentiable (horovod.torch's
     gradient: every rank's, scaled, gathered)."""
     from .compression import Compression
-    _no_process_set(process_set)
+    _group(process_set)
     check_op(op)
     compression = compression or Compression.none
     t, ctx = compression.compress(tensor)
-    out = _ReducescatterFn.apply(t, name, op, prescale_factor, postscale_factor)
+    out = _ReducescatterFn.apply(t, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, ctx)
 
 
@@ -474,14 +490,13 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None
                                 postscale_factor=1.0):
     """Each tensor's reducescatter, started together; synchronize() gives
     the list of this rank's shares."""
-    _no_process_set(process_set)
-    name = _engine.auto_name("grouped_reducescatter", name)
+    name = _engine.auto_name("grouped_reducescatter", name, _group(process_set))
     tensors = list(tensors)
     for i, t in enumerate(tensors):  # refused before any is enqueued
         if t.dim() == 0:
             raise _lib.HoopInvalidError("hoop: grouped reducescatter '%s': tensor %d is a scalar, with no first "
                                         "dimension to scatter over the ranks" % (name, i), _lib.ERR_INVALID)
-    hs = [reducescatter_async(t, "%s.%d" % (name, i), op, prescale_factor=prescale_factor,
+    hs = [reducescatter_async(t, "%s.%d" % (name, i), op, process_set, prescale_factor=prescale_factor,
                               postscale_factor=postscale_factor)
           for i, t in enumerate(tensors)]
     return HandleGroup(hs, list, name)
@@ -489,25 +504,26 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None
 
 class _GroupedReducescatterFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale, postscale, *tensors):
-        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
-        return tuple(grouped_reducescatter_async(list(tensors), name, op, prescale_factor=prescale,
+    def forward(ctx, name, op, prescale, postscale, process_set, *tensors):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.ps = op, prescale, postscale, process_set
+        return tuple(grouped_reducescatter_async(list(tensors), name, op, process_set, prescale_factor=prescale,
                                                  postscale_factor=postscale).synchronize())
 
     @staticmethod
     def backward(ctx, *grads):
-        return (None, None, None, None) + tuple(_reducescatter_grads(ctx, grads))
+        return (None, None, None, None, None) + tuple(_reducescatter_grads(ctx, grads))
 
 
 def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=None,
                           prescale_factor=1.0, postscale_factor=1.0):
     """reducescatter of each tensor, started together; differentiable."""
     from .compression import Compression
-    _no_process_set(process_set)
+    _group(process_set)
     check_op(op)
     compression = compression or Compression.none
     pairs = [compression.compress(t) for t in tensors]
-    outs = _GroupedReducescatterFn.apply(name, op, prescale_factor, postscale_factor, *[t for t, _ in pairs])
+    outs = _GroupedReducescatterFn.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                         *[t for t, _ in pairs])
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
@@ -523,12 +539,12 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
     that name (a dense allreduce of a gradient that is missing there) is
     told so, as every other rank is, instead of a second gather waiting for
     it forever."""
-    _no_process_set(process_set)
+    g = _group(process_set)
     if op not in (Average, Sum):
         raise _engine.not_supported("a sparse allreduce with op %s (Sum and Average only)" % op)
     if not tensor.is_sparse:
         raise ValueError("hoop: sparse_allreduce_async takes a sparse COO tensor, not %s" % tensor.layout)
-    name = _engine.auto_name("sparse_allreduce", name)
+    name = _engine.auto_name("sparse_allreduce", name, g)
     t = tensor.detach()
     idx, val = t._indices().t(), t._values()
     nnz, ndim, dense = idx.shape[0], idx.shape[1], tuple(val.shape[1:])
@@ -540,7 +556,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
     # any stride, which a view as bytes refuses
     rows = torch.cat([idx.reshape(-1).view(torch.uint8).reshape(nnz, iw),
                       val.reshape(-1).view(torch.uint8).reshape(nnz, vw)], dim=1)
-    n = _engine.state().size
+    n = _where(g).size
 
     def finish(gathered):
         total = gathered.shape[0]
@@ -550,7 +566,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
         if op == Average:
             values = values / n
         return torch.sparse_coo_tensor(indices, values, t.size(), dtype=values.dtype, device=t.device)
-    return HandleGroup([_allgather_async(rows, name, None, False)], lambda r: finish(r[0]), name)
+    return HandleGroup([_allgather_async(rows, name, process_set, False)], lambda r: finish(r[0]), name)
 
 
 def poll(handle):
@@ -570,8 +586,7 @@ def join(device=-1):
 
 
 def barrier(process_set=None):
-    _no_process_set(process_set)
-    _engine.barrier()
+    _engine.barrier(_group(process_set))
 
 
 __all__ = ["Handle"]

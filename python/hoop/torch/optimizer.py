@@ -33,8 +33,12 @@ class _Slot:
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, groups, sparse_as_dense):
+                 gradient_predivide_factor, groups, sparse_as_dense, process_set=None):
         super(self.__class__, self).__init__(params)
+        # None for every rank's (the fast path); a set's ranks alone reduce
+        # over it, the others step on their own gradients (horovod.torch's)
+        self._ps = None if process_set is None or process_set.process_set_id == 0 else process_set
+        self._outside = self._ps is not None and not self._ps.included()
         self._compression = compression
         self.sparse_as_dense = sparse_as_dense
         if named_parameters is not None:
@@ -97,7 +101,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 for sl in g:
                     sl.group = gi
         self._group_ready = [0] * len(self._groups)
-        self._register_hooks()
+        if not self._outside:
+            self._register_hooks()
 
     def _register_hooks(self):
         self._grad_accs = []
@@ -135,13 +140,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if grad.is_sparse:
             if not self.sparse_as_dense:
                 # Gathered, not reduced (horovod.torch's way); not compressed.
-                self._start(sl, (sparse_allreduce_async(grad, name=sl.name, op=self.op), None, _SPARSE))
+                self._start(sl, (sparse_allreduce_async(grad, name=sl.name, op=self.op, process_set=self._ps),
+                                 None, _SPARSE))
                 return
             grad = grad.to_dense()  # reduced dense; the gradient stays sparse (synchronize)
         tensor_compressed, ctx = self._compression.compress(grad)
         pre, post = self._scales()
         handle = allreduce_async_(tensor_compressed, name=sl.name, op=self.op, prescale_factor=pre,
-                                  postscale_factor=post)
+                                  postscale_factor=post, process_set=self._ps)
         self._start(sl, (handle, tensor_compressed, ctx))
 
     def _grouped_allreduce_async(self, gi):
@@ -155,7 +161,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         pairs = [self._compression.compress(grad) for grad in grads]
         pre, post = self._scales()
         handle = grouped_allreduce_async_([t for t, _ in pairs], name="grouped.%s" % g[0].name, op=self.op,
-                                          prescale_factor=pre, postscale_factor=post)
+                                          prescale_factor=pre, postscale_factor=post, process_set=self._ps)
         for sl, (t, ctx) in zip(g, pairs):
             self._start(sl, (handle, t, ctx))
         self._group_ready[gi] = 0
@@ -193,6 +199,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Wait for every gradient's allreduce (starting those whose hook has
         not run on this rank) and write the results into the gradients."""
+        if self._outside:  # not in the optimizer's process set: nothing to reduce
+            self._synchronized = True
+            return
         for sl in self._slots_by_name:
             if sl.entry is None and sl.group is None:
                 self._allreduce_grad_async(sl)
@@ -277,8 +286,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     before step() applies it; the allreduces start during backward."""
     if op == Adasum:
         raise _engine.not_supported("Adasum (DistributedOptimizer with op=Adasum)")
-    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
-        raise _engine.not_supported("process sets (every collective spans the whole job)")
+    if process_set is not None and getattr(process_set, "process_set_id", 0) is None:
+        raise ValueError("hoop: DistributedOptimizer: %s has not been added (add_process_set)" % (process_set,))
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups:
@@ -287,4 +296,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = num_groups
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups, sparse_as_dense)
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)
