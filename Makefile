@@ -214,7 +214,7 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(LIB_HDRS) $(wildcard tests/*.h) Makefile
 # payloads read in place (HOOP_SHM_SINGLE_COPY=1); every other pass sets
 # HOOP_SHM=0, so that it tests the transport it names.
 TEST_PASSES ?= uring poll nouring zerocopy ofi-tcp ofi-shm ofi-write verbs python gpuemu shm
-MP_SUITES := @(allreduce|async|auth|bootstrap|collectives|faults|gpucoll|hier|mismatch|paths|soak)/*
+MP_SUITES := @(allreduce|async|auth|bootstrap|collectives|faults|gpucoll|hier|mismatch|paths|soak|split)/*
 OFI_SUITES := @(allreduce|collectives|faults|gpucoll|mismatch|paths|soak)/*
 # The verbs pass runs in an emulated guest where no RDMA device is here, a
 # 64 MiB allreduce taking seconds there: the verbs suite, the collective
@@ -288,7 +288,7 @@ test: all $(TESTBIN) $(BUILD)/no_uring
 # test stays the whole suite, for before a push.
 CHECK_UNIT := api|packaging|gpu|gdr|gpu_alloc|wire|auth|reduce|mr_cache|netif|launcher|hooprun|ring_bench|bootstrap|engine|mismatch|layers|async
 CHECK_FAULTS := sigkill_a_rank_mid_allreduce|garbage_in_the_middle_of_a_stream|root_dies_during_*
-CHECK_MP := allreduce/ranks_[1-4]|allreduce/default_chunks_4_ranks_f32|collectives/*ranks_[1-4]|hier/*
+CHECK_MP := split/*|allreduce/ranks_[1-4]|allreduce/default_chunks_4_ranks_f32|collectives/*ranks_[1-4]|hier/*
 CHECK_PATHS := paths/*_n[34]|paths/same_bits_on_every_rank_ring|faults/@($(CHECK_FAULTS))
 CHECK_TESTS := @(@($(CHECK_UNIT))/*|$(CHECK_MP)|$(CHECK_PATHS))
 check: all $(TESTBIN) $(BUILD)/no_uring
