@@ -46,6 +46,21 @@ class _State:
         self.transport = transport
 
 
+def _over(comm, ranks=None):
+    """A _State with an engine over comm, which the engine then owns; on
+    failure comm is destroyed and hoop's error raised."""
+    L = _lib.lib()
+    s = _State(comm, (L.hoop_comm_transport(comm) or b"").decode(), ranks)
+    eng = ctypes.c_void_p()
+    st = L.hoop_engine_create_with(ctypes.byref(eng), comm)
+    if st != _lib.OK:
+        sentence = (L.hoop_last_error() or b"").decode(errors="replace")
+        L.hoop_comm_destroy(comm)
+        raise error(st, sentence)
+    s.engine, s.engine_addr = eng, eng.value
+    return s
+
+
 def init():
     """Join the job: rank, size and root from HOOP_* (or torchrun's,
     horovodrun's, mpirun's variables); no variables: a one-rank job."""
@@ -58,16 +73,7 @@ def init():
         st = L.hoop_comm_init(ctypes.byref(comm), None)
         if st != _lib.OK:
             raise error(st, (L.hoop_last_error() or b"").decode(errors="replace"))
-        s = _State(comm, (L.hoop_comm_transport(comm) or b"").decode())
-        eng = ctypes.c_void_p()
-        st = L.hoop_engine_create_with(ctypes.byref(eng), comm)
-        if st != _lib.OK:
-            sentence = (L.hoop_last_error() or b"").decode(errors="replace")
-            L.hoop_comm_destroy(comm)
-            raise error(st, sentence)
-        s.engine = eng
-        s.engine_addr = eng.value
-        _state = s
+        _state = _over(comm)
         _names.clear()
         global _fn_allreduce_args, _fn_enqueue, _fn_wait, _fn_wait_release, _fn_test, _fn_status, _fn_release
         _fn_allreduce_args, _fn_wait, _fn_test = L.hoop_engine_allreduce_args, L.hoop_engine_wait, L.hoop_engine_test
@@ -131,16 +137,7 @@ def split(ranks):
     Handle(h, "split", [], lambda hd: comm.append(L.hoop_engine_take_comm(hd._h))).synchronize()
     if not comm[0]:
         return None
-    c = ctypes.c_void_p(comm[0])
-    g = _State(c, (L.hoop_comm_transport(c) or b"").decode(), list(ranks))
-    eng = ctypes.c_void_p()
-    st = L.hoop_engine_create_with(ctypes.byref(eng), c)
-    if st != _lib.OK:
-        sentence = (L.hoop_last_error() or b"").decode(errors="replace")
-        L.hoop_comm_destroy(c)
-        raise error(st, sentence)
-    g.engine, g.engine_addr = eng, eng.value
-    return g
+    return _over(ctypes.c_void_p(comm[0]), list(ranks))
 
 
 def destroy(g):
