@@ -158,14 +158,6 @@ class ProcessSet:
         r, ranks = rank(), self.ranks
         return ranks.index(r) if r in ranks else -1
 
-    def __eq__(self, other):
-        if not isinstance(other, ProcessSet):
-            return NotImplemented
-        return self.process_set_id == other.process_set_id and self._ranks == other._ranks
-
-    def __hash__(self):
-        return hash((self.process_set_id, tuple(self._ranks or ())))
-
     def __repr__(self):
         return "ProcessSet(process_set_id=%s, ranks=%s)" % (self.process_set_id, self.ranks)
 
