@@ -5,7 +5,8 @@
 
 Every rank uses GPU 0 (the GPU machine has one). Allreduce (sum, average,
 min, max, with prescale and postscale), in place and not, grouped
-allreduce, and a few steps of DistributedOptimizer training a small model:
+allreduce, the other collectives, an allreduce on a process set, and a
+few steps of DistributedOptimizer training a small model:
 the CUDA results must equal the CPU results bit for bit (the same ring
 order; the GPU kernels round as the CPU's do), and the CUDA allreduces
 must take the GPU path (hoop.torch.cuda_built()). Exits 1 with a message
@@ -94,6 +95,22 @@ def main():
         fail("alltoall: output on %s, received splits %s on %s" % (out.device, recv.tolist(), recv.device))
     same(out, hvd.alltoall(m, [2] * n, name="a2a.cpu")[0], "alltoall")
     checks += 1
+
+    # A process set of the even ranks (the odd ones of their own): its
+    # allreduce takes the device path of its own communicator, which must
+    # give what the CPU gives over the same set.
+    evens = hvd.add_process_set(list(range(0, n, 2)))
+    odds = hvd.add_process_set(list(range(1, n, 2))) if n > 1 else None
+    mine = evens if r % 2 == 0 else odds
+    v = torch.randn(70000, generator=g)
+    cuda = hvd.allreduce(v.cuda(), name="set.cuda", op=hvd.Sum, process_set=mine)
+    if not cuda.is_cuda:
+        fail("process set allreduce: the result is not on the GPU")
+    same(cuda, hvd.allreduce(v, name="set.cpu", op=hvd.Sum, process_set=mine), "process set allreduce")
+    checks += 1
+    if odds is not None:
+        hvd.remove_process_set(odds)
+    hvd.remove_process_set(evens)
 
     # Training: the same model and data on CPU and on CUDA, 5 steps.
     def train(device):
