@@ -3,6 +3,7 @@
  * fails the call on every rank of the parent; bad arguments are refused. */
 #include <criterion/criterion.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,4 +204,49 @@ Test(split, bad_arguments_are_refused_n2, .timeout = 60)
     char report[8192];
     bool ok = harness_run(2, NULL, bad_args_rank, NULL, 60.0, report, sizeof report);
     cr_assert(ok, "%s", report);
+}
+
+/* A rank killed as the others split: every other rank's split fails,
+ * naming it, within seconds, not at a deadline. */
+static int dying_rank(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)size;
+    const int victim = *(const int *)arg;
+    if (rank == victim)
+        raise(SIGKILL);
+    double t0 = harness_now();
+    hoop_comm_t *child = NULL;
+    hoop_status_t st = hoop_comm_split(comm, rank % 2, 0, &child);
+    if (st == HOOP_OK || child)
+        return harness_failf(rank, "split returned %s with rank %d dead", hoop_status_str(st),
+                             victim);
+    char want[32];
+    snprintf(want, sizeof want, "rank %d", victim);
+    if (!strstr(hoop_last_error(), want))
+        return harness_failf(rank, "the sentence does not name %s: %s", want, hoop_last_error());
+    if (harness_since(t0) > 10.0)
+        return harness_failf(rank, "told after %.1f s", harness_since(t0));
+    return 0;
+}
+
+Test(split, a_rank_killed_fails_every_other_rank_n4, .timeout = 120)
+{
+    for (int victim = 0; victim < 4; victim += 3) { /* the root, then another */
+        harness_job_t job;
+        cr_assert(harness_job_init(&job), "no free port");
+        hoop_config_t base;
+        hoop_config_init(&base);
+        base.timeout_s = 30;
+        for (int r = 0; r < 4; r++)
+            cr_assert(harness_spawn_rank(&job, r, 4, &base, dying_rank, &victim) > 0);
+        harness_wait(&job, 60.0, 20.0);
+        for (int i = 0; i < job.nprocs; i++) {
+            const harness_proc_t *p = &job.procs[i];
+            if (p->rank == victim)
+                cr_assert(p->signal == SIGKILL, "rank %d was not killed:\n%s", victim, job.report);
+            else
+                cr_assert(!p->hung && p->signal == 0 && p->exit_code == 0,
+                          "rank %d with rank %d killed:\n%s", p->rank, victim, job.report);
+        }
+    }
 }
