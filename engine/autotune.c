@@ -68,7 +68,8 @@ hoop_status_t eng_tune_init(struct hoop_engine *e)
     t->fix_thr = hoop_param_is_set("HOOP_FUSION_THRESHOLD");
     t->fix_cycle = hoop_param_is_set("HOOP_CYCLE_TIME");
     t->best = -1;
-    const char *path = hoop_param_str("HOOP_AUTOTUNE_LOG");
+    /* the job's engine's file, not a process set's (see HOOP_TIMELINE) */
+    const char *path = e->from_split ? "" : hoop_param_str("HOOP_AUTOTUNE_LOG");
     if (*path) {
         t->log = fopen(path, "we");
         if (!t->log) {

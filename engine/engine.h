@@ -200,6 +200,8 @@ struct hoop_engine {
     struct eng_timeline *tl; /* written by the engine's thread only */
     int tl_marks;            /* ... with an instant event at each cycle's start */
     int tl_all;              /* HOOP_TIMELINE_ALL_RANKS: every rank writes one */
+    int from_split;          /* over a communicator of hoop_comm_split: no HOOP_TIMELINE or
+                                HOOP_AUTOTUNE_LOG file of its own (they are the job's) */
     /* hoop_engine_timeline_start/stop, under mu: the timeline the thread
      * takes at its next turn (tl_change; NULL: none) */
     struct eng_timeline *tl_next;

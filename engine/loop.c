@@ -472,7 +472,9 @@ static hoop_status_t read_params(struct hoop_engine *e, char *tl_path, size_t tl
     e->cache_cap = (int)cap;
     e->stall_check_s = stall;
     e->stall_shutdown_s = shut;
-    snprintf(tl_path, tl_len, "%s", hoop_param_str("HOOP_TIMELINE"));
+    /* The files HOOP_TIMELINE names are the job's engine's: an engine over
+     * a group split from it (a process set's) would write over them. */
+    snprintf(tl_path, tl_len, "%s", e->from_split ? "" : hoop_param_str("HOOP_TIMELINE"));
     e->tl_all = (int)all;
     e->tl_marks = (int)marks;
     return HOOP_OK;
@@ -545,6 +547,7 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
     pthread_cond_init(&e->wake, &ca);
     pthread_condattr_destroy(&ca);
     e->comm = comm;
+    e->from_split = strcmp(hoop_comm_launcher(comm), "hoop_comm_split") == 0;
     e->rank = hoop_comm_rank(comm);
     e->size = hoop_comm_size(comm);
     e->last_joined = -1;

@@ -1173,6 +1173,65 @@ Test(async, timeline_is_json_with_horovods_activities_n2, .timeout = 60)
     unlink(path);
 }
 
+static int engine_split(hoop_engine_t *e, int rank, int color, hoop_status_t want,
+                        hoop_comm_t **child);
+
+/* A process set's engine (over a split) leaves the job's timeline alone:
+ * every rank of a set that started with rank 0's file name would write
+ * over it. */
+static int body_timeline_split(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    static int32_t w[64];
+    hoop_engine_handle_t *h;
+    if (hoop_engine_allreduce(e, "in.job", w, w, 64, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                              &h) ||
+        wait_ok(h, rank, "in.job"))
+        return 1;
+    hoop_engine_release(h);
+    hoop_comm_t *child;
+    if (engine_split(e, rank, rank % 2, HOOP_OK, &child))
+        return 1;
+    hoop_engine_t *ce;
+    if (hoop_engine_create_with(&ce, child))
+        return harness_failf(rank, "an engine over the set: %s", hoop_last_error());
+    if (hoop_engine_allreduce(e, "after.set", w, w, 64, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                              &h) ||
+        wait_ok(h, rank, "after.set"))
+        return 1;
+    hoop_engine_release(h);
+    /* the set's operations last, each a track of its own in any timeline
+     * the set's engine would write */
+    for (int i = 0; i < 40; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "in.set.%d", i);
+        if (hoop_engine_allreduce(ce, name, w, w, 64, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                  &h) ||
+            wait_ok(h, rank, name))
+            return 1;
+        hoop_engine_release(h);
+    }
+    hoop_engine_destroy(ce);
+    return 0;
+}
+
+Test(async, a_process_sets_engine_leaves_the_timeline_alone_n3, .timeout = 60)
+{
+    char path[] = "/tmp/hoop_timeline_XXXXXX";
+    make_temp(path);
+    char env[64 + sizeof path];
+    snprintf(env, sizeof env, "HOOP_TIMELINE=%s", path);
+    async_case_t c = {.body = body_timeline_split, .env = {env, "HOOP_CYCLE_TIME=5"}};
+    run_case(3, &c, 40);
+    cr_expect(timeline_check(path, "in.job,after.set") == 0,
+              "the job's timeline %s does not parse or lost its events", path);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "grep -q in.set %s", path);
+    cr_expect(system(cmd) != 0, "the set's operation is in the job's timeline %s", path);
+    unlink(path);
+}
+
 Test(async, timeline_parses_after_a_kill_n1, .timeout = 60)
 {
     char path[] = "/tmp/hoop_timeline_XXXXXX";
