@@ -50,7 +50,9 @@ struct eng_params {
     uint8_t ndims;  /* the caller's shape (0: none given) */
     uint64_t dims[HOOP_ENGINE_DIMS_MAX];
     uint32_t nvals; /* grouped allreduce: segment counts; alltoall: splits */
-    uint64_t *vals;
+    uint32_t nshape; /* grouped allreduce: words of its tensors' shapes in vals after the
+                        counts, each tensor's ndims then its dims (0: none given) */
+    uint64_t *vals;  /* nvals + nshape words */
     char name[HOOP_ENGINE_NAME_MAX + 1];
 };
 

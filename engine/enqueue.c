@@ -170,12 +170,46 @@ hoop_status_t hoop_engine_allreduce(hoop_engine_t *e, const char *name, const vo
                                          cb_arg, handle);
 }
 
-/* n < 0: a plain allreduce (one segment, no group); sh: its shape, or NULL. */
+/* A group's shapes (hoop_engine_grouped_allreduce_shaped) checked against
+ * its counts: the words they take in p.vals after the counts, or 0 with
+ * the sentence set. */
+static size_t group_shape_words(const hoop_engine_t *e, const char *name, int n,
+                                const size_t *counts, const int *ndims, const size_t *dims)
+{
+    size_t words = 0, at = 0;
+    for (int i = 0; i < n; i++) {
+        if (ndims[i] < 0 || ndims[i] > HOOP_ENGINE_DIMS_MAX) {
+            hoop_error(HOOP_ERR_INVALID,
+                       "engine rank %d: '%s': tensor %d of the group has a shape of %d "
+                       "dimensions (0 to %d can be given)",
+                       e->rank, name, i, ndims[i], HOOP_ENGINE_DIMS_MAX);
+            return 0;
+        }
+        uint64_t prod = 1;
+        for (int d = 0; d < ndims[i]; d++)
+            if (__builtin_mul_overflow(prod, (uint64_t)dims[at + (size_t)d], &prod))
+                prod = UINT64_MAX;
+        if (ndims[i] && prod != counts[i]) {
+            hoop_error(HOOP_ERR_INVALID,
+                       "engine rank %d: '%s': tensor %d of the group: its shape (%d "
+                       "dimensions) holds %llu elements where its count is %zu",
+                       e->rank, name, i, ndims[i], (unsigned long long)prod, counts[i]);
+            return 0;
+        }
+        at += (size_t)ndims[i];
+        words += 1 + (size_t)(ndims[i] ? ndims[i] : 1); /* none: one dimension of its count */
+    }
+    return words;
+}
+
+/* n < 0: a plain allreduce (one segment, no group); sh: its shape, or NULL;
+ * gndims, gdims: a group's shapes, or NULL. */
 static hoop_status_t allreduce_sh(hoop_engine_t *e, const char *name, int n,
                                   const void *const *sendbufs, void *const *recvbufs,
                                   const size_t *counts, hoop_dtype_t dtype, hoop_op_t op,
                                   double pre, double post, hoop_engine_cb_t cb, void *cb_arg,
-                                  hoop_engine_handle_t **handle, const hoop_engine_op_args_t *sh)
+                                  hoop_engine_handle_t **handle, const hoop_engine_op_args_t *sh,
+                                  const int *gndims, const size_t *gdims)
 {
     hoop_status_t st = check_common(e, name, dtype, 1, op, pre, post, handle);
     if (st)
@@ -201,13 +235,22 @@ static hoop_status_t allreduce_sh(hoop_engine_t *e, const char *name, int n,
     }
     if (sh && (st = shape_check(e, name, sh, total, (size_t)-1, 0)))
         return st;
+    size_t shape_words = 0;
+    if (grouped && gndims) {
+        if (!gdims)
+            return hoop_error(HOOP_ERR_INVALID, "engine rank %d: '%s': ndims given, dims NULL",
+                              e->rank, name);
+        if (!(shape_words = group_shape_words(e, name, nseg, counts, gndims, gdims)))
+            return HOOP_ERR_INVALID;
+    }
     eng_op_t *o = op_new(EK_ALLREDUCE, name, dtype, op, pre, post, cb, cb_arg);
     if (!o)
         return no_memory(e, name);
     o->p.count = total;
     if (grouped) {
         o->p.nvals = (uint32_t)nseg;
-        o->p.vals = malloc(sizeof(uint64_t) * (size_t)nseg);
+        o->p.nshape = (uint32_t)shape_words;
+        o->p.vals = malloc(sizeof(uint64_t) * ((size_t)nseg + shape_words));
         o->send = malloc(sizeof(void *) * (size_t)nseg);
         o->recv = malloc(sizeof(void *) * (size_t)nseg);
         if (!o->p.vals || !o->send || !o->recv) {
@@ -222,6 +265,16 @@ static hoop_status_t allreduce_sh(hoop_engine_t *e, const char *name, int n,
         o->send[i] = sendbufs[i];
         o->recv[i] = recvbufs[i];
     }
+    if (shape_words) {
+        uint64_t *w = o->p.vals + nseg;
+        for (int i = 0, at = 0; i < nseg; at += gndims[i], i++) {
+            *w++ = (uint64_t)(gndims[i] ? gndims[i] : 1);
+            if (!gndims[i])
+                *w++ = counts[i];
+            for (int d = 0; d < gndims[i]; d++)
+                *w++ = gdims[at + d];
+        }
+    }
     return submit_shaped(e, o, sh, handle);
 }
 
@@ -232,7 +285,21 @@ hoop_status_t hoop_engine_grouped_allreduce(hoop_engine_t *e, const char *name, 
                                             void *cb_arg, hoop_engine_handle_t **handle)
 {
     return allreduce_sh(e, name, n, sendbufs, recvbufs, counts, dtype, op, pre, post, cb, cb_arg,
-                        handle, NULL);
+                        handle, NULL, NULL, NULL);
+}
+
+hoop_status_t hoop_engine_grouped_allreduce_shaped(
+    hoop_engine_t *e, const char *name, int n, const void *const *sendbufs, void *const *recvbufs,
+    const size_t *counts, const int *ndims, const size_t *dims, hoop_dtype_t dtype, hoop_op_t op,
+    double pre, double post, hoop_engine_cb_t cb, void *cb_arg, hoop_engine_handle_t **handle)
+{
+    if (n < 1 || !ndims)
+        return hoop_error(HOOP_ERR_INVALID,
+                          "engine: '%s': a shaped group needs 1 or more "
+                          "tensors and their ndims (got %d%s)",
+                          name ? name : "", n, ndims ? "" : ", ndims NULL");
+    return allreduce_sh(e, name, n, sendbufs, recvbufs, counts, dtype, op, pre, post, cb, cb_arg,
+                        handle, NULL, ndims, dims);
 }
 
 /* 1 when an args struct cannot be read (NULL, or of another version's
@@ -503,7 +570,7 @@ hoop_engine_handle_t *hoop_engine_enqueue(hoop_engine_op_args_t *a, const char *
         const void *s[1] = {a->sendbuf};
         void *r[1] = {a->recvbuf};
         a->status = allreduce_sh(e, name, -1, s, r, &a->count, dt, (hoop_op_t)a->op, a->prescale,
-                                 a->postscale, NULL, NULL, &h, a);
+                                 a->postscale, NULL, NULL, &h, a, NULL, NULL);
         break;
     }
     case HOOP_ENGINE_ALLGATHER:

@@ -20,11 +20,12 @@ int eng_params_copy(struct eng_params *dst, const struct eng_params *src)
 {
     *dst = *src;
     dst->vals = NULL;
-    if (src->nvals) {
-        dst->vals = malloc(8 * (size_t)src->nvals);
+    size_t words = (size_t)src->nvals + src->nshape;
+    if (words) {
+        dst->vals = malloc(8 * words);
         if (!dst->vals)
             return -1;
-        memcpy(dst->vals, src->vals, 8 * (size_t)src->nvals);
+        memcpy(dst->vals, src->vals, 8 * words);
     }
     return 0;
 }
@@ -140,6 +141,29 @@ int eng_params_equal(const struct eng_params *a, const struct eng_params *b, int
                          (unsigned long long)b->vals[i]);
                 return 0;
             }
+        /* Each tensor's shape where a rank gave them (one given none is
+         * one dimension of its count, as a lone allreduce). */
+        const uint64_t *sa = a->vals + a->nvals, *sb = b->vals + b->nvals;
+        for (uint32_t i = 0; (a->nshape || b->nshape) && i < a->nvals; i++) {
+            uint64_t one = a->vals[i];
+            int ka = a->nshape ? (int)*sa++ : 1, kb = b->nshape ? (int)*sb++ : 1;
+            const uint64_t *xa = a->nshape ? sa : &one, *xb = b->nshape ? sb : &one;
+            int same = ka == kb;
+            for (int d = 0; same && d < ka; d++)
+                same = xa[d] == xb[d];
+            if (!same) {
+                char ta[8 * 24], tb[8 * 24];
+                shape_str(ta, sizeof ta, ka, xa, 0);
+                shape_str(tb, sizeof tb, kb, xb, 0);
+                snprintf(why, why_len,
+                         "rank %d gives tensor %u of the group shape %s but rank %d gives "
+                         "shape %s",
+                         ra, (unsigned)i, ta, rb, tb);
+                return 0;
+            }
+            sa += a->nshape ? ka : 0;
+            sb += b->nshape ? kb : 0;
+        }
     }
 #undef DIFF
     return 1;

@@ -41,8 +41,8 @@ static void put(struct hoop_engine *e, const void *v, size_t n)
 int eng_list_add_req(struct hoop_engine *e, const struct eng_params *p)
 {
     uint16_t nl = (uint16_t)strlen(p->name);
-    size_t need =
-        1 + 3 + 4 + 16 + 16 + 1 + 8 * (size_t)p->ndims + 4 + 2 + nl + 8 * (size_t)p->nvals;
+    size_t need = 1 + 3 + 4 + 16 + 16 + 1 + 8 * (size_t)p->ndims + 4 + 4 + 2 + nl +
+                  8 * ((size_t)p->nvals + p->nshape);
     if (e->mylist_len + need > ENG_LIST_MAX || list_reserve(e, need))
         return -1;
     uint8_t t = ER_REQ;
@@ -58,10 +58,11 @@ int eng_list_add_req(struct hoop_engine *e, const struct eng_params *p)
     put(e, &p->ndims, 1);
     put(e, p->dims, 8 * (size_t)p->ndims);
     put(e, &p->nvals, 4);
+    put(e, &p->nshape, 4);
     put(e, &nl, 2);
     put(e, p->name, nl);
     if (p->nvals)
-        put(e, p->vals, 8 * (size_t)p->nvals);
+        put(e, p->vals, 8 * ((size_t)p->nvals + p->nshape));
     return 0;
 }
 
@@ -112,6 +113,26 @@ static int get_name(struct reader *r, char *name)
     return 0;
 }
 
+/* A group's shapes (p->nshape words after its counts): one per tensor, of
+ * 1..HOOP_ENGINE_DIMS_MAX dimensions whose product is its count, taking
+ * every word. */
+static int group_shapes_ok(const struct eng_params *p)
+{
+    const uint64_t *w = p->vals + p->nvals, *end = w + p->nshape;
+    for (uint32_t i = 0; i < p->nvals; i++) {
+        if (w >= end || *w < 1 || *w > HOOP_ENGINE_DIMS_MAX || (uint64_t)(end - w) < 1 + *w)
+            return 0;
+        uint64_t k = *w++, prod = 1;
+        for (uint64_t d = 0; d < k; d++)
+            if (__builtin_mul_overflow(prod, w[d], &prod))
+                return 0;
+        if (prod != p->vals[i])
+            return 0;
+        w += k;
+    }
+    return w == end;
+}
+
 hoop_status_t eng_list_parse(struct hoop_engine *e, int from, const uint8_t *buf, size_t len,
                              eng_rec_fn fn)
 {
@@ -128,7 +149,7 @@ hoop_status_t eng_list_parse(struct hoop_engine *e, int from, const uint8_t *buf
                 get(&r, &p.root, 4) || get(&r, &p.pre, 8) || get(&r, &p.post, 8) ||
                 get(&r, &p.count, 8) || get(&r, &p.row, 8) || get(&r, &p.ndims, 1) ||
                 p.ndims > HOOP_ENGINE_DIMS_MAX || get(&r, p.dims, 8 * (size_t)p.ndims) ||
-                get(&r, &p.nvals, 4) || get_name(&r, p.name)) {
+                get(&r, &p.nvals, 4) || get(&r, &p.nshape, 4) || get_name(&r, p.name)) {
                 what = "a request cut short, or of more than HOOP_ENGINE_DIMS_MAX dimensions";
                 goto bad;
             }
@@ -141,19 +162,28 @@ hoop_status_t eng_list_parse(struct hoop_engine *e, int from, const uint8_t *buf
                 what = "a broadcast from a root that is not a rank";
                 goto bad;
             }
-            if (p.nvals > ENG_VALS_MAX || (size_t)p.nvals * 8 > r.left ||
+            if (p.nvals > ENG_VALS_MAX ||
+                (p.nshape && (p.kind != EK_ALLREDUCE || !p.nvals ||
+                              p.nshape > p.nvals * (1u + HOOP_ENGINE_DIMS_MAX))) ||
+                ((size_t)p.nvals + p.nshape) * 8 > r.left ||
                 (p.kind == EK_ALLTOALL && p.nvals != (uint32_t)e->size) ||
                 (p.kind == EK_REDUCE_SCATTER && p.nvals && p.nvals != (uint32_t)e->size)) {
                 what = "a request with a bad number of values";
                 goto bad;
             }
             if (p.nvals) {
-                vals = malloc(8 * (size_t)p.nvals);
+                size_t words = (size_t)p.nvals + p.nshape;
+                vals = malloc(8 * words);
                 if (!vals)
                     return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: out of memory for a list",
                                       e->rank);
-                get(&r, vals, 8 * (size_t)p.nvals);
+                get(&r, vals, 8 * words);
                 p.vals = vals;
+                if (p.nshape && !group_shapes_ok(&p)) {
+                    free(vals);
+                    what = "a group whose shapes do not hold its tensors";
+                    goto bad;
+                }
             }
             hoop_status_t st = fn(e, from, ER_REQ, &p, p.name);
             free(vals);

@@ -152,6 +152,18 @@ HOOP_API hoop_status_t hoop_engine_grouped_allreduce(
     void *const *recvbufs, const size_t *counts, hoop_dtype_t dtype, hoop_op_t op, double prescale,
     double postscale, hoop_engine_cb_t cb, void *cb_arg, hoop_engine_handle_t **handle);
 
+/* The same with each tensor's shape, which the ranks compare as a lone
+ * allreduce's (every dimension; a rank that gives none for a tensor, or
+ * calls hoop_engine_grouped_allreduce, counts as one dimension of its
+ * count): tensor i has ndims[i] dimensions (0: none given, up to
+ * HOOP_ENGINE_DIMS_MAX), which follow one another in dims. A shape that
+ * does not hold its tensor's count is refused (HOOP_ERR_INVALID). */
+HOOP_API hoop_status_t hoop_engine_grouped_allreduce_shaped(
+    hoop_engine_t *engine, const char *name, int n, const void *const *sendbufs,
+    void *const *recvbufs, const size_t *counts, const int *ndims, const size_t *dims,
+    hoop_dtype_t dtype, hoop_op_t op, double prescale, double postscale, hoop_engine_cb_t cb,
+    void *cb_arg, hoop_engine_handle_t **handle);
+
 /* Allgather along the first dimension: this rank gives `rows` rows of
  * row_elems elements each (rows may differ between ranks, row_elems may
  * not). The engine allocates the output, sized from what every rank

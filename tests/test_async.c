@@ -743,6 +743,87 @@ Test(async, shapes_are_compared_as_horovod_compares_them_n3, .timeout = 60)
     run_case(3, &c, 40);
 }
 
+/* A group's tensors' shapes, compared tensor by tensor: the same counts in
+ * other shapes fail the group on every rank, naming the tensor and both
+ * shapes; a rank without shapes counts each tensor as one dimension. */
+static int group_shaped(hoop_engine_t *e, const char *name, float *a, float *b, const int *ndims,
+                        const size_t *dims, hoop_status_t want, const char *says, int rank)
+{
+    const void *s[2] = {a, b};
+    void *r[2] = {a, b};
+    size_t counts[2] = {12, 6};
+    hoop_engine_handle_t *h;
+    hoop_status_t st =
+        ndims ? hoop_engine_grouped_allreduce_shaped(e, name, 2, s, r, counts, ndims, dims,
+                                                     HOOP_F32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &h)
+              : hoop_engine_grouped_allreduce(e, name, 2, s, r, counts, HOOP_F32, HOOP_SUM, 1.0,
+                                              1.0, NULL, NULL, &h);
+    if (st)
+        return harness_failf(rank, "%s: enqueue: %s", name, hoop_last_error());
+    st = hoop_engine_wait(h, WAIT_S);
+    const char *why = "";
+    hoop_engine_status(h, &why);
+    int bad = st != want || (says && !strstr(why, says));
+    if (bad)
+        harness_failf(rank, "%s: %s (%s), want %s saying \"%s\"", name, hoop_status_str(st), why,
+                      hoop_status_str(want), says ? says : "");
+    hoop_engine_release(h);
+    return bad;
+}
+
+static int body_group_shapes(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static float a[12], b[6];
+    for (int i = 0; i < 12; i++)
+        a[i] = (float)(rank + i);
+    for (int i = 0; i < 6; i++)
+        b[i] = (float)(2 * rank + i);
+    int nd[2] = {2, 1};
+    size_t same[3] = {3, 4, 6};
+    /* agreeing shapes: exact sums */
+    if (group_shaped(e, "g.same", a, b, nd, same, HOOP_OK, NULL, rank))
+        return 1;
+    int sr = size * (size - 1) / 2;
+    if (a[11] != (float)(sr + size * 11) || b[5] != (float)(2 * sr + size * 5))
+        return harness_failf(rank, "g.same: a[11] = %g, b[5] = %g", a[11], b[5]);
+    /* tensor 0 transposed on the last rank */
+    size_t other[3] = {4, 3, 6};
+    if (group_shaped(e, "g.transposed", a, b, nd, rank == size - 1 ? other : same,
+                     HOOP_ERR_MISMATCH, "tensor 0 of the group shape [", rank))
+        return 1;
+    /* no shapes on rank 0 against one-dimensional ones: agree; against
+     * two dimensions: not */
+    int flat[2] = {1, 1};
+    size_t flat_dims[2] = {12, 6};
+    if (group_shaped(e, "g.flat", a, b, rank ? flat : NULL, flat_dims, HOOP_OK, NULL, rank) ||
+        group_shaped(e, "g.flat2", a, b, rank ? nd : NULL, same, HOOP_ERR_MISMATCH, "[12]", rank))
+        return 1;
+    /* a shape that does not hold its count: refused at once */
+    size_t wrong[3] = {3, 5, 6};
+    const void *s[2] = {a, b};
+    void *r[2] = {a, b};
+    size_t counts[2] = {12, 6};
+    hoop_engine_handle_t *h;
+    if (hoop_engine_grouped_allreduce_shaped(e, "g.wrong", 2, s, r, counts, nd, wrong, HOOP_F32,
+                                             HOOP_SUM, 1.0, 1.0, NULL, NULL,
+                                             &h) != HOOP_ERR_INVALID ||
+        !strstr(hoop_last_error(), "tensor 0 of the group"))
+        return harness_failf(rank, "a shape not holding its count: %s", hoop_last_error());
+    /* the cache keeps shapes: the same name again in another shape fails */
+    if (group_shaped(e, "g.same", a, b, nd, same, HOOP_OK, NULL, rank) ||
+        group_shaped(e, "g.same", a, b, nd, rank == 0 ? other : same, HOOP_ERR_MISMATCH,
+                     "tensor 0 of the group", rank))
+        return 1;
+    return 0;
+}
+
+Test(async, a_groups_shapes_are_compared_tensor_by_tensor_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_group_shapes};
+    run_case(3, &c, 40);
+}
+
 /* ---- the cache: the second step is agreed without the gather --------------- */
 
 static int body_cache(hoop_engine_t *e, int rank, int size, void *arg)
@@ -2006,6 +2087,44 @@ Test(async, request_lists_round_trip_and_refuse_garbage)
     e.mylist[at_ndims] = HOOP_ENGINE_DIMS_MAX + 1;
     cr_expect_eq(eng_list_parse(&e, 1, e.mylist, len, count_rec), HOOP_ERR_PEER);
     cr_expect(strstr(hoop_last_error(), "HOOP_ENGINE_DIMS_MAX") != NULL, "%s", hoop_last_error());
+    /* A group's shapes travel after its counts; shapes that do not hold
+     * the counts, or shapes on another kind, are refused. */
+    e.mylist_len = 0;
+    uint64_t group[2 + 5] = {12, 6, 2, 3, 4, 1, 6};
+    struct eng_params gp = {.kind = EK_ALLREDUCE,
+                            .dtype = HOOP_F32,
+                            .root = -1,
+                            .pre = 1.0,
+                            .post = 1.0,
+                            .count = 18,
+                            .nvals = 2,
+                            .nshape = 5,
+                            .vals = group};
+    snprintf(gp.name, sizeof gp.name, "grouped");
+    cr_assert_eq(eng_list_add_req(&e, &gp), 0);
+    parsed_reqs = 0;
+    cr_expect_eq(eng_list_parse(&e, 1, e.mylist, e.mylist_len, count_rec), HOOP_OK, "%s",
+                 hoop_last_error());
+    cr_expect_eq(parsed_reqs, 1);
+    uint64_t bad_shapes[][7] = {
+        {12, 6, 2, 3, 5, 1, 6}, /* 15 elements for 12 */
+        {12, 6, 9, 3, 4, 1, 6}, /* 9 dimensions */
+        {12, 6, 0, 3, 4, 1, 6}, /* none */
+        {12, 6, 2, 3, 4, 2, 6}, /* runs past the words */
+    };
+    for (size_t k = 0; k < sizeof bad_shapes / sizeof bad_shapes[0]; k++) {
+        e.mylist_len = 0;
+        gp.vals = bad_shapes[k];
+        cr_assert_eq(eng_list_add_req(&e, &gp), 0);
+        cr_expect_eq(eng_list_parse(&e, 1, e.mylist, e.mylist_len, count_rec), HOOP_ERR_PEER,
+                     "bad group shapes %zu accepted", k);
+    }
+    e.mylist_len = 0;
+    gp.vals = group;
+    gp.kind = EK_ALLGATHER;
+    cr_assert_eq(eng_list_add_req(&e, &gp), 0);
+    cr_expect_eq(eng_list_parse(&e, 1, e.mylist, e.mylist_len, count_rec), HOOP_ERR_PEER,
+                 "shapes of a group on an allgather accepted");
     /* Only rank 0 may fail a name. */
     e.mylist_len = 0;
     cr_assert_eq(eng_list_add_fail(&e, "x"), 0);

@@ -4,7 +4,7 @@
  * What parses must lie within the bounds of engine.h (a kind, dtype and op
  * that exist, a name of 1 to HOOP_ENGINE_NAME_MAX bytes without a NUL, at
  * most HOOP_ENGINE_DIMS_MAX dimensions, the values an alltoall or an uneven
- * reduce_scatter needs); each request, encoded again and parsed again,
+ * reduce_scatter needs, a group's shapes only on a grouped allreduce); each request, encoded again and parsed again,
  * must come back the same. */
 #include "engine/engine.h"
 
@@ -24,7 +24,8 @@ static int same(const struct eng_params *a, const struct eng_params *b)
            !memcmp(&a->pre, &b->pre, 8) && !memcmp(&a->post, &b->post, 8) && a->count == b->count &&
            a->row == b->row && a->ndims == b->ndims &&
            !memcmp(a->dims, b->dims, 8 * (size_t)a->ndims) && a->nvals == b->nvals &&
-           (!a->nvals || !memcmp(a->vals, b->vals, 8 * (size_t)a->nvals)) &&
+           a->nshape == b->nshape &&
+           (!a->nvals || !memcmp(a->vals, b->vals, 8 * ((size_t)a->nvals + a->nshape))) &&
            !strcmp(a->name, b->name);
 }
 
@@ -55,6 +56,8 @@ static hoop_status_t parsed(struct hoop_engine *e, int from, int rec, const stru
     if (rec != ER_REQ || p->kind <= EK_NONE || p->kind >= EK_KIND_COUNT || p->kind == EK_JOIN ||
         p->dtype >= HOOP_DTYPE_COUNT || p->op >= HOOP_OP_COUNT || p->ndims > HOOP_ENGINE_DIMS_MAX ||
         p->nvals > ENG_VALS_MAX || (p->nvals && !p->vals) ||
+        (p->nshape && (p->kind != EK_ALLREDUCE || !p->nvals ||
+                       p->nshape > p->nvals * (1u + HOOP_ENGINE_DIMS_MAX))) ||
         (p->kind == EK_ALLTOALL && p->nvals != (uint32_t)e->size) ||
         (p->kind == EK_BROADCAST && (p->root < 0 || p->root >= e->size)) || strcmp(p->name, name))
         __builtin_trap();
