@@ -129,7 +129,7 @@ def grouped_allreduce_async(arrays, op=Average, name=None, prescale_factor=1.0, 
     outs = [_np.empty_like(a) for a in ins]
     return _engine.grouped_allreduce(name, [_ptr(a) for a in ins], [_ptr(o) for o in outs],
                                      [a.size for a in ins], dts.pop(), op, prescale_factor, postscale_factor,
-                                     ins + outs, lambda h: outs)
+                                     ins + outs, lambda h: outs, shapes=[a.shape for a in ins])
 
 
 def grouped_allreduce(arrays, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):

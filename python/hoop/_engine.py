@@ -371,17 +371,27 @@ def allreduce(name, send, recv, count, dtype, op, prescale, postscale, keep, fin
 
 
 def grouped_allreduce(name, sends, recvs, counts, dtype, op, prescale, postscale, keep, finish,
-                      result=None, g=None):
+                      result=None, g=None, shapes=None):
     """As allreduce, for a list of buffers; recvs may be sends itself (in
-    place: one array for both)."""
+    place: one array for both). shapes: each tensor's, compared across the
+    ranks (one of more than DIMS_MAX dimensions is compared by its count)."""
     pre, post = float(prescale), float(postscale)
     n = len(sends)
     s = (_c_void_p * n)(*sends)
     r = s if recvs is sends else (_c_void_p * n)(*recvs)
     c = (ctypes.c_size_t * n)(*counts)
     h = _c_void_p()
-    _check(_lib.lib().hoop_engine_grouped_allreduce((g or state()).engine, name.encode(), n, s, r, c, dtype, op,
-                                                    pre, post, None, None, _byref(h)), name)
+    eng = (g or state()).engine
+    if shapes is None:
+        _check(_lib.lib().hoop_engine_grouped_allreduce(eng, name.encode(), n, s, r, c, dtype, op,
+                                                        pre, post, None, None, _byref(h)), name)
+        return Handle(h, name, [keep, s, r, c], finish, result)
+    shapes = [sh if len(sh) <= _lib.DIMS_MAX else () for sh in shapes]
+    nd = (ctypes.c_int * n)(*[len(sh) for sh in shapes])
+    flat = [int(d) for sh in shapes for d in sh]
+    dims = (ctypes.c_size_t * max(1, len(flat)))(*flat)
+    _check(_lib.lib().hoop_engine_grouped_allreduce_shaped(eng, name.encode(), n, s, r, c, nd, dims, dtype, op,
+                                                           pre, post, None, None, _byref(h)), name)
     return Handle(h, name, [keep, s, r, c], finish, result)
 
 

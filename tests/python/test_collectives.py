@@ -394,6 +394,13 @@ def test_shapes_are_compared_as_horovod_compares_them():
     got, recv = hvd.alltoall(torch.full((N * (R + 1), 2), float(R)), [R + 1] * N)
     assert recv.tolist() == [j + 1 for j in range(N)]
     assert got.shape == (N * (N + 1) // 2, 2)
+    # a group's tensors, each by its shape (torch and numpy alike)
+    with pytest.raises(hvd.HoopMismatchError, match=r"(?=.*tensor 1 of the group shape)(?=.*\[4, 3\])(?=.*\[3, 4\])"):
+        hvd.grouped_allreduce([torch.ones(5), torch.ones([4, 3] if last else [3, 4])], name="shape.group")
+    with pytest.raises(hoop.HoopMismatchError, match="tensor 0 of the group shape"):
+        hoop.grouped_allreduce([np.ones((2, 3) if last else (6,), np.float32)], name="shape.npgroup")
+    g = hvd.grouped_allreduce([torch.ones(2, 3), torch.ones([1] * 9 + [2])], op=hvd.Sum, name="shape.gdeep")
+    assert g[0].shape == (2, 3) and torch.all(g[1] == N)
     # more dimensions than the engine compares: the counts alone are
     t = hvd.allreduce(torch.ones([1] * 9 + [2]), op=hvd.Sum, name="shape.deep")
     assert t.shape == tuple([1] * 9 + [2]) and torch.all(t == N)

@@ -188,14 +188,15 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
         bufs.append(b)
     if not copied:
         return _engine.grouped_allreduce(name, ptrs, ptrs, counts, dt, op, prescale_factor,
-                                         postscale_factor, bufs, None, tensors, g)
+                                         postscale_factor, bufs, None, tensors, g, [t.shape for t in tensors])
 
     def finish(h):
         for t, b in copied:
             _write_back(t, b)
         return tensors
     return _engine.grouped_allreduce(name, ptrs, ptrs, counts, dt, op, prescale_factor,
-                                     postscale_factor, bufs + tensors, finish, g=g)
+                                     postscale_factor, bufs + tensors, finish, g=g,
+                                     shapes=[t.shape for t in tensors])
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
