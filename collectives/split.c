@@ -246,9 +246,14 @@ hoop_status_t hoop_comm_split(hoop_comm_t *c, int color, int key, hoop_comm_t **
                      : mine_st == HOOP_ERR_TIMEOUT ? c->size + c->rank
                                                    : c->rank;
     st = hoop_allreduce(c, &failed, &failed, 1, HOOP_I32, HOOP_MIN);
-    if (failed != INT32_MAX && failed >= c->size)
+    if (!st && failed != INT32_MAX && failed >= c->size)
         failed -= c->size;
-    if (st) {
+    if (!st && failed != INT32_MAX && (failed < 0 || failed >= c->size))
+        st = hoop_error(HOOP_ERR_PEER,
+                        "rank %d: hoop_comm_split: the ranks' agreement names "
+                        "rank %d, which is no rank of %d: a rank lies or runs another version",
+                        c->rank, (int)failed, c->size);
+    else if (st) {
         hoop_error(st, "rank %d: hoop_comm_split: agreeing that every group formed: %s%s%s",
                    c->rank, hoop_last_error(), mine_st ? "; and this rank's had failed: " : "",
                    mine_st ? why : "");
