@@ -597,10 +597,10 @@ hoop_engine_handle_t *hoop_engine_enqueue(hoop_engine_op_args_t *a, const char *
 
 /* An operation that carries no data and no name of the caller's: named by
  * its kind and how many of them this engine has submitted, the same on
- * every rank that makes the same calls. */
-static hoop_status_t submit_unnamed(hoop_engine_t *e, int kind, const char *prefix, uint64_t *seq,
-                                    hoop_engine_cb_t cb, void *cb_arg,
-                                    hoop_engine_handle_t **handle)
+ * every rank that makes the same calls. NULL (the sentence set) when out
+ * of memory. */
+static eng_op_t *op_unnamed(hoop_engine_t *e, int kind, const char *prefix, uint64_t *seq,
+                            hoop_engine_cb_t cb, void *cb_arg)
 {
     char name[64];
     pthread_mutex_lock(&e->mu);
@@ -609,8 +609,8 @@ static hoop_status_t submit_unnamed(hoop_engine_t *e, int kind, const char *pref
     snprintf(name, sizeof(name), "%s.%llu", prefix, k);
     eng_op_t *o = op_new(kind, name, HOOP_U8, 0, 1.0, 1.0, cb, cb_arg);
     if (!o)
-        return no_memory(e, name);
-    return submit(e, o, handle);
+        no_memory(e, name);
+    return o;
 }
 
 hoop_status_t hoop_engine_barrier(hoop_engine_t *e, hoop_engine_cb_t cb, void *cb_arg,
@@ -618,7 +618,8 @@ hoop_status_t hoop_engine_barrier(hoop_engine_t *e, hoop_engine_cb_t cb, void *c
 {
     if (!e || !handle)
         return hoop_error(HOOP_ERR_INVALID, "engine: %s is NULL", !e ? "the engine" : "handle");
-    return submit_unnamed(e, EK_BARRIER, "hoop.barrier", &e->barrier_seq, cb, cb_arg, handle);
+    eng_op_t *o = op_unnamed(e, EK_BARRIER, "hoop.barrier", &e->barrier_seq, cb, cb_arg);
+    return o ? submit(e, o, handle) : HOOP_ERR_SYSTEM;
 }
 
 hoop_status_t hoop_engine_split(hoop_engine_t *e, int color, int key, hoop_engine_cb_t cb,
@@ -631,14 +632,9 @@ hoop_status_t hoop_engine_split(hoop_engine_t *e, int color, int key, hoop_engin
                           "engine rank %d: split: color %d: give 0 or more, or "
                           "HOOP_SPLIT_NONE (-1) to join no group",
                           e->rank, color);
-    char name[64];
-    pthread_mutex_lock(&e->mu);
-    unsigned long long k = (unsigned long long)e->split_seq++;
-    pthread_mutex_unlock(&e->mu);
-    snprintf(name, sizeof(name), "hoop.split.%llu", k);
-    eng_op_t *o = op_new(EK_SPLIT, name, HOOP_U8, 0, 1.0, 1.0, cb, cb_arg);
+    eng_op_t *o = op_unnamed(e, EK_SPLIT, "hoop.split", &e->split_seq, cb, cb_arg);
     if (!o)
-        return no_memory(e, name);
+        return HOOP_ERR_SYSTEM;
     o->split_color = color;
     o->split_key = key;
     return submit(e, o, handle);
@@ -649,5 +645,6 @@ hoop_status_t hoop_engine_join(hoop_engine_t *e, hoop_engine_cb_t cb, void *cb_a
 {
     if (!e || !handle)
         return hoop_error(HOOP_ERR_INVALID, "engine: %s is NULL", !e ? "the engine" : "handle");
-    return submit_unnamed(e, EK_JOIN, "hoop.join", &e->join_seq, cb, cb_arg, handle);
+    eng_op_t *o = op_unnamed(e, EK_JOIN, "hoop.join", &e->join_seq, cb, cb_arg);
+    return o ? submit(e, o, handle) : HOOP_ERR_SYSTEM;
 }
