@@ -144,7 +144,7 @@ static hoop_status_t split_form(hoop_comm_t *c, const struct split_rec *recs, in
                               .size = n,
                               .local_rank = -1,
                               .timeout_s = c->boot_timeout_s,
-                              .launcher = "hoop_comm_split",
+                              .launcher = HOOP_LAUNCHER_SPLIT,
                               .root_port = recs[leader].port};
     snprintf(b.root_host, sizeof(b.root_host), "%s", recs[leader].host);
     if (me == 0 && n > 1) {

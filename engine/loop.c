@@ -547,7 +547,7 @@ hoop_status_t hoop_engine_create_with(hoop_engine_t **engine, hoop_comm_t *comm)
     pthread_cond_init(&e->wake, &ca);
     pthread_condattr_destroy(&ca);
     e->comm = comm;
-    e->from_split = strcmp(hoop_comm_launcher(comm), "hoop_comm_split") == 0;
+    e->from_split = strcmp(hoop_comm_launcher(comm), HOOP_LAUNCHER_SPLIT) == 0;
     e->rank = hoop_comm_rank(comm);
     e->size = hoop_comm_size(comm);
     e->last_joined = -1;

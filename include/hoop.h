@@ -156,7 +156,9 @@ HOOP_API int hoop_comm_is_homogeneous(const hoop_comm_t *comm);
 HOOP_API const char *hoop_comm_transport(const hoop_comm_t *comm);
 
 /* Where rank and size came from: "config", "hoop", "horovod", "torchrun",
- * "openmpi", "pmi", "slurm" or "none" (a one-rank job with no variables). */
+ * "openmpi", "pmi", "slurm", "none" (a one-rank job with no variables), or
+ * HOOP_LAUNCHER_SPLIT for a group of hoop_comm_split. */
+#define HOOP_LAUNCHER_SPLIT "hoop_comm_split"
 HOOP_API const char *hoop_comm_launcher(const hoop_comm_t *comm);
 
 /* Element-wise reduction of count elements across all ranks; every rank gets
