@@ -153,7 +153,6 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     """The reduction of tensor over every rank (op: Average by default), as a
     new tensor; differentiable (the gradient is allreduced with the same op)."""
     from .compression import Compression
-    _group(process_set)
     op = _op(average, op)
     compression = compression or Compression.none
     t, ctx = compression.compress(tensor)
@@ -230,7 +229,6 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
     """grouped_allreduce_async's results, as new tensors; differentiable
     (as allreduce: the gradients are reduced together with the same op)."""
     from .compression import Compression
-    _group(process_set)
     op = _op(average, op)
     compression = compression or Compression.none
     pairs = [compression.compress(t) for t in tensors]
@@ -290,7 +288,6 @@ class _AllgatherFn(torch.autograd.Function):
 def allgather(tensor, name=None, process_set=None):
     """Every rank's tensor concatenated along the first dimension, rank 0's
     first (the first dimension may differ between ranks); differentiable."""
-    _group(process_set)
     if tensor.dim() == 0:
         tensor = tensor.reshape(1)
     return _AllgatherFn.apply(tensor, name, process_set)
@@ -362,7 +359,6 @@ class _BroadcastFn(torch.autograd.Function):
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
     """root_rank's tensor, as a new tensor on every rank; differentiable."""
-    _group(process_set)
     return _BroadcastFn.apply(tensor, root_rank, name, process_set)
 
 
@@ -412,7 +408,6 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
     Returns what every rank sent here, in rank order, and, when splits was
     given, how many rows came from each rank; differentiable (the gradient
     goes back the way the rows came)."""
-    _group(process_set)
     out, recv = _AlltoallFn.apply(tensor, splits, name, process_set)
     return out if splits is None else (out, recv)
 
@@ -479,7 +474,6 @@ def reducescatter(tensor, name=None, compression=None, op=Average, process_set=N
     """This rank's share of the reduction; differentiable (horovod.torch's
     gradient: every rank's, scaled, gathered)."""
     from .compression import Compression
-    _group(process_set)
     check_op(op)
     compression = compression or Compression.none
     t, ctx = compression.compress(tensor)
@@ -519,7 +513,6 @@ def grouped_reducescatter(tensors, name=None, compression=None, op=Average, proc
                           prescale_factor=1.0, postscale_factor=1.0):
     """reducescatter of each tensor, started together; differentiable."""
     from .compression import Compression
-    _group(process_set)
     check_op(op)
     compression = compression or Compression.none
     pairs = [compression.compress(t) for t in tensors]
