@@ -12,6 +12,7 @@ import torch
 from .. import _engine, _lib, check_op
 from .. import Average, Sum, Min, Max, Product, Adasum  # noqa: F401 (re-exported)
 from .._engine import Handle, HandleGroup
+from ..process_sets import group_of, state_of
 
 _DTYPES = {torch.int8: _lib.I8, torch.uint8: _lib.U8, torch.int16: _lib.I16, torch.int32: _lib.I32,
            torch.int64: _lib.I64,
@@ -72,28 +73,6 @@ def _op(average, op):
     return check_op(Average if op is None else op)
 
 
-def _group(process_set):
-    """The engine a collective on process_set runs on: None for the job's
-    (no set, or the global one), else the set's, on the ranks in it."""
-    if process_set is None:
-        return None
-    psid = getattr(process_set, "process_set_id", 0)
-    if psid == 0:
-        return None
-    if psid is None:
-        raise ValueError("hoop: %s has not been added (add_process_set), or was removed" % (process_set,))
-    g = process_set._group
-    if g is None:
-        raise ValueError("hoop: rank %d is not in %s: only the set's ranks may run its collectives"
-                         % (_engine.state().rank, process_set))
-    return g
-
-
-def _where(g):
-    """The engine's state: g's, or the job's."""
-    return g if g is not None else _engine.state()
-
-
 def _write_back(tensor, buf):
     if buf.data_ptr() != tensor.data_ptr() or buf.device != tensor.device:
         tensor.data.copy_(buf.view(tensor.shape))
@@ -102,7 +81,7 @@ def _write_back(tensor, buf):
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=None):
-    g = None if process_set is None else _group(process_set)
+    g = None if process_set is None else group_of(process_set)
     op = Average if op is None and average is None else _op(average, op)
     if name.__class__ is not str:
         name = _engine.auto_name("allreduce", name, g)
@@ -162,7 +141,7 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
-    g = None if process_set is None else _group(process_set)
+    g = None if process_set is None else group_of(process_set)
     op = _op(average, op)
     if name.__class__ is not str:
         name = _engine.auto_name("grouped_allreduce", name, g)
@@ -253,11 +232,11 @@ def _from_bytes(data, like, shape):
 
 
 def _allgather_async(tensor, name, process_set, with_counts):
-    g = _group(process_set)
+    g = group_of(process_set)
     name = _engine.auto_name("allgather", name, g)
     dt = _dtype(tensor, "allgather '%s'" % name)
     buf = _rows(_host(tensor))[0]
-    n = _where(g).size
+    n = state_of(g).size
 
     def finish(h):
         counts = h.counts(n)
@@ -274,7 +253,7 @@ class _AllgatherFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
         out, counts = _allgather_async(tensor, name, process_set, True).synchronize()
-        r = _where(_group(process_set)).rank
+        r = state_of(group_of(process_set)).rank
         ctx.start, ctx.rows, ctx.ps = sum(counts[:r]), counts[r], process_set
         return out
 
@@ -296,7 +275,7 @@ def allgather(tensor, name=None, process_set=None):
 def grouped_allgather_async(tensors, name=None, process_set=None):
     """Each tensor's allgather, started together; synchronize() gives the
     list of results."""
-    name = _engine.auto_name("grouped_allgather", name, _group(process_set))
+    name = _engine.auto_name("grouped_allgather", name, group_of(process_set))
     hs = [_allgather_async(t, "%s.%d" % (name, i), process_set, False) for i, t in enumerate(tensors)]
     return HandleGroup(hs, list, name)
 
@@ -306,7 +285,7 @@ class _GroupedAllgatherFn(torch.autograd.Function):
     def forward(ctx, name, process_set, *tensors):
         hs = [_allgather_async(t, "%s.%d" % (name, i), process_set, True) for i, t in enumerate(tensors)]
         outs = HandleGroup(hs, list, name).synchronize()
-        r = _where(_group(process_set)).rank
+        r = state_of(group_of(process_set)).rank
         ctx.spans, ctx.ps = [(sum(counts[:r]), counts[r]) for _, counts in outs], process_set
         return tuple(out for out, _ in outs)
 
@@ -319,13 +298,13 @@ class _GroupedAllgatherFn(torch.autograd.Function):
 
 def grouped_allgather(tensors, name=None, process_set=None):
     """allgather of each tensor, started together; differentiable."""
-    name = _engine.auto_name("grouped_allgather", name, _group(process_set))
+    name = _engine.auto_name("grouped_allgather", name, group_of(process_set))
     return list(_GroupedAllgatherFn.apply(name, process_set,
                                           *[t.reshape(1) if t.dim() == 0 else t for t in tensors]))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    g = _group(process_set)
+    g = group_of(process_set)
     name = _engine.auto_name("broadcast", name, g)
     dt = _dtype(tensor, "broadcast '%s'" % name)
     buf = _host(tensor)
@@ -363,11 +342,11 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
-    g = _group(process_set)
+    g = group_of(process_set)
     name = _engine.auto_name("alltoall", name, g)
     dt = _dtype(tensor, "alltoall '%s'" % name)
     buf, rows, row_elems = _rows(_host(tensor))
-    n = _where(g).size
+    n = state_of(g).size
     if splits is None:
         if rows % n:
             raise _lib.HoopInvalidError("hoop: alltoall '%s': %d rows do not split evenly among %d ranks; "
@@ -414,7 +393,7 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
                         postscale_factor=1.0):
-    g = _group(process_set)
+    g = group_of(process_set)
     check_op(op)
     name = _engine.auto_name("reducescatter", name, g)
     dt = _dtype(tensor, "reducescatter '%s'" % name)
@@ -423,7 +402,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescal
                                     "over the ranks; pass a tensor of at least one dimension" % name,
                                     _lib.ERR_INVALID)
     buf, rows, row_elems = _rows(_host(tensor))
-    s = _where(g)
+    s = state_of(g)
     n, r = s.size, s.rank
     if rows % n == 0:
         out = torch.empty((rows // n,) + tuple(buf.shape[1:]), dtype=buf.dtype)
@@ -443,7 +422,7 @@ def _reducescatter_grads(ctx, grads):
     """What horovod.torch's reducescatter gives back: each rank's gradient
     scaled (by the ranks for Sum, by the scale factors), every rank's
     gathered."""
-    n = _where(_group(ctx.ps)).size
+    n = state_of(group_of(ctx.ps)).size
     scaled = []
     for g in grads:
         if ctx.op == Sum:
@@ -485,7 +464,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None
                                 postscale_factor=1.0):
     """Each tensor's reducescatter, started together; synchronize() gives
     the list of this rank's shares."""
-    name = _engine.auto_name("grouped_reducescatter", name, _group(process_set))
+    name = _engine.auto_name("grouped_reducescatter", name, group_of(process_set))
     tensors = list(tensors)
     for i, t in enumerate(tensors):  # refused before any is enqueued
         if t.dim() == 0:
@@ -533,7 +512,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
     that name (a dense allreduce of a gradient that is missing there) is
     told so, as every other rank is, instead of a second gather waiting for
     it forever."""
-    g = _group(process_set)
+    g = group_of(process_set)
     if op not in (Average, Sum):
         raise _engine.not_supported("a sparse allreduce with op %s (Sum and Average only)" % op)
     if not tensor.is_sparse:
@@ -550,7 +529,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=None):
     # any stride, which a view as bytes refuses
     rows = torch.cat([idx.reshape(-1).view(torch.uint8).reshape(nnz, iw),
                       val.reshape(-1).view(torch.uint8).reshape(nnz, vw)], dim=1)
-    n = _where(g).size
+    n = state_of(g).size
 
     def finish(gathered):
         total = gathered.shape[0]
@@ -580,7 +559,7 @@ def join(device=-1):
 
 
 def barrier(process_set=None):
-    _engine.barrier(_group(process_set))
+    _engine.barrier(group_of(process_set))
 
 
 __all__ = ["Handle"]
