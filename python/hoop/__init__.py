@@ -7,12 +7,15 @@
 
 Run under `hooprun -np N python3 prog.py` (or torchrun, horovodrun, mpirun).
 hoop.torch is the same over torch tensors, with horovod.torch's names.
+Process sets (add_process_set, process_set= on each collective) are
+hoop.torch's, shared: a set added through either serves both.
 """
 import ctypes
 
 from . import _engine, _lib
-from ._engine import (Handle, init, shutdown, is_initialized, barrier, join, start_timeline,
-                      stop_timeline, engine_stats)
+from . import process_sets as _process_sets
+from ._engine import Handle, is_initialized, join, start_timeline, stop_timeline, engine_stats
+from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from ._lib import (HoopError, HoopInvalidError, HoopTimeoutError, HoopPeerError, HoopMismatchError,
                    HoopUnsupportedError, HoopSystemError, HoopAbortedError, library_path)
 
@@ -30,6 +33,28 @@ Min = _lib.MIN
 Max = _lib.MAX
 Product = _lib.PROD
 Adasum = "Adasum"
+
+
+def init(process_sets=None):
+    """Join the job: rank, size and root from HOOP_* (or torchrun's,
+    horovodrun's, mpirun's variables); no variables: a one-rank job.
+    process_sets: ProcessSet objects every rank then adds, in order."""
+    sets = _process_sets.checked(process_sets)
+    _engine.init()
+    _process_sets.add_all(sets)
+
+
+def shutdown():
+    """Leave the job: every rank calls it (the first to do so stops the
+    others' engines); the process sets go first. Pending operations fail
+    with HoopAbortedError."""
+    _process_sets.forget()
+    _engine.shutdown()
+
+
+def barrier(process_set=None):
+    """Wait until every rank (of process_set) has called it."""
+    _engine.barrier(_process_sets.group_of(process_set))
 
 
 def rank():
@@ -103,22 +128,25 @@ def _ptr(a):
     return a.ctypes.data if a.size else None
 
 
-def allreduce_async(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_async(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     check_op(op)
-    name = _engine.auto_name("allreduce", name)
+    g = _process_sets.group_of(process_set)
+    name = _engine.auto_name("allreduce", name, g)
     a, dt = _arr(array, "allreduce '%s'" % name)
     out = _np.empty_like(a)
     return _engine.allreduce(name, _ptr(a), _ptr(out), a.size, dt, op, prescale_factor, postscale_factor,
-                             [a, out], lambda h: out, shape=a.shape)
+                             [a, out], lambda h: out, shape=a.shape, g=g)
 
 
-def allreduce(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return allreduce_async(array, op, name, prescale_factor, postscale_factor).synchronize()
+def allreduce(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return allreduce_async(array, op, name, prescale_factor, postscale_factor, process_set).synchronize()
 
 
-def grouped_allreduce_async(arrays, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def grouped_allreduce_async(arrays, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=None):
     check_op(op)
-    name = _engine.auto_name("grouped_allreduce", name)
+    g = _process_sets.group_of(process_set)
+    name = _engine.auto_name("grouped_allreduce", name, g)
     arrs = [_arr(a, "grouped allreduce '%s'" % name) for a in arrays]
     if not arrs:
         raise ValueError("hoop: grouped allreduce '%s' of no arrays" % name)
@@ -129,11 +157,13 @@ def grouped_allreduce_async(arrays, op=Average, name=None, prescale_factor=1.0, 
     outs = [_np.empty_like(a) for a in ins]
     return _engine.grouped_allreduce(name, [_ptr(a) for a in ins], [_ptr(o) for o in outs],
                                      [a.size for a in ins], dts.pop(), op, prescale_factor, postscale_factor,
-                                     ins + outs, lambda h: outs, shapes=[a.shape for a in ins])
+                                     ins + outs, lambda h: outs, g=g, shapes=[a.shape for a in ins])
 
 
-def grouped_allreduce(arrays, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return grouped_allreduce_async(arrays, op, name, prescale_factor, postscale_factor).synchronize()
+def grouped_allreduce(arrays, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=None):
+    return grouped_allreduce_async(arrays, op, name, prescale_factor, postscale_factor,
+                                   process_set).synchronize()
 
 
 def _rows(a):
@@ -143,35 +173,41 @@ def _rows(a):
     return a, rows, (a.size // rows if rows else int(_np.prod(a.shape[1:], dtype=_np.int64)))
 
 
-def allgather_async(array, name=None):
-    name = _engine.auto_name("allgather", name)
+def allgather_async(array, name=None, process_set=None):
+    """Every rank's array (of process_set's ranks), in rank order, joined on
+    the first dimension (whose length may differ between ranks)."""
+    g = _process_sets.group_of(process_set)
+    name = _engine.auto_name("allgather", name, g)
     a, dt = _arr(array, "allgather '%s'" % name)
     a, rows, row_elems = _rows(a)
+    n = _process_sets.state_of(g).size
 
     def finish(h):
         data = h.output(a.itemsize)
         out = _np.frombuffer(data, dtype=a.dtype).copy()
-        return out.reshape((-1,) + a.shape[1:]) if row_elems else out.reshape((sum(h.counts(size())),) + a.shape[1:])
-    return _engine.allgather(name, _ptr(a), a.shape, dt, [a], finish)
+        return out.reshape((-1,) + a.shape[1:]) if row_elems else out.reshape((sum(h.counts(n)),) + a.shape[1:])
+    return _engine.allgather(name, _ptr(a), a.shape, dt, [a], finish, g)
 
 
-def allgather(array, name=None):
-    return allgather_async(array, name).synchronize()
+def allgather(array, name=None, process_set=None):
+    return allgather_async(array, name, process_set).synchronize()
 
 
-def broadcast_async(array, root_rank, name=None):
-    name = _engine.auto_name("broadcast", name)
+def broadcast_async(array, root_rank, name=None, process_set=None):
+    """root_rank's array on every rank (of process_set); root_rank is a rank
+    of the job, in the set."""
+    g = _process_sets.group_of(process_set)
+    name = _engine.auto_name("broadcast", name, g)
     a, dt = _arr(array, "broadcast '%s'" % name)
     out = a.copy()
-    return _engine.broadcast(name, _ptr(out), out.shape, dt, root_rank, [out], lambda h: out)
+    return _engine.broadcast(name, _ptr(out), out.shape, dt, root_rank, [out], lambda h: out, g)
 
 
-def broadcast(array, root_rank, name=None):
-    return broadcast_async(array, root_rank, name).synchronize()
+def broadcast(array, root_rank, name=None, process_set=None):
+    return broadcast_async(array, root_rank, name, process_set).synchronize()
 
 
-def _splits(rows, splits, name):
-    n = size()
+def _splits(rows, splits, name, n):
     if splits is None:
         if rows % n:
             raise HoopInvalidError("hoop: alltoall '%s': %d rows do not split evenly among %d ranks; pass "
@@ -184,48 +220,55 @@ def _splits(rows, splits, name):
     return splits
 
 
-def alltoall_async(array, splits=None, name=None):
-    """Rows splits[j] of the array (first dimension) go to rank j; the result
-    is what every rank sent here, in rank order, and the rows from each."""
-    name = _engine.auto_name("alltoall", name)
+def alltoall_async(array, splits=None, name=None, process_set=None):
+    """Rows splits[j] of the array (first dimension) go to rank j (the j-th
+    of process_set's ranks); the result is what every rank sent here, in
+    rank order, and the rows from each."""
+    g = _process_sets.group_of(process_set)
+    name = _engine.auto_name("alltoall", name, g)
     a, dt = _arr(array, "alltoall '%s'" % name)
     a, rows, row_elems = _rows(a)
-    sp = _splits(rows, splits, name)
+    n = _process_sets.state_of(g).size
+    sp = _splits(rows, splits, name, n)
 
     def finish(h):
-        counts = h.counts(size())
+        counts = h.counts(n)
         out = _np.frombuffer(h.output(a.itemsize), dtype=a.dtype).copy()
         recv = [c // row_elems if row_elems else 0 for c in counts]
         return out.reshape((sum(recv),) + a.shape[1:]), _np.array(recv, dtype=_np.int32)
-    return _engine.alltoall(name, _ptr(a), a.shape, sp, dt, [a], finish)
+    return _engine.alltoall(name, _ptr(a), a.shape, sp, dt, [a], finish, g)
 
 
-def alltoall(array, splits=None, name=None):
-    out, recv = alltoall_async(array, splits, name).synchronize()
+def alltoall(array, splits=None, name=None, process_set=None):
+    out, recv = alltoall_async(array, splits, name, process_set).synchronize()
     return out if splits is None else (out, recv)
 
 
-def reducescatter_async(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    """Rank r gets its share of the first dimension of the reduction (the
-    first rows % size ranks one row more, as Horovod splits)."""
+def reducescatter_async(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                        process_set=None):
+    """Rank r (of process_set) gets its share of the first dimension of the
+    reduction (the first rows % size ranks one row more, as Horovod
+    splits)."""
     check_op(op)
-    name = _engine.auto_name("reducescatter", name)
+    g = _process_sets.group_of(process_set)
+    name = _engine.auto_name("reducescatter", name, g)
     a, dt = _arr(array, "reducescatter '%s'" % name)
     a, rows, row_elems = _rows(a)
-    n, r = size(), rank()
+    s = _process_sets.state_of(g)
+    n, r = s.size, s.rank
     if rows % n == 0:
         out = _np.empty((rows // n,) + a.shape[1:], dtype=a.dtype)
         return _engine.reduce_scatter(name, _ptr(a), _ptr(out), a.shape, out.size, dt, op, prescale_factor,
-                                      postscale_factor, [a, out], lambda h: out)
+                                      postscale_factor, [a, out], lambda h: out, g)
     # Uneven shares: each rank gets its rows only (reduce_scatterv).
     rows_of = _engine.shares(rows, n)
     out = _np.empty((rows_of[r],) + a.shape[1:], dtype=a.dtype)
     return _engine.reduce_scatterv(name, _ptr(a), _ptr(out), a.shape, [k * row_elems for k in rows_of], dt, op,
-                                   prescale_factor, postscale_factor, [a, out], lambda h: out)
+                                   prescale_factor, postscale_factor, [a, out], lambda h: out, g)
 
 
-def reducescatter(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return reducescatter_async(array, op, name, prescale_factor, postscale_factor).synchronize()
+def reducescatter(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return reducescatter_async(array, op, name, prescale_factor, postscale_factor, process_set).synchronize()
 
 
 def poll(handle):

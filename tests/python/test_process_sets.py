@@ -1,10 +1,12 @@
-"""hoop.torch's process sets, as horovod.torch's: added and removed on
-every rank, each set's collectives exact among its ranks alone, beside the
-job's, and refused where they cannot run.
+"""Process sets, as horovod.torch's, in hoop.torch and hoop's numpy API:
+added and removed on every rank, each set's collectives exact among its
+ranks alone, beside the job's, and refused where they cannot run.
 Run on every rank: hooprun -np N python3 -m pytest tests/python/test_process_sets.py"""
+import numpy as np
 import pytest
 import torch
 
+import hoop
 import hoop.torch as hvd
 
 hvd.init()
@@ -178,3 +180,89 @@ def test_distributed_optimizer_on_a_set(sets):
         # an odd rank stepped on its own gradient
         want = torch.cat([(b - 0.1 * g).reshape(-1) for b, g in zip(before, grads)])
         assert torch.allclose(w, want)
+
+
+def test_numpy_collectives_are_exact_within_each_set(sets):
+    _, _, mine = sets
+    ranks = mine.ranks
+    me = ranks.index(R)
+    total = sum(ranks)
+    x = np.arange(6, dtype=np.int64) + R
+    assert np.array_equal(hoop.allreduce(x, op=hoop.Sum, process_set=mine),
+                          np.arange(6, dtype=np.int64) * len(ranks) + total)
+    g = hoop.grouped_allreduce([np.full(3, R, np.int32), np.full((2, 2), 2 * R, np.int32)], op=hoop.Sum,
+                               process_set=mine)
+    assert np.array_equal(g[0], np.full(3, total, np.int32))
+    assert np.array_equal(g[1], np.full((2, 2), 2 * total, np.int32))
+    got = hoop.allgather(np.full((R + 1, 2), R, np.int16), process_set=mine)
+    assert np.array_equal(got, np.concatenate([np.full((r + 1, 2), r, np.int16) for r in ranks]))
+    root = ranks[-1]
+    assert np.array_equal(hoop.broadcast(np.full(4, float(R)), root, process_set=mine), np.full(4, float(root)))
+    a, recv = hoop.alltoall(np.full((len(ranks), 3), R, np.int64), splits=[1] * len(ranks), process_set=mine)
+    assert np.array_equal(a, np.array([[r] * 3 for r in ranks], np.int64))
+    assert recv.tolist() == [1] * len(ranks)
+    # an even split, then an uneven one (the set's first ranks one row more)
+    rs = hoop.reducescatter(np.arange(len(ranks) * 2, dtype=np.float32).reshape(len(ranks), 2) * (R + 1),
+                            op=hoop.Sum, process_set=mine)
+    scale = sum(r + 1 for r in ranks)
+    assert np.array_equal(rs, np.array([[2.0 * me, 2.0 * me + 1]], np.float32) * scale)
+    rows = len(ranks) + 1
+    rs = hoop.reducescatter(np.arange(rows, dtype=np.float64).reshape(rows, 1), op=hoop.Sum, process_set=mine)
+    first = 0 if me == 0 else me + 1
+    assert rs.ravel().tolist() == [float(i * len(ranks)) for i in range(first, first + (2 if me == 0 else 1))]
+    hoop.barrier(process_set=mine)
+
+
+def test_one_set_serves_both_apis():
+    assert hoop.ProcessSet is hvd.ProcessSet and hoop.global_process_set is hvd.global_process_set
+    # added through hoop, used through hoop.torch
+    ps = hoop.add_process_set(list(range(N)))
+    try:
+        t = hvd.allreduce(torch.full((2,), float(R)), op=hvd.Sum, process_set=ps)
+        assert torch.equal(t, torch.full((2,), float(N * (N - 1) // 2)))
+        # unnamed operations from both count on the set's one engine
+        h = hoop.allreduce_async(np.ones(1), op=hoop.Sum, process_set=ps)
+        h2 = hvd.allreduce_async(torch.ones(1), op=hvd.Sum, process_set=ps)
+        assert (h.name, h2.name) == ("allreduce.noname.1", "allreduce.noname.2")
+        assert h.synchronize().tolist() == [N] and hvd.synchronize(h2).item() == N
+        with pytest.raises(ValueError, match="duplicate"):
+            hvd.add_process_set(list(range(N)))
+    finally:
+        assert hvd.remove_process_set(ps)
+    # added through hoop.torch, used and removed through hoop
+    even = hvd.add_process_set(EVEN)
+    try:
+        if R % 2 == 0:
+            assert hoop.allreduce(np.ones(2), op=hoop.Sum, process_set=even).tolist() == [len(EVEN)] * 2
+    finally:
+        assert hoop.remove_process_set(even)
+
+
+def test_numpy_refused_where_it_cannot_run(sets):
+    even, odd, mine = sets
+    if odd is not None:
+        other = odd if mine is even else even
+        with pytest.raises(ValueError, match="rank %d is not in" % R):
+            hoop.allgather(np.ones(1), process_set=other)
+        with pytest.raises(hoop.HoopInvalidError, match="not in the process set"):
+            hoop.broadcast(np.ones(1), other.ranks[0], process_set=mine)
+    with pytest.raises(ValueError, match="has not been added"):
+        hoop.allreduce(np.ones(1), process_set=hoop.ProcessSet(EVEN))
+    if mine.size() > 1:
+        shape = (3, 4) if mine.rank() == 0 else (4, 3)
+        with pytest.raises(hoop.HoopMismatchError, match=r"\[3, 4\]"):
+            hoop.allreduce(np.ones(shape), name="set.np.shape", process_set=mine)
+    assert hoop.allreduce(np.ones(1), op=hoop.Sum).tolist() == [N]
+
+
+def test_numpy_init_takes_process_sets():
+    ps = hoop.ProcessSet(EVEN)
+    hoop.init(process_sets=[ps])  # already initialized: the sets are added
+    try:
+        assert ps.process_set_id not in (None, 0) and ps.size() == len(EVEN)
+        if R % 2 == 0:
+            assert hoop.allreduce(np.ones(1), op=hoop.Sum, process_set=ps).tolist() == [len(EVEN)]
+    finally:
+        assert hoop.remove_process_set(ps)
+    with pytest.raises(ValueError, match="ProcessSet objects"):
+        hoop.init(process_sets=[[0]])

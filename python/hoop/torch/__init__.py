@@ -10,14 +10,13 @@ their own, split from the job's. Not supported (NotImplementedError naming
 it): Adasum, elastic training. CUDA tensors: allreduces take the device memory itself where
 libhoop is built with CUDA; the other collectives copy through host memory.
 """
-from .. import (init as _init, shutdown as _shutdown, is_initialized, rank, size, local_rank, local_size, cross_rank,
+from .. import (init as _init, shutdown, is_initialized, rank, size, local_rank, local_size, cross_rank,
                 cross_size, is_homogeneous, library_path, Average, Sum, Min, Max, Product, Adasum, HoopError,
                 HoopInvalidError, HoopTimeoutError, HoopPeerError, HoopMismatchError, HoopUnsupportedError,
                 HoopSystemError, HoopAbortedError, start_timeline, stop_timeline, _engine)
 from .. import _lib
 from .. import process_sets as _process_sets
-from ..process_sets import (ProcessSet, add_process_set, global_process_set, remove_process_set,
-                            forget as _forget_process_sets)
+from ..process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from . import horovod_env
 from .compression import Compression
 from .functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
@@ -99,8 +98,3 @@ class _Elastic:
 
 
 elastic = _Elastic()
-
-
-def shutdown():
-    _forget_process_sets()
-    _shutdown()
