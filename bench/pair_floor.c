@@ -17,6 +17,7 @@
  * Sizes take K, M, G. One line per size: bytes, median time (us) of the
  * iterations, busbw (GB/s; at two ranks, the algorithm's bandwidth),
  * wrong elements (f32 sums of integers, exact). */
+#include "common/clock.h"
 #include "common/param.h"
 #include "common/status.h"
 
@@ -28,7 +29,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <xmmintrin.h>
@@ -49,21 +49,14 @@ struct head {
     _Atomic int failed;
 };
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Both ranks here; 0, or -1 when the other did not come within WAIT_S. */
 static int meet(struct head *h, int me, uint64_t *gen)
 {
     ++*gen;
     atomic_store_explicit(&h->arrived[me].v, *gen, memory_order_release);
-    double end = now_s() + WAIT_S;
+    uint64_t end = hoop_deadline_after(WAIT_S);
     while (atomic_load_explicit(&h->arrived[!me].v, memory_order_acquire) < *gen)
-        if (atomic_load(&h->failed) || now_s() > end) {
+        if (atomic_load(&h->failed) || hoop_now_ns() > end) {
             atomic_store(&h->failed, 1);
             return -1;
         }
@@ -190,14 +183,14 @@ int main(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            double t0 = now_s();
+            uint64_t t0 = hoop_now_ns();
             add_both(in[0], in[1], out[0], out[1], lo, hi, stream);
             if (meet(h, me, &gen)) {
                 rc = 1;
                 break;
             }
             if (it >= warmup)
-                h->times[me][it - warmup] = now_s() - t0;
+                h->times[me][it - warmup] = (double)(hoop_now_ns() - t0) * 1e-9;
         }
         if (rc || meet(h, me, &gen)) {
             rc = 1;
