@@ -207,19 +207,6 @@ def broadcast(array, root_rank, name=None, process_set=None):
     return broadcast_async(array, root_rank, name, process_set).synchronize()
 
 
-def _splits(rows, splits, name, n):
-    if splits is None:
-        if rows % n:
-            raise HoopInvalidError("hoop: alltoall '%s': %d rows do not split evenly among %d ranks; pass "
-                                   "splits" % (name, rows, n), _lib.ERR_INVALID)
-        return [rows // n] * n
-    splits = [int(s) for s in splits]
-    if len(splits) != n or any(s < 0 for s in splits) or sum(splits) != rows:
-        raise HoopInvalidError("hoop: alltoall '%s': splits %s must have %d non-negative entries summing to "
-                               "the %d rows" % (name, splits, n, rows), _lib.ERR_INVALID)
-    return splits
-
-
 def alltoall_async(array, splits=None, name=None, process_set=None):
     """Rows splits[j] of the array (first dimension) go to rank j (the j-th
     of process_set's ranks); the result is what every rank sent here, in
@@ -229,7 +216,7 @@ def alltoall_async(array, splits=None, name=None, process_set=None):
     a, dt = _arr(array, "alltoall '%s'" % name)
     a, rows, row_elems = _rows(a)
     n = _process_sets.state_of(g).size
-    sp = _splits(rows, splits, name, n)
+    sp = _engine.splits_of(name, rows, splits, n)
 
     def finish(h):
         counts = h.counts(n)

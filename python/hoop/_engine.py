@@ -467,6 +467,21 @@ def shares(rows, n):
     return [base + (1 if k < extra else 0) for k in range(n)]
 
 
+def splits_of(name, rows, splits, n):
+    """An alltoall's rows to each of n ranks: splits (a sequence of ints)
+    checked, or rows split evenly when it is None."""
+    if splits is None:
+        if rows % n:
+            raise HoopInvalidError("hoop: alltoall '%s': %d rows do not split evenly among %d ranks; pass "
+                                   "splits" % (name, rows, n), _lib.ERR_INVALID)
+        return [rows // n] * n
+    sp = [int(s) for s in splits]
+    if len(sp) != n or any(s < 0 for s in sp) or sum(sp) != rows:
+        raise HoopInvalidError("hoop: alltoall '%s': splits %s must have %d non-negative entries summing to "
+                               "the %d rows" % (name, sp, n, rows), _lib.ERR_INVALID)
+    return sp
+
+
 def barrier(g=None):
     h = ctypes.c_void_p()
     _check(_lib.lib().hoop_engine_barrier((g or state()).engine, None, None, ctypes.byref(h)), "barrier")

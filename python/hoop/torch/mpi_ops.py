@@ -347,16 +347,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     dt = _dtype(tensor, "alltoall '%s'" % name)
     buf, rows, row_elems = _rows(_host(tensor))
     n = state_of(g).size
-    if splits is None:
-        if rows % n:
-            raise _lib.HoopInvalidError("hoop: alltoall '%s': %d rows do not split evenly among %d ranks; "
-                                        "pass splits" % (name, rows, n), _lib.ERR_INVALID)
-        sp = [rows // n] * n
-    else:
-        sp = [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
-        if len(sp) != n or any(s < 0 for s in sp) or sum(sp) != rows:
-            raise _lib.HoopInvalidError("hoop: alltoall '%s': splits %s must have %d non-negative entries "
-                                        "summing to the %d rows" % (name, sp, n, rows), _lib.ERR_INVALID)
+    sp = _engine.splits_of(name, rows, splits.tolist() if torch.is_tensor(splits) else splits, n)
 
     def finish(h):
         recv = [c // row_elems if row_elems else 0 for c in h.counts(n)]
