@@ -3,6 +3,7 @@
 #include "transport/shm/conn.h"
 #include "common/auth.h"
 #include "common/clock.h"
+#include "common/fdpass.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/sock.h"
@@ -64,16 +65,6 @@ int hoop_shm_usable(char *why, size_t n)
     return ok && p != MAP_FAILED;
 }
 
-/* The abstract socket name of a rank's listener, from its handle. */
-static socklen_t shm_addr(struct sockaddr_un *a, uint32_t pid, uint64_t nonce)
-{
-    memset(a, 0, sizeof(*a));
-    a->sun_family = AF_UNIX;
-    int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "hoop-shm.%u.%016llx", pid,
-                     (unsigned long long)nonce);
-    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-}
-
 static hoop_status_t shm_create(const struct hoop_tp_params *p, void **out)
 {
     struct shm_tp *tp = calloc(1, sizeof(*tp));
@@ -118,7 +109,7 @@ static hoop_status_t shm_listen(void *vtp, const struct sockaddr *local, socklen
         tp->nonce = hoop_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)tp;
     uint32_t pid = (uint32_t)getpid();
     struct sockaddr_un a;
-    socklen_t al = shm_addr(&a, pid, tp->nonce);
+    socklen_t al = hoop_fdpass_addr(&a, "hoop-shm", pid, tp->nonce);
     tp->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (tp->lfd < 0 || bind(tp->lfd, (struct sockaddr *)&a, al) || listen(tp->lfd, 256))
         return hoop_error(HOOP_ERR_SYSTEM, "rank %d: shm transport: cannot listen on an abstract "
@@ -229,23 +220,7 @@ static int shm_send_hello(struct shm_tp *tp, struct shm_conn *c, int memfd, int 
     hoop_put_le(m + 64, (uint64_t)(uintptr_t)&c->ctl->probe, 8);
     shm_hello_mac(tp->token, m, pid, nonce, m + 32);
     int fds[SHM_HELLO_FDS] = {memfd, efd_cons, efd_prod};
-    union {
-        struct cmsghdr h;
-        char b[CMSG_SPACE(sizeof(fds))];
-    } cm;
-    memset(&cm, 0, sizeof(cm));
-    struct iovec iov = {.iov_base = m, .iov_len = sizeof(m)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-                        .msg_controllen = sizeof(cm.b)};
-    struct cmsghdr *ch = CMSG_FIRSTHDR(&mh);
-    ch->cmsg_level = SOL_SOCKET;
-    ch->cmsg_type = SCM_RIGHTS;
-    ch->cmsg_len = CMSG_LEN(sizeof(fds));
-    memcpy(CMSG_DATA(ch), fds, sizeof(fds));
-    ssize_t n = sendmsg(c->sock, &mh, MSG_NOSIGNAL);
-    if (n == (ssize_t)sizeof(m))
-        return 0;
-    return n < 0 ? -errno : -EPIPE;
+    return hoop_fdpass_send(c->sock, m, sizeof(m), fds, SHM_HELLO_FDS);
 }
 
 static hoop_status_t shm_connect(void *vtp, int peer, int channel, const char *peer_host,
@@ -300,7 +275,7 @@ static hoop_status_t shm_connect(void *vtp, int peer, int channel, const char *p
     if ((c->sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)) < 0)
         goto sys_fail;
     struct sockaddr_un a;
-    socklen_t al = shm_addr(&a, pid, nonce);
+    socklen_t al = hoop_fdpass_addr(&a, "hoop-shm", pid, nonce);
     /* The listener exists before the table is handed out; a full backlog
      * (EAGAIN) is waited out, within the deadline. */
     while (connect(c->sock, (struct sockaddr *)&a, al)) {
@@ -353,63 +328,37 @@ static int shm_take_hello(struct shm_tp *tp, int fd, uint64_t comm_id, uint64_t 
                           struct shm_conn **out, char *why, size_t n)
 {
     uint8_t m[SHM_HELLO_BYTES];
-    int fds[SHM_HELLO_FDS] = {-1, -1, -1};
-    union {
-        struct cmsghdr h;
-        char b[CMSG_SPACE(sizeof(int) * (SHM_HELLO_FDS + 4))];
-    } cm;
-    struct iovec iov = {.iov_base = m, .iov_len = sizeof(m)};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b,
-                        .msg_controllen = sizeof(cm.b)};
-    ssize_t got;
-    for (;;) {
-        got = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-        if (got >= 0 || (errno != EAGAIN && errno != EINTR))
-            break;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int ms = hoop_ms_left(deadline_ns);
-        if (ms == 0) {
-            snprintf(why, n, "said nothing in time");
-            return -ETIMEDOUT;
-        }
-        poll(&p, 1, ms);
-    }
-    int nfds = 0, rc = 0;
-    for (struct cmsghdr *ch = got >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; ch; ch = CMSG_NXTHDR(&mh, ch)) {
-        if (ch->cmsg_level != SOL_SOCKET || ch->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t k = (ch->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k; i++) {
-            int f;
-            memcpy(&f, CMSG_DATA(ch) + i * sizeof(int), sizeof(int));
-            if (nfds < SHM_HELLO_FDS)
-                fds[nfds] = f;
-            else
-                close(f);
-            nfds++;
-        }
+    int fds[SHM_HELLO_FDS] = {-1, -1, -1}, nfds = 0, rc = 0;
+    ssize_t got = hoop_fdpass_recv(fd, m, sizeof(m), fds, SHM_HELLO_FDS, &nfds, deadline_ns);
+    if (got == -ETIMEDOUT) {
+        snprintf(why, n, "said nothing in time");
+        return -ETIMEDOUT;
     }
     struct ucred cred;
     socklen_t cl = sizeof(cred);
     uint32_t rank = 0, channel = 0;
     uint8_t mac[HOOP_MAC_BYTES];
-    if (got != (ssize_t)sizeof(m)) {
+    if (got < 0) {
+        snprintf(why, n, "could not be read: %s", hoop_errno_str((int)got));
+        rc = (int)got;
+    } else if (got != (ssize_t)sizeof(m)) {
         snprintf(why, n, "sent %zd bytes for its %d-byte hello", got, SHM_HELLO_BYTES);
         rc = -EPROTO;
-    } else if ((mh.msg_flags & MSG_CTRUNC) || nfds != SHM_HELLO_FDS) {
-        snprintf(why, n, "sent %d descriptors with its hello where %d belong", nfds,
-                 SHM_HELLO_FDS);
+    } else if (nfds != SHM_HELLO_FDS) {
+        if (nfds < 0)
+            snprintf(why, n, "sent more descriptors with its hello than %d", SHM_HELLO_FDS);
+        else
+            snprintf(why, n, "sent %d descriptors with its hello where %d belong", nfds,
+                     SHM_HELLO_FDS);
         rc = -EPROTO;
-    } else if (hoop_get_le(m, 4) != SHM_HELLO_MAGIC ||
-               hoop_get_le(m + 4, 2) != SHM_HELLO_VERSION) {
+    } else if (hoop_get_le(m, 4) != SHM_HELLO_MAGIC || hoop_get_le(m + 4, 2) != SHM_HELLO_VERSION) {
         snprintf(why, n, "is not a hoop shared-memory connection of this version");
         rc = -EPROTO;
     } else if (shm_hello_mac(tp->token, m, (uint32_t)getpid(), tp->nonce, mac),
                !hoop_mac_equal(mac, m + 32)) {
         snprintf(why, n, "did not prove this job's token (its HOOP_TOKEN differs: another job?)");
         rc = -EACCES;
-    } else if (hoop_get_le(m + 16, 8) != comm_id ||
-               hoop_get_le(m + 12, 4) != (uint64_t)tp->size) {
+    } else if (hoop_get_le(m + 16, 8) != comm_id || hoop_get_le(m + 12, 4) != (uint64_t)tp->size) {
         snprintf(why, n, "belongs to another communicator");
         rc = -EPROTO;
     } else if ((rank = (uint32_t)hoop_get_le(m + 8, 4)) >= (uint32_t)tp->size ||
