@@ -501,6 +501,35 @@ bool harness_run(int size, const hoop_config_t *base, harness_rank_fn fn, void *
     return finish_run(&job, spawned, size, deadline_s, report, report_len);
 }
 
+bool harness_run_victim(int size, const hoop_config_t *base, harness_rank_fn fn, void *arg,
+                        int victim, double deadline_s, char *report, size_t report_len)
+{
+    static harness_job_t job;
+    if (!harness_job_init(&job)) {
+        copy_report(&job, report, report_len);
+        return false;
+    }
+    bool ok = true;
+    for (int r = 0; r < size; r++)
+        if (harness_spawn_rank(&job, r, size, base, fn, arg) < 0)
+            ok = false;
+    harness_wait(&job, deadline_s, 20.0);
+    char head[512] = "";
+    for (int i = 0; i < job.nprocs; i++) {
+        const harness_proc_t *p = &job.procs[i];
+        if (p->rank == victim && p->signal != SIGKILL) {
+            ok = false;
+            harness_appendf(head, sizeof head, "rank %d was not killed\n", victim);
+        } else if (p->rank != victim && (p->hung || p->signal || p->exit_code)) {
+            ok = false;
+            harness_appendf(head, sizeof head, "rank %d failed with rank %d killed\n", p->rank,
+                            victim);
+        }
+    }
+    snprintf(report, report_len, "%s%s", head, job.report);
+    return ok;
+}
+
 bool harness_run_raw(int size, harness_raw_fn fn, void *arg, double deadline_s, char *report,
                      size_t report_len)
 {

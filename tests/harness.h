@@ -179,6 +179,11 @@ void harness_appendf(char *buf, size_t len, const char *fmt, ...)
 bool harness_run(int size, const hoop_config_t *base, harness_rank_fn fn, void *arg,
                  double deadline_s, char *report, size_t report_len);
 
+/* harness_run where rank `victim` kills itself (SIGKILL) in fn: true when
+ * it died so and every other rank exited with 0 within deadline_s. */
+bool harness_run_victim(int size, const hoop_config_t *base, harness_rank_fn fn, void *arg,
+                        int victim, double deadline_s, char *report, size_t report_len);
+
 /* Same with harness_raw_fn, one process per rank 0..size-1. */
 bool harness_run_raw(int size, harness_raw_fn fn, void *arg, double deadline_s, char *report,
                      size_t report_len);

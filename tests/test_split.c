@@ -232,21 +232,12 @@ static int dying_rank(hoop_comm_t *comm, int rank, int size, void *arg)
 Test(split, a_rank_killed_fails_every_other_rank_n4, .timeout = 120)
 {
     for (int victim = 0; victim < 4; victim += 3) { /* the root, then another */
-        harness_job_t job;
-        cr_assert(harness_job_init(&job), "no free port");
         hoop_config_t base;
         hoop_config_init(&base);
         base.timeout_s = 30;
-        for (int r = 0; r < 4; r++)
-            cr_assert(harness_spawn_rank(&job, r, 4, &base, dying_rank, &victim) > 0);
-        harness_wait(&job, 60.0, 20.0);
-        for (int i = 0; i < job.nprocs; i++) {
-            const harness_proc_t *p = &job.procs[i];
-            if (p->rank == victim)
-                cr_assert(p->signal == SIGKILL, "rank %d was not killed:\n%s", victim, job.report);
-            else
-                cr_assert(!p->hung && p->signal == 0 && p->exit_code == 0,
-                          "rank %d with rank %d killed:\n%s", p->rank, victim, job.report);
-        }
+        char report[8192];
+        cr_assert(
+            harness_run_victim(4, &base, dying_rank, &victim, victim, 60.0, report, sizeof report),
+            "%s", report);
     }
 }
