@@ -1,5 +1,6 @@
 /* allreduce.c - hoop_allreduce: checks, then the ring. */
 #include "collectives/comm.h"
+#include "collectives/mem.h"
 #include "common/status.h"
 #include "gpu/gpu.h"
 
@@ -48,6 +49,10 @@ hoop_status_t hoop_allreduce(hoop_comm_t *comm, const void *sendbuf, void *recvb
         return hoop_coll_end(comm, hoop_ring_allreduce_small(&comm->ring, sendbuf, recvbuf, count,
                                                              dtype, op, hier_small,
                                                              comm->timeout_s));
+    /* Memory every rank maps (hoop_mem_alloc): read and written in place,
+     * where every rank's buffers lie in it. */
+    if (comm->mem && hoop_mem_allreduce(comm, sendbuf, recvbuf, count, dtype, op, &st))
+        return hoop_coll_end(comm, st);
     /* Every segment of the hierarchical path holds an element on every
      * rank; the ranks decide alike, since all know every count. */
     if (comm->hier && count >= (size_t)comm->size)

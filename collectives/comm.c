@@ -1,5 +1,6 @@
 /* comm.c - creating and destroying communicators. */
 #include "collectives/comm.h"
+#include "collectives/mem.h"
 #include "common/clock.h"
 #include "common/cpus.h"
 #include "common/log.h"
@@ -301,6 +302,7 @@ hoop_status_t hoop_comm_destroy(hoop_comm_t *c)
     if (!c)
         return HOOP_OK;
     hoop_comm_leave(c);
+    hoop_mem_fini(c);
     if (c->size > 1)
         hoop_ring_close(&c->ring);
     hoop_bootstrap_fini(&c->bs);

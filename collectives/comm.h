@@ -50,6 +50,7 @@ struct hoop_comm {
     const char *launcher;
     double boot_timeout_s; /* the bootstrap's deadline, which a split's groups keep */
     uint64_t splits;       /* hoop_comm_split calls so far */
+    struct hoop_mem_set *mem; /* hoop_mem_alloc's allocations (mem.h); NULL: none yet */
 };
 
 /* hoop_comm_init's work once the bootstrap's settings are resolved (and

@@ -236,6 +236,21 @@ HOOP_API hoop_status_t hoop_alltoallv(hoop_comm_t *comm, const void *sendbuf,
 /* Returns once every rank has entered it. */
 HOOP_API hoop_status_t hoop_barrier(hoop_comm_t *comm);
 
+/* Host memory for collective buffers that every rank of the host maps, as
+ * NCCL's registered buffers and MPI's shared windows are. Every rank calls
+ * it at once (bytes may differ from rank to rank); *ptr gets this rank's,
+ * page-aligned. Where every rank of comm is on this host and each can map
+ * the others' (the ranks share a network namespace; the log says why
+ * not), an allreduce above the small-message threshold whose sendbuf and
+ * recvbuf lie in such memory on every rank reads every input and writes
+ * every output in place, with no copy through the transport; otherwise
+ * it is ordinary memory and the collectives run as on any. An error
+ * (memory refused on some rank) returns on every rank, with nothing kept.
+ * Free it with hoop_mem_free, every rank at once with the pointer it got
+ * from the same call, before hoop_comm_destroy (which frees what is left). */
+HOOP_API hoop_status_t hoop_mem_alloc(hoop_comm_t *comm, size_t bytes, void **ptr);
+HOOP_API hoop_status_t hoop_mem_free(hoop_comm_t *comm, void *ptr);
+
 /* The last error of this thread, as a sentence ("" if none). Valid until the
  * next hoop call on this thread. */
 HOOP_API const char *hoop_last_error(void);
