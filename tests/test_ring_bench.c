@@ -158,3 +158,21 @@ Test(ring_bench, device_buffers_on_a_gpu, .timeout = 120)
     cr_assert(strstr(r.out.p, "Out of bounds values : 0 OK"), "%s", r.out.p);
     proc_capture_free(&r);
 }
+
+/* -R: buffers from hoop_mem_alloc, every result checked, the header
+ * saying so; and with -G, refused. */
+Test(ring_bench, registered_buffers_are_exact, .timeout = 120)
+{
+    setenv("HOOP_SHM", "auto", 1);
+    struct proc_capture r;
+    run_bench(&r, ARGS(harness_built("hooprun"), "-np", "3", "--no-tag",
+                       harness_built("ring_bench"), "-R", "-b", "8", "-e", "4M", "-f", "8", "-n",
+                       "3", "-w", "1", "-d", "bf16", "-o", "avg"));
+    cr_assert_eq(r.status, 0, "ring_bench -R exited with %d\nstdout:\n%s\nstderr:\n%s", r.status,
+                 r.out.p, r.err.p);
+    cr_assert(strstr(r.out.p, "# buffers: host, from hoop_mem_alloc"), "%s", r.out.p);
+    cr_assert(strstr(r.out.p, "# Out of bounds values : 0 OK"), "%s", r.out.p);
+    run_bench(&r, ARGS(harness_built("ring_bench"), "-R", "-G"));
+    cr_assert_eq(r.status, 2, "ring_bench -R -G exited with %d\n%s", r.status, r.err.p);
+    cr_assert(strstr(r.err.p, "hoop_mem_alloc gives host memory only"), "%s", r.err.p);
+}

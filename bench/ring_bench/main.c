@@ -23,6 +23,20 @@ static void *alloc_touched(size_t bytes)
     return p;
 }
 
+/* -R: both buffers from hoop_mem_alloc (every rank calls it), touched. */
+static int alloc_registered(struct bench *b)
+{
+    hoop_status_t st;
+    if ((st = hoop_mem_alloc(b->comm, b->buf_bytes, &b->sendbuf)) ||
+        (st = hoop_mem_alloc(b->comm, b->buf_bytes, (void **)&b->recvbuf))) {
+        report_hoop_error(b, st);
+        return 1;
+    }
+    memset(b->sendbuf, 0, b->buf_bytes);
+    memset(b->recvbuf, 0, b->buf_bytes);
+    return 0;
+}
+
 static int run(struct bench *b, double *avg_busbw)
 {
     const struct options *o = &b->opt;
@@ -60,8 +74,13 @@ static int run(struct bench *b, double *avg_busbw)
         } while (next_size(o, &size));
         if (elems) {
             b->buf_bytes = elems * b->esize;
-            b->sendbuf = alloc_touched(b->buf_bytes);
-            b->recvbuf = alloc_touched(b->buf_bytes);
+            if (o->registered) {
+                if (alloc_registered(b))
+                    return 1;
+            } else {
+                b->sendbuf = alloc_touched(b->buf_bytes);
+                b->recvbuf = alloc_touched(b->buf_bytes);
+            }
             if (!b->sendbuf || !b->recvbuf) {
                 report_error(b, "cannot allocate two buffers of %zu bytes", b->buf_bytes);
                 return 1;
@@ -152,6 +171,8 @@ static int run_job(struct bench *b, double *avg_busbw)
      * it is gone instead of leaving them to time out. */
     st = hoop_comm_destroy(b->comm);
     b->comm = NULL;
+    if (b->opt.registered) /* freed with the communicator */
+        b->sendbuf = b->recvbuf = NULL;
     if (st != HOOP_OK) {
         report_hoop_error(b, st);
         rc = 1;

@@ -27,26 +27,30 @@ static void usage(FILE *f)
                "  -o, --op OP              ");
     for (int i = 0; i < HOOP_OP_COUNT; i++)
         fprintf(f, "%s ", hoop_op_str((hoop_op_t)i));
-    fprintf(f, "(default sum; allreduce, reduce_scatter and reduce)\n"
-               "  -S, --sweep VAR=V1,V2,... run everything once per value of the HOOP_* variable\n"
-               "                           VAR, a fresh communicator each time, and end with a\n"
-               "                           table of the values' bus bandwidths\n"
-               "  -G, --device cuda        buffers in CUDA device memory (cudaMalloc), on the GPU\n"
-               "                           of the rank's local rank (HOOP_LOCAL_RANK, else the\n"
-               "                           launcher's, else HOOP_RANK) modulo the devices; the\n"
-               "                           data go in and the results are checked through host\n"
-               "                           memory. --device host (the default): host buffers\n"
-               "  -T, --transport NAME     tcp, ofi, verbs or auto: HOOP_TRANSPORT for this run (the\n"
-               "                           header names the transport and provider used)\n"
-               "      --params             list the HOOP_* environment variables and exit\n"
-               "  -h, --help               show this help and exit\n"
-               "\n"
-               "SIZE is a number of bytes with an optional suffix K, M or G (powers of 1024).\n"
-               "As in nccl-tests, the size column is the largest buffer of a rank: the\n"
-               "sendbuf of reduce_scatter, the recvbuf of allgather, and count is the count\n"
-               "argument (per rank for reduce_scatter, allgather and alltoall). allgatherv:\n"
-               "rank r contributes base + r elements; size and count are the totals.\n"
-               "alltoall has no in-place form; barrier prints one row of size 0.\n");
+    fprintf(f,
+            "(default sum; allreduce, reduce_scatter and reduce)\n"
+            "  -S, --sweep VAR=V1,V2,... run everything once per value of the HOOP_* variable\n"
+            "                           VAR, a fresh communicator each time, and end with a\n"
+            "                           table of the values' bus bandwidths\n"
+            "  -G, --device cuda        buffers in CUDA device memory (cudaMalloc), on the GPU\n"
+            "                           of the rank's local rank (HOOP_LOCAL_RANK, else the\n"
+            "                           launcher's, else HOOP_RANK) modulo the devices; the\n"
+            "                           data go in and the results are checked through host\n"
+            "                           memory. --device host (the default): host buffers\n"
+            "  -R, --registered         host buffers from hoop_mem_alloc, which every rank of the\n"
+            "                           host maps: an allreduce then reads and writes them in\n"
+            "                           place (as nccl-tests' -R registers its buffers)\n"
+            "  -T, --transport NAME     tcp, ofi, verbs or auto: HOOP_TRANSPORT for this run (the\n"
+            "                           header names the transport and provider used)\n"
+            "      --params             list the HOOP_* environment variables and exit\n"
+            "  -h, --help               show this help and exit\n"
+            "\n"
+            "SIZE is a number of bytes with an optional suffix K, M or G (powers of 1024).\n"
+            "As in nccl-tests, the size column is the largest buffer of a rank: the\n"
+            "sendbuf of reduce_scatter, the recvbuf of allgather, and count is the count\n"
+            "argument (per rank for reduce_scatter, allgather and alltoall). allgatherv:\n"
+            "rank r contributes base + r elements; size and count are the totals.\n"
+            "alltoall has no in-place form; barrier prints one row of size 0.\n");
 }
 
 int bad_usage(const char *fmt, ...)
@@ -200,6 +204,7 @@ int parse_options(int argc, char **argv, struct options *o)
         {"sweep", required_argument, NULL, 'S'},
         {"transport", required_argument, NULL, 'T'},
         {"device", required_argument, NULL, OPT_DEVICE},
+        {"registered", no_argument, NULL, 'R'},
         {"params", no_argument, NULL, OPT_PARAMS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -220,7 +225,7 @@ int parse_options(int argc, char **argv, struct options *o)
     o->root = 0;
 
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":C:r:b:e:f:i:n:w:c:d:o:S:T:Gh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":C:r:b:e:f:i:n:w:c:d:o:S:T:GRh", longopts, NULL)) != -1) {
         switch (c) {
         case 'C': {
             int k = 0;
@@ -297,6 +302,7 @@ int parse_options(int argc, char **argv, struct options *o)
         case 'G':
             o->device = 1;
             break;
+        case 'R': o->registered = 1; break;
         case OPT_DEVICE:
             if (strcmp(optarg, "cuda") != 0 && strcmp(optarg, "host") != 0)
                 return bad_usage("--device: '%s' is neither cuda nor host", optarg);
@@ -324,6 +330,8 @@ int parse_options(int argc, char **argv, struct options *o)
         return bad_usage("-b (%zu) is larger than -e (%zu)", o->min_bytes, o->max_bytes);
     if (o->min_bytes == 0 && o->step_bytes == 0)
         return bad_usage("-b 0 never grows by a factor; give -b 1 or more, or -i");
+    if (o->registered && o->device)
+        return bad_usage("-R and -G: hoop_mem_alloc gives host memory only");
     if (device_check_usable(o))
         return 2;
     return -1;

@@ -45,6 +45,9 @@ void print_header(const struct bench *b)
         printf("# buffers: device (cudaMalloc), rank 0 on %s; rank r on GPU (its local rank "
                "modulo %d)\n",
                b->gpu_desc, hoop_gpu_device_count());
+    else if (o->registered)
+        printf("# buffers: host, from hoop_mem_alloc (read in place where every rank maps the "
+               "others')\n");
     else
         printf("# buffers: host\n");
     if (o->sweep_name)

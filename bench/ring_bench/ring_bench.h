@@ -52,6 +52,7 @@ struct options {
     hoop_op_t op;
     enum coll coll;
     int device; /* -G, --device cuda: the buffers are CUDA device memory */
+    int registered; /* -R: the buffers come from hoop_mem_alloc */
     int root;
     /* --sweep NAME=V1,V2,...: the whole run once per value, each with a
      * fresh communicator made with NAME set to it. */
