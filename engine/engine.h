@@ -168,7 +168,7 @@ struct hoop_engine {
     uint64_t fusion_threshold;
     int cache_cap;
     double stall_check_s, stall_shutdown_s;
-    uint8_t *fusion; /* fusion_cap bytes, kept */
+    uint8_t *fusion; /* fusion_cap bytes, kept; over several ranks from hoop_mem_alloc */
     size_t fusion_cap;
     void *dfusion;   /* on the GPU, for groups with device buffers: dfusion_cap bytes, kept */
     size_t dfusion_cap;

@@ -141,21 +141,50 @@ static hoop_status_t dscratch(struct hoop_engine *e, size_t bytes, uint8_t **buf
     return HOOP_OK;
 }
 
+/* The fusion buffer in host memory, at least bytes long (kept, grown).
+ * Over several ranks it comes from hoop_mem_alloc, so that where every
+ * rank of the host maps every other's, a fused allreduce runs in place in
+ * it with no copy through the transport. hoop_mem_alloc is collective: it
+ * grows where every rank is, before a fused group runs (eng_execute: the
+ * same groups on every rank), never where only this rank's buffers lead
+ * (a joined rank's, a device group's). */
+static hoop_status_t fusion_reserve(struct hoop_engine *e, size_t bytes)
+{
+    if (e->fusion && bytes <= e->fusion_cap)
+        return HOOP_OK;
+    size_t cap = e->fusion_threshold > bytes ? (size_t)e->fusion_threshold : bytes;
+    if (e->size == 1) {
+        uint8_t *p = realloc(e->fusion, cap ? cap : 1);
+        if (!p)
+            return hoop_error(HOOP_ERR_SYSTEM,
+                              "engine rank %d: out of memory for a fusion buffer of %zu bytes "
+                              "(HOOP_FUSION_THRESHOLD)",
+                              e->rank, cap);
+        e->fusion = p;
+        e->fusion_cap = cap;
+        return HOOP_OK;
+    }
+    hoop_status_t st;
+    void *p = NULL;
+    if (e->fusion && (st = hoop_mem_free(e->comm, e->fusion)))
+        return st;
+    e->fusion = NULL;
+    e->fusion_cap = 0;
+    if ((st = hoop_mem_alloc(e->comm, cap ? cap : 1, &p)))
+        return hoop_error(
+            st, "engine rank %d: a fusion buffer of %zu bytes (HOOP_FUSION_THRESHOLD): %s", e->rank,
+            cap, hoop_last_error());
+    e->fusion = p;
+    e->fusion_cap = cap;
+    return HOOP_OK;
+}
+
+/* Where a group is fused on the host: the fusion buffer where it fits (it
+ * was reserved for the group), else memory of its own (*temp). */
 static hoop_status_t scratch(struct hoop_engine *e, size_t bytes, uint8_t **buf, int *temp)
 {
     *temp = 0;
-    if (bytes <= e->fusion_threshold) {
-        if (bytes > e->fusion_cap || !e->fusion) {
-            size_t cap = e->fusion_threshold > bytes ? (size_t)e->fusion_threshold : bytes;
-            uint8_t *p = realloc(e->fusion, cap ? cap : 1);
-            if (!p)
-                return hoop_error(HOOP_ERR_SYSTEM,
-                                  "engine rank %d: out of memory for a fusion buffer of %zu bytes "
-                                  "(HOOP_FUSION_THRESHOLD)",
-                                  e->rank, cap);
-            e->fusion = p;
-            e->fusion_cap = cap;
-        }
+    if (e->fusion && bytes <= e->fusion_cap) {
         *buf = e->fusion;
         return HOOP_OK;
     }
@@ -587,7 +616,12 @@ hoop_status_t eng_execute(struct hoop_engine *e)
                 bytes += q->p.count * es;
                 g[n++] = q;
             }
-            st = run_allreduce(e, g, n);
+            /* A fused group: every rank reserves its fusion buffer here,
+             * whatever its own buffers (fusion_reserve). */
+            if ((n > 1 || r->p.nvals) && bytes <= e->fusion_threshold)
+                st = fusion_reserve(e, bytes);
+            if (!st)
+                st = run_allreduce(e, g, n);
         } else {
             st = run_one(e, r);
         }

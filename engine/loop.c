@@ -493,7 +493,8 @@ static void engine_free(struct hoop_engine *e)
     free(e->mylist);
     free(e->lists);
     free(e->lcounts);
-    free(e->fusion);
+    if (e->size == 1)
+        free(e->fusion); /* else the communicator's (hoop_mem_alloc), gone with it */
     hoop_gpu_free(e->dfusion);
     eng_timeline_close(e->tl);
     eng_timeline_close(e->tl_next);

@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "collectives/comm.h"
+#include "collectives/mem.h"
 #include "engine/engine.h"
 #include "harness.h"
 #include "hoop.h"
@@ -2307,4 +2309,72 @@ Test(async, big_tensors_run_alone_n3, .timeout = 60)
 {
     async_case_t c = {.body = body_big, .env = {"HOOP_CYCLE_TIME=20"}};
     run_case(3, &c, 50);
+}
+
+/* ---- fused groups in memory every rank maps ------------------------------- */
+
+#define NS 12
+#define NS_COUNT 30000 /* 117 KiB each: a group is past HOOP_SMALL_BYTES */
+
+/* One step of NS tensors enqueued within a cycle by the ranks that have
+ * not joined (the others give zeros): exact, as their sum. */
+static int shared_step(hoop_engine_t *e, int rank, int size, int step, int active)
+{
+    static int32_t buf[NS][NS_COUNT];
+    hoop_engine_handle_t *h[NS];
+    for (int t = 0; t < NS; t++) {
+        for (int i = 0; i < NS_COUNT; i++)
+            buf[t][i] = val(rank, t + step, (size_t)i);
+        char name[32];
+        snprintf(name, sizeof name, "shared.%d", t);
+        hoop_status_t st = hoop_engine_allreduce(e, name, buf[t], buf[t], NS_COUNT, HOOP_I32,
+                                                 HOOP_SUM, 1.0, 1.0, NULL, NULL, &h[t]);
+        if (st)
+            return harness_fail(rank, name, st);
+    }
+    for (int t = 0; t < NS; t++) {
+        if (wait_ok(h[t], rank, "shared"))
+            return 1;
+        hoop_engine_release(h[t]);
+        for (int i = 0; i < NS_COUNT; i++) {
+            int32_t want = 0;
+            for (int r = 0; r < active; r++)
+                want += val(r, t + step, (size_t)i);
+            if (buf[t][i] != want)
+                return harness_failf(rank, "step %d: shared.%d[%d] = %d, want %d (of %d ranks)",
+                                     step, t, i, buf[t][i], want, size);
+        }
+    }
+    return 0;
+}
+
+/* The fusion buffer comes from hoop_mem_alloc: fused groups run in place
+ * in it (the communicator counts them), exact; then with the last rank
+ * joined, whose zeros go through its own copy of the group, the others'
+ * steps are still exact. */
+static int body_shared_fusion(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    if (shared_step(e, rank, size, 0, size))
+        return 1;
+    /* The handles completed after the collective that counted. */
+    uint64_t mapped = e->comm->mem ? e->comm->mem->mapped : 0;
+    if (!mapped)
+        return harness_failf(rank, "no fused group ran in place in the shared fusion buffer");
+    if (rank < size - 1) {
+        for (int step = 1; step < 3; step++)
+            if (shared_step(e, rank, size, step, size - 1))
+                return 1;
+    }
+    hoop_engine_handle_t *j;
+    if (hoop_engine_join(e, NULL, NULL, &j) || wait_ok(j, rank, "join"))
+        return 1;
+    hoop_engine_release(j);
+    return 0;
+}
+
+Test(async, fused_groups_run_in_place_in_shared_memory_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_shared_fusion, .env = {"HOOP_CYCLE_TIME=20", "HOOP_SHM=auto"}};
+    run_case(3, &c, 40);
 }
