@@ -14,8 +14,11 @@
 # PERF=1 (each run of either system under perf stat -e PERF_EVENTS, all
 # its ranks counted, to <system>_perf_r<rep>.txt: ring_bench makes twice
 # the calls, out of place and in place, and both count their start-up),
-# HOSTWIDE=1 (0: not) also runs build/hostwide_bench, the ceiling of an
-# allreduce through one segment every rank maps, unbound runs only,
+# REGISTERED=1 (0: not) also runs ring_bench -R, its buffers from
+# hoop_mem_alloc (the allreduce in place in memory every rank maps), to
+# hoopreg_r<rep>.txt, HOSTWIDE=0 (1: also) runs build/hostwide_bench, the
+# ceiling of an allreduce through one segment every rank maps, copied in
+# and out (the design hoop_mem_alloc's path replaced), unbound runs only,
 # BUILD (default <repo>/build: where hooprun and ring_bench are), HOOP_*
 # variables pass to hoop's ranks as they are. Every repeat runs
 # every N with hoop then torch's gloo, so both see the same machine. Both
@@ -38,7 +41,8 @@ ITERS="${ITERS:-10}"
 WARMUP="${WARMUP:-3}"
 BIND="${BIND:-0}"
 PERF="${PERF:-0}"
-HOSTWIDE="${HOSTWIDE:-1}"
+HOSTWIDE="${HOSTWIDE:-0}"
+REGISTERED="${REGISTERED:-1}"
 PERF_EVENTS="${PERF_EVENTS:-task-clock,context-switches,cpu-migrations,instructions,cycles}"
 BUILD="${BUILD:-$HERE/build}"
 if [ -z "${PYTHON:-}" ]; then
@@ -77,6 +81,10 @@ for rep in $REPS; do
       fi
       timeout 600 "${hp[@]}" "$BUILD/hooprun" -np "$n" --no-tag "${hb[@]}" "$BUILD/ring_bench" \
         -b "$MINSIZE" -e "$SIZE" -f "$STEP" -n "$ITERS" -w "$WARMUP" > "$dir/hoop_r$rep.txt"
+      if [ "$REGISTERED" = 1 ]; then
+        timeout 600 "$BUILD/hooprun" -np "$n" --no-tag "${hb[@]}" "$BUILD/ring_bench" -R \
+          -b "$MINSIZE" -e "$SIZE" -f "$STEP" -n "$ITERS" -w "$WARMUP" > "$dir/hoopreg_r$rep.txt"
+      fi
       timeout 600 "${gp[@]}" "$PYTHON" "$HERE/bench/torch_gloo_bench.py" -np "$n" -b "$MINSIZE" \
         -e "$SIZE" -f "$STEP" -n "$ITERS" -w "$WARMUP" "${gb[@]}" > "$dir/tgloo_r$rep.txt"
       if [ "$HOSTWIDE" = 1 ] && [ "$bind" = 0 ]; then

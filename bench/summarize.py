@@ -6,6 +6,7 @@
 A DIR holds the raw outputs of one configuration (one rank count, one
 topology), as bench/netns.sh and bench/compare_loopback.sh write them:
     hoop_r<k>.txt    ring_bench (rank 0's table)
+    hoopreg_r<k>.txt ring_bench -R (buffers from hoop_mem_alloc)
     gloo_r<k>.txt    the baseline harness's Gloo ring_chunked bench
     ompi_r<k>.txt    the baseline harness's OpenMPI bench (TCP BTL)
     tgloo_r<k>.txt   bench/torch_gloo_bench.py (torch.distributed's gloo)
@@ -43,9 +44,11 @@ import statistics
 import sys
 import tarfile
 
-SYSTEMS = ("hoop", "gloo", "ompi", "tgloo", "hostwide")
-LABELS = {"hoop": "hoop", "gloo": "Gloo ring_chunked", "ompi": "OpenMPI tcp",
-          "tgloo": "torch gloo", "hostwide": "one-segment prototype"}
+SYSTEMS = ("hoop", "hoopreg", "gloo", "ompi", "tgloo", "hostwide")
+LABELS = {"hoop": "hoop", "hoopreg": "hoop -R", "gloo": "Gloo ring_chunked",
+          "ompi": "OpenMPI tcp", "tgloo": "torch gloo", "hostwide": "one-segment prototype"}
+# ring_bench's tables (out of place and in place).
+HOOPS = ("hoop", "hoopreg")
 # Set by main(): the ratios from hoop's in-place column; cells with spread.
 OPTS = {"in_place": False, "spread": False}
 
@@ -211,7 +214,8 @@ def load(d):
     """{"hoop"|"gloo"|"ompi": {size: [(oop, ip) per repeat]}, "iperf": [GB/s]}"""
     out = {"iperf": [], "iperf_ring": []}
     for sysname in SYSTEMS:
-        parse = {"hoop": parse_hoop, "hostwide": parse_hostwide}.get(sysname, parse_anchor)
+        parse = {"hoop": parse_hoop, "hoopreg": parse_hoop,
+                 "hostwide": parse_hostwide}.get(sysname, parse_anchor)
         per = {}
         for f in files(d, f"{sysname}_r*.txt"):
             for size, v in parse(f).items():
@@ -261,15 +265,17 @@ def table(d, us=False):
     present = [s for s in SYSTEMS if data[s]]
     head = ["size"]
     for s in present:
-        head.append(LABELS[s] + (" (out / in place)" if s == "hoop" else ""))
+        head.append(LABELS[s] + (" (out / in place)" if s in HOOPS else ""))
     ring = med(data["iperf_ring"])
+    ip = " (in place)" if OPTS["in_place"] else ""
     if "hoop" in present:
         if iperf:
             head.append("hoop / iperf3")
         if ring:
             head.append("hoop / iperf3 all links")
-        ip = " (in place)" if OPTS["in_place"] else ""
         head += [f"hoop{ip} / {LABELS[s]}" for s in present if s != "hoop"]
+    if "hoopreg" in present:
+        head += [f"hoop -R{ip} / {LABELS[s]}" for s in present if s not in HOOPS]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     sizes = sorted(set().union(*[set(data[s]) for s in present])) if present else []
@@ -280,7 +286,7 @@ def table(d, us=False):
             vals = data[s].get(size, [])
             oop = [v[0] for v in vals]
             m[s] = med([v[1] for v in vals] if OPTS["in_place"] else oop)
-            if s == "hoop":
+            if s in HOOPS:
                 row.append(f"{cell(oop)} / {cell([v[1] for v in vals])}")
             else:
                 row.append(cell(oop))
@@ -292,6 +298,11 @@ def table(d, us=False):
                 row.append(f"{h / ring:.3f}" if h else "-")
             for s in present:
                 if s != "hoop":
+                    row.append(f"{h / m[s]:.2f}" if h and m[s] else "-")
+        if "hoopreg" in present:
+            h = m["hoopreg"]
+            for s in present:
+                if s not in HOOPS:
                     row.append(f"{h / m[s]:.2f}" if h and m[s] else "-")
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)

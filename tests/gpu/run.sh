@@ -41,10 +41,10 @@
 #                 (tests/gpu/torch_cuda.py) at N = 2 and 4
 #   engine_targets the engine's and hoop.torch's targets on this machine's
 #                 cores (bench/engine_targets.sh)
-#   manycore      N = 8 on one host, host buffers: hoop beside torch's gloo
-#                 on loopback, 64 and 256 MiB, two repeats, with
-#                 HOOP_SHM_SINGLE_COPY=0 then 1, and the one-segment
-#                 prototype beside them (bench/manycore.sh, hostwide_bench)
+#   manycore      N = 8 on one host, host buffers: hoop (the ring over
+#                 shared memory, and ring_bench -R: the allreduce in place
+#                 in memory from hoop_mem_alloc) beside torch's gloo on
+#                 loopback, 64 and 256 MiB, two repeats (bench/manycore.sh)
 #
 # Environment:
 #   CUDA_HOME            the CUDA toolkit (default /usr/local/cuda)
@@ -351,17 +351,11 @@ export -f targets
 step engine_targets 180 targets
 
 # Issue 18's N = 8 on one host (host buffers, shared memory) beside
-# torch's gloo, with the large payloads through the slots and read in
-# place, and the one-segment prototype's ceiling (bench/hostwide_bench.c).
+# torch's gloo: the ring through the slots, and the allreduce in place in
+# memory every rank maps (ring_bench -R).
 manycore() {
-    local sc
-    for sc in 0 1; do
-        echo "## HOOP_SHM_SINGLE_COPY=$sc"
-        HOOP_SHM_SINGLE_COPY=$sc HOSTWIDE=$((1 - sc)) NS=8 REPS="1 2" MINSIZE=64M SIZE=256M \
-            ITERS=8 WARMUP=2 \
-            BUILD="$build" PYTHON="$PYTHON" "$repo/bench/manycore.sh" \
-            "$out/manycore_sc$sc" || return 1
-    done
+    REGISTERED=1 HOSTWIDE=0 NS=8 REPS="1 2" MINSIZE=64M SIZE=256M ITERS=8 WARMUP=2 \
+        BUILD="$build" PYTHON="$PYTHON" "$repo/bench/manycore.sh" "$out/manycore"
 }
 export -f manycore
 step manycore 150 manycore
