@@ -161,21 +161,30 @@ static size_t map_len(uint64_t bytes)
     return page + ((size_t)bytes + page - 1) / page * page;
 }
 
-/* This rank's memory: a sealed memfd, mapped. 0, or -errno with why. */
-static int region_make(struct hoop_mem_region *g, int *fd, const char **what)
+/* This rank's memory: a sealed memfd, mapped (*fd), or where no memfd can
+ * be made (a seccomp profile, a limit), private memory that no other rank
+ * can map (*fd -1, and *nofd says why). 0, or -errno where no memory at
+ * all can be had (what says which call). */
+static int region_make(struct hoop_mem_region *g, int *fd, const char **what, char *nofd, size_t n)
 {
+    int rc = 0;
     *what = "memfd_create";
-    *fd = memfd_create("hoop-mem", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (*fd < 0)
-        return -errno;
-    *what = "ftruncate";
-    if (ftruncate(*fd, (off_t)g->map_bytes))
-        return -errno;
-    *what = "F_ADD_SEALS";
-    if (fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
-        return -errno;
+    if ((*fd = memfd_create("hoop-mem", MFD_CLOEXEC | MFD_ALLOW_SEALING)) < 0)
+        rc = -errno;
+    else if ((*what = "ftruncate", ftruncate(*fd, (off_t)g->map_bytes)))
+        rc = -errno;
+    else if ((*what = "F_ADD_SEALS",
+              fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)))
+        rc = -errno;
+    if (rc) {
+        snprintf(nofd, n, "%s: %s", *what, hoop_errno_str(rc));
+        if (*fd >= 0)
+            close(*fd);
+        *fd = -1;
+    }
     *what = "mmap";
-    void *p = mmap(NULL, g->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, *fd, 0);
+    void *p = mmap(NULL, g->map_bytes, PROT_READ | PROT_WRITE,
+                   (*fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS) | MAP_POPULATE, *fd, 0);
     if (p == MAP_FAILED)
         return -errno;
     g->base = p;
@@ -359,15 +368,18 @@ static hoop_status_t agree_max(hoop_comm_t *c, uint32_t *v)
  * HOOP_OK, with g->shared set when every rank maps every other's, else
  * with why said (the memory each rank's own, on every rank); or the status
  * of a failed collective. */
-static hoop_status_t mem_share(hoop_comm_t *c, struct hoop_mem_region *g, int fd,
+static hoop_status_t mem_share(hoop_comm_t *c, struct hoop_mem_region *g, int fd, const char *nofd,
                                struct mem_rec *recs, uint8_t *wire, char *why, size_t n)
 {
     uint64_t deadline = hoop_deadline_after(c->timeout_s);
     uint64_t nonce = 0;
     int lfd = -1, rc = 0;
     struct mem_rec mine = {.version = MEM_VERSION, .pid = (uint32_t)getpid(), .bytes = g->bytes};
-    if ((rc = hoop_auth_random(&nonce, sizeof(nonce))) ||
-        (rc = mem_listen(mine.pid, nonce, c->size, &lfd))) {
+    if (fd < 0) {
+        mine.status = 1;
+        snprintf(why, n, "rank %d cannot make a memfd (%s)", c->rank, nofd);
+    } else if ((rc = hoop_auth_random(&nonce, sizeof(nonce))) ||
+               (rc = mem_listen(mine.pid, nonce, c->size, &lfd))) {
         mine.status = 1;
         snprintf(why, n, "rank %d cannot listen for the others' memory: %s", c->rank,
                  hoop_errno_str(rc));
@@ -465,14 +477,14 @@ hoop_status_t hoop_mem_alloc(hoop_comm_t *c, size_t bytes, void **ptr)
     struct mem_rec *recs = calloc((size_t)c->size, sizeof(*recs));
     int fd = -1, rc = 0;
     const char *what = "malloc";
-    char why[400] = "";
+    char why[400] = "", nofd[200] = "";
     if (!set || !g || !wire || !recs)
         rc = -ENOMEM;
     if (!rc) {
         g->id = set->next_id;
         g->bytes = bytes;
         g->map_bytes = map_len(bytes);
-        rc = region_make(g, &fd, &what);
+        rc = region_make(g, &fd, &what, nofd, sizeof(nofd));
     }
     if (rc) {
         /* Every rank still takes part in the collectives below (the
@@ -494,7 +506,7 @@ hoop_status_t hoop_mem_alloc(hoop_comm_t *c, size_t bytes, void **ptr)
     set->next_id++;
     /* Every ring link shared memory: every rank on this host, HOOP_SHM on. */
     if (c->size > 1 && c->local_size == c->size && c->ring.shm_ring) {
-        if ((st = mem_share(c, g, fd, recs, wire, why, sizeof(why))))
+        if ((st = mem_share(c, g, fd, nofd, recs, wire, why, sizeof(why))))
             goto out;
         if (!g->shared)
             HOOP_INFO("rank %d: %s: the allocation is this rank's alone, and collectives on it "

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/random.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -736,4 +737,25 @@ void harness_stderr_back(int saved, const char *path, char *log, size_t n)
     if (f)
         fclose(f);
     unlink(path);
+}
+
+/* Lower this process's limit on descriptors so that exactly `spare` more
+ * can be opened: 0, or -errno. */
+int harness_leave_descriptors(int spare)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl))
+        return -errno;
+    rlim_t limit = 0;
+    int free_below = 0;
+    for (int fd = 0; fd < 65536 && (rlim_t)fd < rl.rlim_cur; fd++) {
+        if (fcntl(fd, F_GETFD) < 0 && free_below++ == spare) {
+            limit = (rlim_t)fd;
+            break;
+        }
+    }
+    if (!limit)
+        return -ERANGE;
+    rl.rlim_cur = limit;
+    return setrlimit(RLIMIT_NOFILE, &rl) ? -errno : 0;
 }

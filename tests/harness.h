@@ -184,6 +184,10 @@ bool harness_run(int size, const hoop_config_t *base, harness_rank_fn fn, void *
 bool harness_run_victim(int size, const hoop_config_t *base, harness_rank_fn fn, void *arg,
                         int victim, double deadline_s, char *report, size_t report_len);
 
+/* For children: lower this process's limit on descriptors so that exactly
+ * `spare` more can be opened: 0, or -errno. */
+int harness_leave_descriptors(int spare);
+
 /* Same with harness_raw_fn, one process per rank 0..size-1. */
 bool harness_run_raw(int size, harness_raw_fn fn, void *arg, double deadline_s, char *report,
                      size_t report_len);

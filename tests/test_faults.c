@@ -30,7 +30,6 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1947,27 +1946,6 @@ Test(faults, flood_of_silent_connections_at_root, .timeout = 150)
 #define EMFILE_TIMEOUT_S 30.0  /* HOOP_TIMEOUT of these jobs */
 #define EMFILE_BOUND_S 10.0    /* every rank must have failed within this */
 
-/* Lower this process's limit on descriptors so that exactly `spare` more
- * can be opened: 0, or -errno. */
-static int leave_descriptors(int spare)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl))
-        return -errno;
-    rlim_t limit = 0;
-    int free_below = 0;
-    for (int fd = 0; fd < 65536 && (rlim_t)fd < rl.rlim_cur; fd++) {
-        if (fcntl(fd, F_GETFD) < 0 && free_below++ == spare) {
-            limit = (rlim_t)fd;
-            break;
-        }
-    }
-    if (!limit)
-        return -ERANGE;
-    rl.rlim_cur = limit;
-    return setrlimit(RLIMIT_NOFILE, &rl) ? -errno : 0;
-}
-
 /* What a rank's call returned: EMFILE_RANK must get HOOP_ERR_SYSTEM
  * naming ulimit -n, the others fail naming EMFILE_RANK, all within
  * EMFILE_BOUND_S; 0 or a harness_failf. */
@@ -1996,7 +1974,7 @@ static int emfile_alltoall_rank(hoop_comm_t *comm, int rank, int size, void *arg
     static int32_t in[COUNT * HARNESS_MAX_PROCS], out[COUNT * HARNESS_MAX_PROCS];
     for (int i = 0; i < COUNT * size; i++)
         in[i] = rank + i;
-    int rc = rank == EMFILE_RANK ? leave_descriptors(size - 1) : 0;
+    int rc = rank == EMFILE_RANK ? harness_leave_descriptors(size - 1) : 0;
     if (rc)
         return harness_failf(rank, "cannot lower RLIMIT_NOFILE: %s", strerror(-rc));
     double t0 = harness_now();
@@ -2016,7 +1994,7 @@ static int emfile_init_rank(int rank, int size, int port, void *arg)
     hoop_config_t cfg;
     harness_loopback_config(&cfg, rank, size, port, 30.0, root, token, NULL);
     cfg.timeout_s = EMFILE_TIMEOUT_S;
-    int rc = rank == EMFILE_RANK ? leave_descriptors(b->mode) : 0;
+    int rc = rank == EMFILE_RANK ? harness_leave_descriptors(b->mode) : 0;
     if (rc)
         return harness_failf(rank, "cannot lower RLIMIT_NOFILE: %s", strerror(-rc));
     hoop_comm_t *comm = NULL;

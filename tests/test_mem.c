@@ -8,10 +8,12 @@
 #include <criterion/criterion.h>
 
 #include <dirent.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "collectives/comm.h"
 #include "collectives/mem.h"
@@ -429,4 +431,43 @@ Test(mem, a_rank_that_does_not_come_fails_the_others_at_the_deadline_n3, .timeou
     base.bootstrap_timeout_s = 30;
     base.timeout_s = 2;
     cr_assert(harness_run(3, &base, slow_rank, NULL, 60.0, report, sizeof report), "%s", report);
+}
+
+/* A rank that cannot make a memfd (its descriptor limit reached, as a
+ * seccomp profile or a limit would refuse it): hoop_mem_alloc still gives
+ * every rank memory, none shares it, and the allreduce goes through the
+ * ring, exactly. */
+static int no_memfd(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)arg;
+    struct rlimit before;
+    if (getrlimit(RLIMIT_NOFILE, &before))
+        return harness_failf(rank, "getrlimit: %s", strerror(errno));
+    int rc = rank == 1 ? harness_leave_descriptors(0) : 0;
+    if (rc)
+        return harness_failf(rank, "cannot lower RLIMIT_NOFILE: %s", strerror(-rc));
+    size_t bytes = MEM_COUNT * 4;
+    void *send = NULL, *recv = NULL;
+    if (shared_pair(comm, rank, bytes, &send, &recv))
+        return 1;
+    if (rank == 1 && setrlimit(RLIMIT_NOFILE, &before))
+        return harness_failf(rank, "setrlimit: %s", strerror(errno));
+    if (hoop_mem_ctl_region(comm))
+        return harness_failf(rank, "the memory was shared though rank 1 made no memfd");
+    uint8_t *want = malloc(bytes);
+    if (!want)
+        return harness_failf(rank, "out of memory");
+    rc = one_call(comm, rank, size, send, recv, want, MEM_COUNT, HOOP_F32, HOOP_SUM, 0);
+    free(want);
+    if (rc)
+        return 1;
+    if (mapped_calls(comm))
+        return harness_failf(rank, "a call ran in shared memory that is not shared");
+    return 0;
+}
+
+Test(mem, a_rank_without_memfd_keeps_every_rank_its_own_n2, .timeout = 120)
+{
+    shm("auto");
+    run_ranks(2, no_memfd, NULL);
 }
