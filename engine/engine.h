@@ -42,6 +42,8 @@ enum eng_kind {
  * this rank's rows and may differ). */
 struct eng_params {
     uint8_t kind, dtype, op;
+    uint8_t device; /* ENG_HOST or ENG_DEVICE: where this rank's data lies (eng_gives_data);
+                       ENG_HOST where it gives none */
     int32_t root;
     double pre, post;
     uint64_t count; /* allreduce: elements in all; broadcast: count;
@@ -56,6 +58,34 @@ struct eng_params {
     char name[HOOP_ENGINE_NAME_MAX + 1];
 };
 
+/* eng_params.device. Pinned and managed memory are host memory here, as
+ * everywhere in the engine: the CPU reaches them, and only device memory
+ * (cudaMalloc) takes the GPU's copies and kernels. */
+enum { ENG_HOST = 0, ENG_DEVICE = 1 };
+
+/* "device (GPU)" or "host", for the sentences ("... memory"). */
+static inline const char *eng_device_str(int device)
+{
+    return device ? "device (GPU)" : "host";
+}
+
+/* 1 when a rank that announced p gives data of its own, so that where it
+ * lies is compared with the other ranks' (an allgather's rank of no rows, or
+ * an alltoall's that sends nothing, may give no buffer at all, and takes no
+ * side; the kinds whose counts the ranks share give data on every rank or
+ * on none). */
+static inline int eng_gives_data(const struct eng_params *p)
+{
+    switch (p->kind) {
+    case EK_ALLREDUCE:
+    case EK_BROADCAST:
+    case EK_REDUCE_SCATTER:
+    case EK_ALLTOALL: return p->count != 0;
+    case EK_ALLGATHER: return p->count != 0 && p->row != 0;
+    default: return 0;
+    }
+}
+
 enum eng_state { ES_QUEUED = 0, ES_NEW, ES_SENT, ES_CACHED };
 
 /* An operation, which is also the handle the caller holds. */
@@ -65,6 +95,12 @@ struct hoop_engine_handle {
     void **recv;
     const void *send1; /* storage for the one-segment case */
     void *recv1;
+    /* Where its buffers lie, asked once when it is enqueued (enqueue.c) and
+     * used when it runs (execute.c): some sendbuf, some recvbuf is device
+     * memory (a group's tensors are all of one kind), and the GPU of the
+     * buffer the engine's thread works on (-1: none). */
+    uint8_t send_dev, recv_dev;
+    int gpu;
     hoop_engine_cb_t cb;
     void *cb_arg;
     /* the engine's thread only */

@@ -5,6 +5,7 @@
 #include "engine/engine.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "gpu/gpu.h"
 
 #include <errno.h>
 #include <math.h>
@@ -52,9 +53,30 @@ static eng_op_t *op_new(int kind, const char *name, int dtype, int op, double pr
     o->cb_arg = cb_arg;
     o->refs = 2;
     o->last_joined = -1;
+    o->gpu = -1;
     eng_mutex_init(&o->mu);
     pthread_cond_init(&o->cv, NULL);
     return o;
+}
+
+/* Where one tensor's buffers lie (either may be NULL: none given), asked
+ * here once for the operation's life: the ranks compare it (p.device, set
+ * in submit_shaped) and execute.c works from it without asking again. One
+ * question where the sendbuf is the recvbuf, none where no GPU can be
+ * used. Device memory is the GPU's; pinned and managed memory count as
+ * host memory, as everywhere in the engine. Its GPU, the first time a
+ * buffer is device memory: the sendbuf's before the recvbuf's where
+ * send_first. 1 when either buffer is device memory. */
+static int tensor_mem(eng_op_t *o, const void *send, const void *recv, int send_first)
+{
+    struct hoop_mem ks, kr;
+    hoop_gpu_mem_kinds(send, recv, &ks, &kr);
+    int sd = ks.kind == HOOP_MEM_DEVICE, rd = kr.kind == HOOP_MEM_DEVICE;
+    o->send_dev |= (uint8_t)sd;
+    o->recv_dev |= (uint8_t)rd;
+    if (o->gpu < 0 && (sd || rd))
+        o->gpu = send_first ? (sd ? ks.device : kr.device) : (rd ? kr.device : ks.device);
+    return sd || rd;
 }
 
 static hoop_status_t no_memory(hoop_engine_t *e, const char *name)
@@ -114,6 +136,9 @@ static hoop_status_t submit_shaped(hoop_engine_t *e, eng_op_t *op, const hoop_en
         for (int i = 0; i < a->ndims; i++)
             op->p.dims[i] = (uint64_t)a->dims[i];
     }
+    /* Where this rank's data lies, for the ranks to compare (a rank that
+     * gives none takes no side). */
+    op->p.device = (op->send_dev || op->recv_dev) && eng_gives_data(&op->p) ? ENG_DEVICE : ENG_HOST;
     op->t_enq_ns = hoop_now_ns();
     pthread_mutex_lock(&e->mu);
     hoop_status_t st = HOOP_OK;
@@ -259,11 +284,32 @@ static hoop_status_t allreduce_sh(hoop_engine_t *e, const char *name, int n,
             return no_memory(e, name);
         }
     }
+    /* A group's tensors lie on one side on this rank, all on the GPU or all
+     * on the host (a tensor of no elements takes no side): the ranks
+     * compare one kind for the group, and it is fused on that side. */
+    int first = -1, first_dev = 0;
     for (int i = 0; i < nseg; i++) {
         if (grouped)
             o->p.vals[i] = counts[i];
         o->send[i] = sendbufs[i];
         o->recv[i] = recvbufs[i];
+        if (!counts[i])
+            continue;
+        int dev = tensor_mem(o, sendbufs[i], recvbufs[i], 0);
+        if (first < 0) {
+            first = i;
+            first_dev = dev;
+        } else if (dev != first_dev) {
+            o->refs = 1;
+            eng_op_unref(o);
+            return hoop_error(HOOP_ERR_INVALID,
+                              "engine rank %d: '%s': tensor %d of the group is %s memory but "
+                              "tensor %d is %s memory: a group's tensors must all be on the GPU "
+                              "or all on the host (enqueue them as two groups, or copy some "
+                              "across)",
+                              e->rank, name, first, eng_device_str(first_dev), i,
+                              eng_device_str(dev));
+        }
     }
     if (shape_words) {
         uint64_t *w = o->p.vals + nseg;
@@ -358,6 +404,9 @@ static hoop_status_t allgather_sh(hoop_engine_t *e, const char *name, const void
     o->p.count = rows;
     o->p.row = row_elems;
     o->send1 = sendbuf;
+    /* (asked even of no rows: the output lies on the sendbuf's side) */
+    if (sendbuf)
+        tensor_mem(o, sendbuf, NULL, 1);
     return submit_shaped(e, o, sh, handle);
 }
 
@@ -390,6 +439,8 @@ static hoop_status_t broadcast_sh(hoop_engine_t *e, const char *name, void *buf,
     o->p.root = root;
     o->send1 = buf;
     o->recv1 = buf;
+    if (count)
+        tensor_mem(o, buf, buf, 1);
     return submit_shaped(e, o, sh, handle);
 }
 
@@ -483,6 +534,9 @@ static hoop_status_t alltoall_sh(hoop_engine_t *e, const char *name, const void 
     o->p.count = total;
     o->p.row = sh ? row_elems : 0;
     o->send1 = sendbuf;
+    /* (asked even of nothing to send: the output lies on the sendbuf's side) */
+    if (sendbuf)
+        tensor_mem(o, sendbuf, NULL, 1);
     return submit_shaped(e, o, sh, handle);
 }
 
@@ -531,6 +585,8 @@ static hoop_status_t reduce_scatter_sh(hoop_engine_t *e, const char *name, const
         return no_memory(e, name);
     o->send1 = sendbuf;
     o->recv1 = recvbuf;
+    if (total)
+        tensor_mem(o, sendbuf, recvbuf, 1);
     return submit_shaped(e, o, sh, handle);
 }
 

@@ -69,30 +69,28 @@ static void scale(void *buf, size_t n, int dtype, double f)
     hoop_reduce_scale(buf, n, (hoop_dtype_t)dtype, f);
 }
 
-static int on_gpu(const void *p)
-{
-    return p && hoop_gpu_mem_kind(p).kind == HOOP_MEM_DEVICE;
-}
+/* Where an operation's buffers lie was asked once, when it was enqueued
+ * (eng_op_t's send_dev, recv_dev and gpu): nothing here asks the driver
+ * about a pointer again. */
 
-/* The engine's thread works on the GPU of a device buffer p (its copies,
+/* The engine's thread works on the GPU of op's device buffers (its copies,
  * kernels and fusion buffer), whatever device it was on. */
-static hoop_status_t use_gpu_of(struct hoop_engine *e, const char *name, const void *p)
+static hoop_status_t use_gpu_of(struct hoop_engine *e, const char *name, const eng_op_t *op)
 {
     char why[256];
-    struct hoop_mem m = hoop_gpu_mem_kind(p);
-    if (m.kind == HOOP_MEM_DEVICE && hoop_gpu_set_device(m.device, why, sizeof(why)))
+    if (op->gpu >= 0 && hoop_gpu_set_device(op->gpu, why, sizeof(why)))
         return hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': GPU %d: %s", e->rank, name,
-                          m.device, why);
+                          op->gpu, why);
     return HOOP_OK;
 }
 
-/* scale(), on the GPU for device memory. */
+/* scale(), on the GPU where buf is device memory (on_dev). */
 static hoop_status_t scale_any(struct hoop_engine *e, const char *name, void *buf, size_t n,
-                               int dtype, double f)
+                               int dtype, double f, int on_dev)
 {
     if (f == 1.0 || !n)
         return HOOP_OK;
-    if (!on_gpu(buf)) {
+    if (!on_dev) {
         scale(buf, n, dtype, f);
         return HOOP_OK;
     }
@@ -102,16 +100,14 @@ static hoop_status_t scale_any(struct hoop_engine *e, const char *name, void *bu
     return HOOP_OK;
 }
 
-/* memcpy, or cudaMemcpy where either side is device memory. may_dev 0:
- * the caller knows both are host memory (a group whose scan found no
- * device buffer), and nothing is looked up (a driver call per pointer
- * where a GPU is present). */
+/* memcpy, or where either side may be device memory (may_dev), cudaMemcpy,
+ * which finds the direction itself (cudaMemcpyDefault). */
 static hoop_status_t copy_any(struct hoop_engine *e, const char *name, void *dst, const void *src,
                               size_t bytes, int may_dev)
 {
     if (!bytes || dst == src)
         return HOOP_OK;
-    if (!may_dev || (!on_gpu(dst) && !on_gpu(src))) {
+    if (!may_dev) {
         memcpy(dst, src, bytes);
         return HOOP_OK;
     }
@@ -217,11 +213,13 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
         /* One tensor: no copy through the fusion buffer. */
         eng_op_t *op = r0->op;
         const void *src = op->send[0];
-        if (on_gpu(op->recv[0]) && (st = use_gpu_of(e, r0->p.name, op->recv[0])))
+        if (op->recv_dev && (st = use_gpu_of(e, r0->p.name, op)))
             return st;
         if (r0->p.pre != 1.0 && r0->p.count) {
-            if ((st = copy_any(e, r0->p.name, op->recv[0], op->send[0], r0->p.count * es, 1)) ||
-                (st = scale_any(e, r0->p.name, op->recv[0], r0->p.count, r0->p.dtype, r0->p.pre)))
+            if ((st = copy_any(e, r0->p.name, op->recv[0], op->send[0], r0->p.count * es,
+                               op->send_dev || op->recv_dev)) ||
+                (st = scale_any(e, r0->p.name, op->recv[0], r0->p.count, r0->p.dtype, r0->p.pre,
+                                op->recv_dev)))
                 return st;
             src = op->recv[0];
         }
@@ -231,19 +229,18 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
         count_collective(e, 1);
         if (st)
             return st;
-        return scale_any(e, r0->p.name, op->recv[0], r0->p.count, r0->p.dtype, r0->p.post);
+        return scale_any(e, r0->p.name, op->recv[0], r0->p.count, r0->p.dtype, r0->p.post,
+                         op->recv_dev);
     }
     size_t total = 0;
-    const void *dev_buf = NULL;
+    const eng_op_t *dev_op = NULL; /* the first of this rank's with device buffers */
     for (int i = 0; i < n; i++) {
         total += g[i]->p.count;
-        for (int s = 0; g[i]->op && s < nseg(g[i]) && !dev_buf; s++)
-            dev_buf = on_gpu(g[i]->op->recv[s]) ? g[i]->op->recv[s]
-                      : on_gpu(g[i]->op->send[s]) ? g[i]->op->send[s]
-                                                  : NULL;
+        if (!dev_op && g[i]->op && (g[i]->op->send_dev || g[i]->op->recv_dev))
+            dev_op = g[i]->op;
     }
-    int dev = dev_buf != NULL;
-    if (dev && (st = use_gpu_of(e, r0->p.name, dev_buf)))
+    int dev = dev_op != NULL;
+    if (dev && (st = use_gpu_of(e, r0->p.name, dev_op)))
         return st;
     /* A group with device buffers is fused on the GPU (which group a
      * tensor is in was agreed by every rank; where it is fused is this
@@ -269,7 +266,7 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
             off += b;
         }
     if (!st)
-        st = scale_any(e, r0->p.name, buf, total, r0->p.dtype, r0->p.pre);
+        st = scale_any(e, r0->p.name, buf, total, r0->p.dtype, r0->p.pre, dev);
     tl_all(e, g, n, NULL);
     if (st) {
         if (temp)
@@ -281,7 +278,7 @@ static hoop_status_t run_allreduce(struct hoop_engine *e, struct eng_resp **g, i
     tl_all(e, g, n, NULL);
     count_collective(e, n);
     if (!st)
-        st = scale_any(e, r0->p.name, buf, total, r0->p.dtype, r0->p.post);
+        st = scale_any(e, r0->p.name, buf, total, r0->p.dtype, r0->p.post, dev);
     if (!st) {
         tl_all(e, g, n, "MEMCPY_OUT_FUSION_BUFFER");
         off = 0;
@@ -323,8 +320,7 @@ static int same_fusion(const struct eng_resp *a, const struct eng_resp *b)
 static hoop_status_t out_alloc(struct hoop_engine *e, eng_op_t *op, const char *name,
                                size_t bytes, void **out)
 {
-    const void *src = op->send[0];
-    op->out_on_gpu = on_gpu(src);
+    op->out_on_gpu = op->send_dev;
     *out = NULL;
     if (!op->out_on_gpu) {
         if (!(*out = malloc(bytes ? bytes : 1)))
@@ -332,7 +328,7 @@ static hoop_status_t out_alloc(struct hoop_engine *e, eng_op_t *op, const char *
                               "bytes of output", e->rank, name, bytes);
         return HOOP_OK;
     }
-    hoop_status_t st = use_gpu_of(e, name, src);
+    hoop_status_t st = use_gpu_of(e, name, op);
     char why[256];
     if (!st && hoop_gpu_malloc(out, bytes ? bytes : 1, why, sizeof(why)))
         st = hoop_error(HOOP_ERR_SYSTEM, "engine rank %d: '%s': %zu bytes of output on the GPU: "
@@ -496,8 +492,8 @@ static hoop_status_t run_reduce_scatter(struct hoop_engine *e, struct eng_resp *
     }
     const void *src = op->send[0];
     void *tmp = NULL;
-    int dev = on_gpu(src) || on_gpu(op->recv[0]);
-    hoop_status_t st = dev ? use_gpu_of(e, r->p.name, on_gpu(src) ? src : op->recv[0]) : HOOP_OK;
+    int dev = op->send_dev || op->recv_dev;
+    hoop_status_t st = dev ? use_gpu_of(e, r->p.name, op) : HOOP_OK;
     if (!st && r->p.pre != 1.0 && all) {
         /* Scaled in a copy, where the input lives. */
         char why[256];
@@ -509,7 +505,7 @@ static hoop_status_t run_reduce_scatter(struct hoop_engine *e, struct eng_resp *
         if (!st)
             st = copy_any(e, r->p.name, tmp, src, all * es, dev);
         if (!st)
-            st = scale_any(e, r->p.name, tmp, all, r->p.dtype, r->p.pre);
+            st = scale_any(e, r->p.name, tmp, all, r->p.dtype, r->p.pre, dev);
         src = tmp;
     }
     if (st) {
@@ -526,7 +522,7 @@ static hoop_status_t run_reduce_scatter(struct hoop_engine *e, struct eng_resp *
     dev ? hoop_gpu_free(tmp) : free(tmp);
     free(counts);
     if (!st)
-        st = scale_any(e, r->p.name, op->recv[0], mine, r->p.dtype, r->p.post);
+        st = scale_any(e, r->p.name, op->recv[0], mine, r->p.dtype, r->p.post, op->recv_dev);
     return st;
 }
 

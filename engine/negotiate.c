@@ -71,6 +71,14 @@ int eng_params_equal(const struct eng_params *a, const struct eng_params *b, int
         DIFF("%g", a->pre, b->pre, "prescale");
     if (a->post != b->post)
         DIFF("%g", a->post, b->post, "postscale");
+    /* Where the data lies, as Horovod refuses a mix of CPU and GPU tensors,
+     * between ranks that give data (one of no rows or no sends takes no
+     * side). */
+    if (a->device != b->device && eng_gives_data(a) && eng_gives_data(b)) {
+        snprintf(why, why_len, "rank %d gives %s memory but rank %d gives %s memory", ra,
+                 eng_device_str(a->device), rb, eng_device_str(b->device));
+        return 0;
+    }
     /* Shapes where both ranks gave one (Horovod's check): all dimensions
      * but the first for the kinds whose first may differ. */
     int skip = a->kind == EK_ALLGATHER || a->kind == EK_ALLTOALL;
@@ -256,6 +264,18 @@ hoop_status_t eng_table_record(struct hoop_engine *e, int from, int rec, const s
                      "engine rank %d: '%s': %s; every rank must enqueue '%s' with the same "
                      "operation and arguments",
                      e->rank, p->name, why, p->name);
+        } else if (!eng_gives_data(&en->p) && eng_gives_data(p)) {
+            /* The ranks so far gave no data (an allgather's ranks of no
+             * rows, an alltoall's that send nothing): the first that does
+             * is the one the rest are compared with, where its data lies
+             * included, and the one the cache keeps. The same on every
+             * rank: every rank applies the same lists in the same order. */
+            struct eng_params np;
+            if (eng_params_copy(&np, p))
+                return oom(e);
+            free(en->p.vals);
+            en->p = np;
+            en->first_rank = from;
         }
     }
     en->got[from] = 1;

@@ -1,9 +1,11 @@
 /* wire.c - a rank's list of new requests for one cycle, and its parsing.
  *
  * A list is records one after the other: a type byte, then
- *   ER_REQ:  kind, dtype, op (bytes), root (i32), prescale, postscale (f64),
- *            count, row (u64), ndims (u8), ndims u64 dimensions, nvals (u32),
- *            name length (u16), the name, nvals u64 values;
+ *   ER_REQ:  kind, dtype, op, device (bytes: device is ENG_HOST or
+ *            ENG_DEVICE, and ENG_HOST where the request gives no data),
+ *            root (i32), prescale, postscale (f64), count, row (u64),
+ *            ndims (u8), ndims u64 dimensions, nvals, nshape (u32), name
+ *            length (u16), the name, nvals + nshape u64 values;
  *   ER_JOIN: nothing;
  *   ER_FAIL: name length (u16), the name (rank 0: its stall shutdown).
  * Numbers are in the host's byte order: the ranks of a job run one build
@@ -41,7 +43,7 @@ static void put(struct hoop_engine *e, const void *v, size_t n)
 int eng_list_add_req(struct hoop_engine *e, const struct eng_params *p)
 {
     uint16_t nl = (uint16_t)strlen(p->name);
-    size_t need = 1 + 3 + 4 + 16 + 16 + 1 + 8 * (size_t)p->ndims + 4 + 4 + 2 + nl +
+    size_t need = 1 + 4 + 4 + 16 + 16 + 1 + 8 * (size_t)p->ndims + 4 + 4 + 2 + nl +
                   8 * ((size_t)p->nvals + p->nshape);
     if (e->mylist_len + need > ENG_LIST_MAX || list_reserve(e, need))
         return -1;
@@ -50,6 +52,7 @@ int eng_list_add_req(struct hoop_engine *e, const struct eng_params *p)
     put(e, &p->kind, 1);
     put(e, &p->dtype, 1);
     put(e, &p->op, 1);
+    put(e, &p->device, 1);
     put(e, &p->root, 4);
     put(e, &p->pre, 8);
     put(e, &p->post, 8);
@@ -146,16 +149,22 @@ hoop_status_t eng_list_parse(struct hoop_engine *e, int from, const uint8_t *buf
         memset(&p, 0, sizeof(p));
         if (t == ER_REQ) {
             if (get(&r, &p.kind, 1) || get(&r, &p.dtype, 1) || get(&r, &p.op, 1) ||
-                get(&r, &p.root, 4) || get(&r, &p.pre, 8) || get(&r, &p.post, 8) ||
-                get(&r, &p.count, 8) || get(&r, &p.row, 8) || get(&r, &p.ndims, 1) ||
-                p.ndims > HOOP_ENGINE_DIMS_MAX || get(&r, p.dims, 8 * (size_t)p.ndims) ||
-                get(&r, &p.nvals, 4) || get(&r, &p.nshape, 4) || get_name(&r, p.name)) {
+                get(&r, &p.device, 1) || get(&r, &p.root, 4) || get(&r, &p.pre, 8) ||
+                get(&r, &p.post, 8) || get(&r, &p.count, 8) || get(&r, &p.row, 8) ||
+                get(&r, &p.ndims, 1) || p.ndims > HOOP_ENGINE_DIMS_MAX ||
+                get(&r, p.dims, 8 * (size_t)p.ndims) || get(&r, &p.nvals, 4) ||
+                get(&r, &p.nshape, 4) || get_name(&r, p.name)) {
                 what = "a request cut short, or of more than HOOP_ENGINE_DIMS_MAX dimensions";
                 goto bad;
             }
             if (p.kind <= EK_NONE || p.kind >= EK_KIND_COUNT || p.kind == EK_JOIN ||
                 p.dtype >= HOOP_DTYPE_COUNT || p.op >= HOOP_OP_COUNT) {
                 what = "a request of unknown kind, dtype or op";
+                goto bad;
+            }
+            if (p.device > ENG_DEVICE || (p.device == ENG_DEVICE && !eng_gives_data(&p))) {
+                what = "a request whose device kind is neither host nor GPU, or GPU where it "
+                       "gives no data";
                 goto bad;
             }
             if (p.kind == EK_BROADCAST && (p.root < 0 || p.root >= e->size)) {

@@ -4,8 +4,13 @@
  * collective on it. Any thread enqueues a named operation and gets a handle
  * at once; the ranks may enqueue the same names in different orders. Each
  * cycle (HOOP_CYCLE_TIME) the engines agree on which names every rank has
- * enqueued, check that the ranks agree on what each one is (a disagreement
- * fails that name on every rank with HOOP_ERR_MISMATCH), pack ready
+ * enqueued, check that the ranks agree on what each one is (its kind,
+ * dtype, op, root, scale factors, counts and shapes, and whether its data
+ * lies in a GPU's device memory or in host memory: pinned and managed
+ * memory are host memory here, and a rank that gives no data, such as an
+ * allgather's of no rows, takes no side; a disagreement fails that name on
+ * every rank with HOOP_ERR_MISMATCH, as Horovod refuses a CPU tensor on one
+ * rank against a GPU tensor on another), pack ready
  * allreduces of the same dtype, op and scale factors into one fusion buffer
  * (HOOP_FUSION_THRESHOLD) and run them in one order on every rank. Names that
  * ran before are agreed by one small allreduce (HOOP_CACHE_CAPACITY).
@@ -146,7 +151,9 @@ HOOP_API hoop_engine_handle_t *hoop_engine_enqueue(hoop_engine_op_args_t *a, con
 
 /* n allreduces that run together, fused, once all are ready on all ranks:
  * tensor i is counts[i] elements from sendbufs[i] to recvbufs[i]. One
- * handle for the group, named `name`. */
+ * handle for the group, named `name`. On one rank the group's tensors are
+ * all device memory or all host memory (a tensor of no elements takes no
+ * side): a group of both is refused at once (HOOP_ERR_INVALID). */
 HOOP_API hoop_status_t hoop_engine_grouped_allreduce(
     hoop_engine_t *engine, const char *name, int n, const void *const *sendbufs,
     void *const *recvbufs, const size_t *counts, hoop_dtype_t dtype, hoop_op_t op, double prescale,

@@ -27,6 +27,7 @@
 #include "collectives/comm.h"
 #include "collectives/mem.h"
 #include "engine/engine.h"
+#include "gpu/gpu.h"
 #include "harness.h"
 #include "hoop.h"
 #include "hoop_engine.h"
@@ -823,6 +824,183 @@ static int body_group_shapes(hoop_engine_t *e, int rank, int size, void *arg)
 Test(async, a_groups_shapes_are_compared_tensor_by_tensor_n3, .timeout = 60)
 {
     async_case_t c = {.body = body_group_shapes};
+    run_case(3, &c, 40);
+}
+
+/* ---- where the data lies: host against device memory ---------------------- */
+
+/* A rank's buffers are "device memory" while it forces the emulation on
+ * (gpu.h: every buffer is GPU 0's, the device pipeline run over host
+ * memory), host memory while it forces it off: each rank is a process, its
+ * switch its own, whatever HOOP_GPU_EMULATE the pass sets. */
+
+/* A lone allreduce (sum of 16 i32, in place) or a group of three tensors
+ * (5 elements, none, 3) of the same; its status, the sentence in *why. */
+static hoop_status_t where_op(hoop_engine_t *e, const char *name, int group, int32_t *x, int32_t *y,
+                              const char **why)
+{
+    hoop_engine_handle_t *h;
+    hoop_status_t st;
+    *why = "";
+    if (group) {
+        const void *s[3] = {x, NULL, y};
+        void *r[3] = {x, NULL, y};
+        size_t counts[3] = {5, 0, 3};
+        st = hoop_engine_grouped_allreduce(e, name, 3, s, r, counts, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                           NULL, NULL, &h);
+    } else {
+        st = hoop_engine_allreduce(e, name, x, x, 16, HOOP_I32, HOOP_SUM, 1.0, 1.0, NULL, NULL, &h);
+    }
+    if (st) {
+        *why = hoop_last_error();
+        return st;
+    }
+    st = hoop_engine_wait(h, WAIT_S);
+    if (st == HOOP_OK)
+        st = hoop_engine_status(h, why);
+    else
+        hoop_engine_status(h, why);
+    static char kept[2048];
+    snprintf(kept, sizeof kept, "%s", *why);
+    *why = kept;
+    hoop_engine_release(h);
+    return st;
+}
+
+/* name on every rank, rank 0's buffers on the (emulated) GPU and rank 1's
+ * on the host: a mismatch on both, the sentence naming both kinds. */
+static int where_refused(hoop_engine_t *e, const char *name, int group, int rank)
+{
+    static int32_t x[16], y[3];
+    hoop_gpu_emulate_force(rank == 0);
+    const char *why;
+    hoop_status_t st = where_op(e, name, group, x, y, &why);
+    hoop_gpu_emulate_force(0);
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "'%s'", name);
+    int named = strstr(why, "rank 0 gives device (GPU) memory but rank 1 gives host memory") ||
+                strstr(why, "rank 1 gives host memory but rank 0 gives device (GPU) memory");
+    if (st != HOOP_ERR_MISMATCH || !named || !strstr(why, quoted))
+        return harness_failf(rank,
+                             "%s on device memory on rank 0, host memory on rank 1: %s (%s); "
+                             "wanted a mismatch naming both ranks and where each one's data lies",
+                             name, hoop_status_str(st), why);
+    fprintf(stderr, "rank %d: %s\n", rank, why);
+    return 0;
+}
+
+/* name on every rank, every rank's buffers on the host (dev 0) or the
+ * (emulated) GPU: exact sums. */
+static int where_agreed(hoop_engine_t *e, const char *name, int group, int dev, int rank, int size)
+{
+    static int32_t x[16], y[3];
+    for (int i = 0; i < 16; i++)
+        x[i] = val(rank, 1, (size_t)i);
+    for (int i = 0; i < 3; i++)
+        y[i] = val(rank, 2, (size_t)i);
+    hoop_gpu_emulate_force(dev);
+    const char *why;
+    hoop_status_t st = where_op(e, name, group, x, y, &why);
+    hoop_gpu_emulate_force(0);
+    if (st)
+        return harness_failf(rank, "%s on %s memory on every rank: %s (%s)", name,
+                             dev ? "device" : "host", hoop_status_str(st), why);
+    for (int i = 0; i < (group ? 5 : 16); i++) {
+        int32_t want = 0;
+        for (int r = 0; r < size; r++)
+            want += val(r, 1, (size_t)i);
+        if (x[i] != want)
+            return harness_failf(rank, "%s[%d] = %d, want %d", name, i, x[i], want);
+    }
+    for (int i = 0; group && i < 3; i++) {
+        int32_t want = 0;
+        for (int r = 0; r < size; r++)
+            want += val(r, 2, (size_t)i);
+        if (y[i] != want)
+            return harness_failf(rank, "%s: tensor 2 [%d] = %d, want %d", name, i, y[i], want);
+    }
+    return 0;
+}
+
+static int body_where(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    int rc = where_refused(e, "w.lone", 0, rank) || where_refused(e, "w.group", 1, rank) ||
+             /* the engine goes on, on either side (a group's tensor of no
+              * elements and no buffer takes no side) */
+             where_agreed(e, "w.after", 0, 0, rank, size) ||
+             where_agreed(e, "w.after.group", 1, 0, rank, size) ||
+             where_agreed(e, "w.after.dev", 0, 1, rank, size) ||
+             where_agreed(e, "w.after.dev.group", 1, 1, rank, size) ||
+             /* a name the cache holds, agreed on the host, then given on
+              * the GPU by rank 0: not taken from the cache, refused */
+             where_agreed(e, "w.cached", 0, 0, rank, size) ||
+             where_agreed(e, "w.cached", 0, 0, rank, size) ||
+             where_refused(e, "w.cached", 0, rank) || where_agreed(e, "w.cached", 0, 0, rank, size);
+    /* The fusion buffer on the "GPU" was allocated under the emulation: the
+     * engine frees it under it too. */
+    hoop_gpu_emulate_force(1);
+    return rc;
+}
+
+Test(async, host_against_device_memory_fails_on_every_rank_n2, .timeout = 60)
+{
+    async_case_t c = {.body = body_where};
+    run_case(2, &c, 40);
+}
+
+/* An allgather's rank of no rows gives no buffer and takes no side: rank 0
+ * announces first and gives none, and ranks 1 and 2, giving rows on the
+ * (emulated) GPU, agree; with one of them on the host they do not (the
+ * first rank that gives rows is the one the others are compared with). */
+static int body_where_rows(hoop_engine_t *e, int rank, int size, void *arg)
+{
+    (void)arg;
+    static int32_t in[6];
+    for (int i = 0; i < 6; i++)
+        in[i] = rank * 100 + i;
+    for (int round = 0; round < 3; round++) {
+        char name[32];
+        snprintf(name, sizeof name, "rows.%d", round);
+        if (rank > 0) /* rank 0's announcement is the first */
+            harness_sleep_ms(200);
+        /* round 0: ranks 1 and 2 on the GPU; 1: rank 1 only; 2: rank 2 only */
+        int dev = round == 0 ? rank > 0 : rank == round;
+        hoop_gpu_emulate_force(dev);
+        hoop_engine_handle_t *h;
+        hoop_status_t st = hoop_engine_allgather(e, name, rank ? in : NULL, rank ? 2 : 0, 3,
+                                                 HOOP_I32, NULL, NULL, &h);
+        if (st)
+            return harness_fail(rank, name, st);
+        st = hoop_engine_wait(h, WAIT_S);
+        const char *why = "";
+        hoop_engine_status(h, &why);
+        if (round == 0) {
+            size_t n = 0;
+            const int32_t *out = st ? NULL : hoop_engine_output(h, &n);
+            if (st || n != 12)
+                return harness_failf(rank, "%s: %s (%s), %zu elements", name, hoop_status_str(st),
+                                     why, n);
+            for (size_t i = 0; i < 12; i++)
+                if (out[i] != (int32_t)((1 + i / 6) * 100 + i % 6))
+                    return harness_failf(rank, "%s[%zu] = %d", name, i, out[i]);
+        } else if (st != HOOP_ERR_MISMATCH || !strstr(why, "rank 1 gives ") ||
+                   !strstr(why, "rank 2 gives ") ||
+                   !strstr(why, round == 1 ? "rank 1 gives device (GPU) memory"
+                                           : "rank 2 gives device (GPU) memory")) {
+            return harness_failf(rank, "%s: %s (%s), wanted a mismatch of ranks 1 and 2", name,
+                                 hoop_status_str(st), why);
+        }
+        hoop_engine_release(h); /* (an output on the "GPU" freed under the emulation) */
+        hoop_gpu_emulate_force(0);
+    }
+    (void)size;
+    return 0;
+}
+
+Test(async, a_rank_of_no_rows_takes_no_side_n3, .timeout = 60)
+{
+    async_case_t c = {.body = body_where_rows};
     run_case(3, &c, 40);
 }
 
@@ -2029,6 +2207,7 @@ static hoop_status_t count_rec(struct hoop_engine *e, int from, int rec, const s
             parsed_vals[i] = p->vals[i];
         parsed_shape.ndims = p->ndims;
         memcpy(parsed_shape.dims, p->dims, sizeof p->dims);
+        parsed_shape.device = p->device;
     }
     return HOOP_OK;
 }
@@ -2041,6 +2220,7 @@ Test(async, request_lists_round_trip_and_refuse_garbage)
     uint64_t splits[3] = {7, 8, 9};
     struct eng_params p = {.kind = EK_ALLTOALL,
                            .dtype = HOOP_F32,
+                           .device = ENG_DEVICE,
                            .root = -1,
                            .pre = 1.0,
                            .post = 1.0,
@@ -2060,6 +2240,7 @@ Test(async, request_lists_round_trip_and_refuse_garbage)
     cr_expect_str_eq(parsed_name, "layer.weight");
     cr_expect(parsed_vals[0] == 7 && parsed_vals[2] == 9);
     cr_expect(parsed_shape.ndims == 3 && parsed_shape.dims[0] == 12 && parsed_shape.dims[2] == 2);
+    cr_expect_eq(parsed_shape.device, ENG_DEVICE);
     /* Every cut short of the whole is refused, naming the sender. */
     for (size_t cut = 1; cut < len - 1; cut++) {
         hoop_status_t st = eng_list_parse(&e, 1, e.mylist, cut, count_rec);
@@ -2081,10 +2262,22 @@ Test(async, request_lists_round_trip_and_refuse_garbage)
     /* An alltoall whose splits do not number the ranks is refused. */
     e.size = 4;
     cr_expect_eq(eng_list_parse(&e, 0, e.mylist, len, count_rec), HOOP_ERR_PEER);
-    /* More dimensions than a shape may have are refused (the byte after
-     * row: type, kind, dtype, op, root, pre, post, count, row). */
+    /* Where the data lies: host or device, and host where a request gives
+     * no data (the byte after op: type, kind, dtype, op). */
     e.size = 3;
-    size_t at_ndims = 1 + 3 + 4 + 8 + 8 + 8 + 8;
+    size_t at_device = 1 + 3;
+    cr_assert_eq(e.mylist[at_device], ENG_DEVICE);
+    e.mylist[at_device] = 2;
+    cr_expect_eq(eng_list_parse(&e, 1, e.mylist, len, count_rec), HOOP_ERR_PEER);
+    cr_expect(strstr(hoop_last_error(), "device kind") != NULL, "%s", hoop_last_error());
+    e.mylist[at_device] = ENG_HOST;
+    parsed_shape.device = ENG_DEVICE;
+    cr_expect_eq(eng_list_parse(&e, 1, e.mylist, len, count_rec), HOOP_OK, "%s", hoop_last_error());
+    cr_expect_eq(parsed_shape.device, ENG_HOST);
+    e.mylist[at_device] = ENG_DEVICE;
+    /* More dimensions than a shape may have are refused (the byte after
+     * row: type, kind, dtype, op, device, root, pre, post, count, row). */
+    size_t at_ndims = 1 + 4 + 4 + 8 + 8 + 8 + 8;
     cr_assert_eq(e.mylist[at_ndims], 3);
     e.mylist[at_ndims] = HOOP_ENGINE_DIMS_MAX + 1;
     cr_expect_eq(eng_list_parse(&e, 1, e.mylist, len, count_rec), HOOP_ERR_PEER);
@@ -2127,6 +2320,28 @@ Test(async, request_lists_round_trip_and_refuse_garbage)
     cr_assert_eq(eng_list_add_req(&e, &gp), 0);
     cr_expect_eq(eng_list_parse(&e, 1, e.mylist, e.mylist_len, count_rec), HOOP_ERR_PEER,
                  "shapes of a group on an allgather accepted");
+    /* Device memory on a request that gives no data (a barrier; an
+     * allreduce of no elements) is refused. */
+    struct eng_params bp = {.kind = EK_BARRIER, .device = ENG_DEVICE, .root = -1};
+    snprintf(bp.name, sizeof bp.name, "hoop.barrier.0");
+    struct eng_params zp = gp;
+    zp.kind = EK_ALLREDUCE;
+    zp.vals = NULL;
+    zp.nvals = zp.nshape = 0;
+    zp.count = 0;
+    zp.device = ENG_DEVICE;
+    struct eng_params *nodata[2] = {&bp, &zp};
+    for (int k = 0; k < 2; k++) {
+        e.mylist_len = 0;
+        cr_assert_eq(eng_list_add_req(&e, nodata[k]), 0);
+        cr_expect_eq(eng_list_parse(&e, 1, e.mylist, e.mylist_len, count_rec), HOOP_ERR_PEER,
+                     "device memory on a request of no data accepted (%d)", k);
+        nodata[k]->device = ENG_HOST;
+        e.mylist_len = 0;
+        cr_assert_eq(eng_list_add_req(&e, nodata[k]), 0);
+        cr_expect_eq(eng_list_parse(&e, 1, e.mylist, e.mylist_len, count_rec), HOOP_OK, "%s",
+                     hoop_last_error());
+    }
     /* Only rank 0 may fail a name. */
     e.mylist_len = 0;
     cr_assert_eq(eng_list_add_fail(&e, "x"), 0);

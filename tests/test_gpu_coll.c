@@ -902,6 +902,82 @@ static void engine_outputs_test(int n)
 Test(gpucoll, engine_outputs_on_the_device_ranks_2, .timeout = 150) { engine_outputs_test(2); }
 Test(gpucoll, engine_outputs_on_the_device_ranks_3, .timeout = 150) { engine_outputs_test(3); }
 
+/* The engine refuses, as Horovod does, an allreduce whose data is on a GPU
+ * on one rank and on the host on another: rank 0 gives device memory, the
+ * others host memory, and it fails on every rank naming both. On a GPU, a
+ * group of a device and a host tensor on one rank is refused at once (under
+ * the emulation every buffer is device memory: that half needs a GPU). */
+static int engine_where_rank(int rank, int size, int port, void *varg)
+{
+    const struct coll_arg *a = varg;
+    hoop_engine_t *e;
+    int orc = engine_open(a, rank, size, port, &e);
+    if (orc)
+        return orc;
+    /* Static: a rank that fails returns while its engine may still use them. */
+    static int32_t host[64];
+    for (int i = 0; i < 64; i++)
+        host[i] = rank + i;
+    void *dev = dev_alloc(a->real, sizeof(host));
+    if (!dev || dev_put(a->real, dev, host, sizeof(host)))
+        return harness_failf(rank, "device buffer");
+    int rc = 0;
+    if (!a->real)
+        hoop_gpu_emulate_force(rank == 0); /* (whatever HOOP_GPU_EMULATE says) */
+    void *buf = rank == 0 ? dev : (void *)host;
+    hoop_engine_handle_t *h = NULL;
+    hoop_status_t st = hoop_engine_allreduce(e, "mixed", buf, buf, 64, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                             NULL, NULL, &h);
+    const char *why = hoop_last_error();
+    if (!st) {
+        st = hoop_engine_wait(h, 30);
+        hoop_engine_status(h, &why);
+    }
+    if (st != HOOP_ERR_MISMATCH || !strstr(why, "rank 0 gives device (GPU) memory") ||
+        !strstr(why, "gives host memory"))
+        rc = harness_failf(rank,
+                           "device memory on rank 0, host memory on the others: %s (%s); "
+                           "wanted a mismatch naming both",
+                           hoop_status_str(st), why);
+    else
+        fprintf(stderr, "rank %d: %s\n", rank, why);
+    if (h)
+        hoop_engine_release(h);
+    if (!a->real)
+        hoop_gpu_emulate_force(0);
+    if (!rc && a->real) {
+        const void *s[2] = {dev, host};
+        void *r[2] = {dev, host};
+        size_t counts[2] = {64, 64};
+        hoop_engine_handle_t *g = NULL;
+        st = hoop_engine_grouped_allreduce(e, "half", 2, s, r, counts, HOOP_I32, HOOP_SUM, 1.0, 1.0,
+                                           NULL, NULL, &g);
+        if (st != HOOP_ERR_INVALID ||
+            !strstr(hoop_last_error(),
+                    "tensor 0 of the group is device (GPU) memory but tensor 1 is host memory"))
+            rc = harness_failf(rank,
+                               "a group of a device and a host tensor: %s (%s); wanted it "
+                               "refused at once",
+                               hoop_status_str(st), hoop_last_error());
+        if (g)
+            hoop_engine_release(g);
+    }
+    hoop_engine_destroy(e);
+    dev_free(a->real, dev);
+    return rc;
+}
+
+Test(gpucoll, engine_refuses_host_against_device_memory_ranks_2, .timeout = 150)
+{
+    struct coll_arg a = {.real = gpu_mode()};
+    char report[8192];
+    bool ok = harness_run_raw(2, engine_where_rank, &a, 120, report, sizeof(report));
+    cr_assert(ok,
+              "engine allreduce of device memory against host memory at N = 2 on %s device "
+              "buffers:\n%s",
+              a.real ? "GPU" : "emulated", report);
+}
+
 /* ---- GPUDirect RDMA: the dma-buf export, and HOOP_GPU_DIRECT=1 refused ---- */
 
 Test(gpucoll, dma_buf_of_device_memory)

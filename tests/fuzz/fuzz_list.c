@@ -2,10 +2,11 @@
  * (engine/wire.c), which every rank gathers from every other each cycle.
  * The input is the job's size and the sender (two bytes), then the list.
  * What parses must lie within the bounds of engine.h (a kind, dtype and op
- * that exist, a name of 1 to HOOP_ENGINE_NAME_MAX bytes without a NUL, at
+ * that exist, a device kind of host or GPU and host where the request gives
+ * no data, a name of 1 to HOOP_ENGINE_NAME_MAX bytes without a NUL, at
  * most HOOP_ENGINE_DIMS_MAX dimensions, the values an alltoall or an uneven
- * reduce_scatter needs, a group's shapes only on a grouped allreduce); each request, encoded again and parsed again,
- * must come back the same. */
+ * reduce_scatter needs, a group's shapes only on a grouped allreduce); each
+ * request, encoded again and parsed again, must come back the same. */
 #include "engine/engine.h"
 
 #include <stddef.h>
@@ -20,9 +21,9 @@ static struct eng_params first;
 
 static int same(const struct eng_params *a, const struct eng_params *b)
 {
-    return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
-           !memcmp(&a->pre, &b->pre, 8) && !memcmp(&a->post, &b->post, 8) && a->count == b->count &&
-           a->row == b->row && a->ndims == b->ndims &&
+    return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->device == b->device &&
+           a->root == b->root && !memcmp(&a->pre, &b->pre, 8) && !memcmp(&a->post, &b->post, 8) &&
+           a->count == b->count && a->row == b->row && a->ndims == b->ndims &&
            !memcmp(a->dims, b->dims, 8 * (size_t)a->ndims) && a->nvals == b->nvals &&
            a->nshape == b->nshape &&
            (!a->nvals || !memcmp(a->vals, b->vals, 8 * ((size_t)a->nvals + a->nshape))) &&
@@ -54,7 +55,8 @@ static hoop_status_t parsed(struct hoop_engine *e, int from, int rec, const stru
         return HOOP_OK;
     }
     if (rec != ER_REQ || p->kind <= EK_NONE || p->kind >= EK_KIND_COUNT || p->kind == EK_JOIN ||
-        p->dtype >= HOOP_DTYPE_COUNT || p->op >= HOOP_OP_COUNT || p->ndims > HOOP_ENGINE_DIMS_MAX ||
+        p->dtype >= HOOP_DTYPE_COUNT || p->op >= HOOP_OP_COUNT || p->device > ENG_DEVICE ||
+        (p->device && !eng_gives_data(p)) || p->ndims > HOOP_ENGINE_DIMS_MAX ||
         p->nvals > ENG_VALS_MAX || (p->nvals && !p->vals) ||
         (p->nshape && (p->kind != EK_ALLREDUCE || !p->nvals ||
                        p->nshape > p->nvals * (1u + HOOP_ENGINE_DIMS_MAX))) ||
