@@ -310,8 +310,9 @@ static int runs_alone(const struct eng_resp *r)
 
 static int same_fusion(const struct eng_resp *a, const struct eng_resp *b)
 {
-    return !runs_alone(b) && !b->done && !b->err && b->p.kind == EK_ALLREDUCE && a->p.dtype == b->p.dtype &&
-           a->p.op == b->p.op && a->p.pre == b->p.pre && a->p.post == b->p.post;
+    return !runs_alone(b) && !b->done && !b->err && b->p.kind == EK_ALLREDUCE &&
+           a->p.dtype == b->p.dtype && a->p.op == b->p.op && a->p.pre == b->p.pre &&
+           a->p.post == b->p.post && a->p.device == b->p.device;
 }
 
 /* The output of an allgather or alltoall, bytes long: on the GPU of the
@@ -612,9 +613,10 @@ hoop_status_t eng_execute(struct hoop_engine *e)
                 bytes += q->p.count * es;
                 g[n++] = q;
             }
-            /* A fused group: every rank reserves its fusion buffer here,
-             * whatever its own buffers (fusion_reserve). */
-            if ((n > 1 || r->p.nvals) && bytes <= e->fusion_threshold)
+            /* A fused group on the host (the agreed kind: a group is of one
+             * kind): every rank reserves its fusion buffer here, whatever
+             * its own buffers (fusion_reserve). */
+            if ((n > 1 || r->p.nvals) && r->p.device == ENG_HOST && bytes <= e->fusion_threshold)
                 st = fusion_reserve(e, bytes);
             if (!st)
                 st = run_allreduce(e, g, n);

@@ -2590,6 +2590,9 @@ static int body_shared_fusion(hoop_engine_t *e, int rank, int size, void *arg)
 
 Test(async, fused_groups_run_in_place_in_shared_memory_n3, .timeout = 60)
 {
-    async_case_t c = {.body = body_shared_fusion, .env = {"HOOP_CYCLE_TIME=20", "HOOP_SHM=auto"}};
+    /* Host buffers whatever the pass (the gpuemu pass takes every buffer
+     * for device memory, whose groups fuse on the GPU). */
+    async_case_t c = {.body = body_shared_fusion,
+                      .env = {"HOOP_CYCLE_TIME=20", "HOOP_SHM=auto", "HOOP_GPU_EMULATE=0"}};
     run_case(3, &c, 40);
 }
