@@ -350,8 +350,9 @@ test-tsan:
 	    TEST_ARGS="--filter='$(TSAN_SUITES)'" test
 
 # valgrind's memcheck on 4-rank jobs of ring_bench, each rank under
-# valgrind: an allreduce on each TCP engine (io_uring and poll) and an
-# alltoall (whose connections are made on first use). Any error, and any
+# valgrind: an allreduce on each TCP engine (io_uring and poll), an
+# alltoall (whose connections are made on first use) and an allreduce in
+# memory from hoop_mem_alloc (ring_bench -R). Any error, and any
 # block lost (definitely, indirectly or possibly) when a rank exits, fails.
 VALGRIND := valgrind -q --error-exitcode=3 --leak-check=full \
     --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible
@@ -359,6 +360,7 @@ test-valgrind: all
 	HOOP_TCP_ENGINE=uring $(BUILD)/hooprun -np 4 $(VALGRIND) $(BUILD)/ring_bench -b 8 -e 16M -f 8 -n 2 -w 1
 	HOOP_TCP_ENGINE=poll $(BUILD)/hooprun -np 4 $(VALGRIND) $(BUILD)/ring_bench -b 8 -e 16M -f 8 -n 2 -w 1
 	$(BUILD)/hooprun -np 4 $(VALGRIND) $(BUILD)/ring_bench -C alltoall -b 8 -e 1M -f 8 -n 2 -w 1
+	$(BUILD)/hooprun -np 4 $(VALGRIND) $(BUILD)/ring_bench -R -b 8 -e 16M -f 8 -n 2 -w 1
 
 # libFuzzer on the parsers of what arrives from the network, FUZZ_SECONDS
 # each (clang only). New inputs go to build/fuzz/corpus-*, an input that
