@@ -20,6 +20,7 @@
 #include "common/relax.h"
 #include "common/status.h"
 #include "reduce/reduce.h"
+#include "ring/frame.h"
 #include "ring/pipeline.h"
 
 #include <errno.h>
@@ -120,14 +121,36 @@ static hoop_status_t wait_failed(hoop_comm_t *c, int rc, int who, uint64_t seq, 
         return hoop_error(HOOP_ERR_TIMEOUT,
                           "rank %d: allreduce #%llu in shared memory timed out "
                           "after %.1f s waiting for rank %d (%s, pid %u) to %s (is that rank "
-                          "stopped, slower than HOOP_TIMEOUT allows, or in another call: one "
-                          "whose count puts it at or below HOOP_SMALL_BYTES?)",
+                          "stopped, or slower than HOOP_TIMEOUT allows?)",
                           c->rank, (unsigned long long)seq, c->timeout_s, who, p->host, p->pid,
                           what);
     return hoop_error(HOOP_ERR_ABORTED,
                       "rank %d: allreduce #%llu in shared memory: woken while "
                       "waiting for rank %d to %s",
                       c->rank, (unsigned long long)seq, who, what);
+}
+
+/* The ring's announcements failed (err): cancelled, and said. */
+static hoop_status_t announce_failed(hoop_comm_t *c, int err)
+{
+    struct hoop_ring *r = &c->ring;
+    char what[160];
+    hoop_frame_what(&r->cur, what, sizeof(what));
+    hoop_ring_cancel(r);
+    r->fail_err = err;
+    r->fail_peer = r->prev;
+    hoop_status_t st = hoop_frame_status(r, err, what);
+    if (st)
+        return st;
+    const struct hoop_peer *p = &c->bs.peers[r->prev];
+    if (err == -ETIMEDOUT)
+        return hoop_error(HOOP_ERR_TIMEOUT,
+                          "rank %d: %s in shared memory timed out after %.1f s waiting for rank "
+                          "%d (%s, pid %u) to begin it (is that rank stopped, or slower than "
+                          "HOOP_TIMEOUT allows?)",
+                          c->rank, what, c->timeout_s, r->prev, p->host, p->pid);
+    return hoop_error(hoop_status_from_errno(err), "rank %d: %s in shared memory: rank %d: %s",
+                      c->rank, what, r->prev, hoop_ring_errno_str(r, err));
 }
 
 /* Rank k's buffer as its announcement names it: its start in this rank's
@@ -172,7 +195,20 @@ int hoop_mem_allreduce(hoop_comm_t *c, const void *sendbuf, void *recvbuf, size_
     size_t bytes = count * hoop_dtype_size(dtype);
     uint64_t seq = ++c->mem->seq;
     uint64_t deadline = hoop_deadline_after(c->timeout_s);
-    hoop_frame_begin(&c->ring, HOOP_COLL_ALLREDUCE, count, dtype, op, -1);
+    struct hoop_ring *r = &c->ring;
+    hoop_frame_begin(r, HOOP_COLL_ALLREDUCE, count, dtype, op, -1);
+    /* The ring's announcements first, as every collective makes them: a
+     * neighbour in another call (a count that puts it at or below
+     * HOOP_SMALL_BYTES, another collective) is a mismatch at once, told
+     * as on the ring, not a wait on a control page to the deadline. */
+    uint64_t adl = deadline;
+    int err = hoop_frame_announce(r, 1, 1);
+    if (!err)
+        err = hoop_frame_announce_wait(r, &adl, c->timeout_s);
+    if (err) {
+        *st = announce_failed(c, err);
+        return 1;
+    }
     uint64_t soff = 0, roff = 0;
     struct hoop_mem_region *sg = hoop_mem_find(c, sendbuf, bytes, &soff);
     struct hoop_mem_region *rg = hoop_mem_find(c, recvbuf, bytes, &roff);

@@ -18,6 +18,7 @@
 #include "collectives/comm.h"
 #include "collectives/mem.h"
 #include "harness.h"
+#include "ring/frame.h"
 #include "values.h"
 
 static uint32_t mem_hash(uint64_t i)
@@ -364,6 +365,13 @@ static int lying_rank(hoop_comm_t *comm, int rank, int size, void *arg)
         struct hoop_mem_region *g = hoop_mem_ctl_region(comm);
         if (!g)
             return harness_failf(rank, "the memory is not shared");
+        /* The call's announcements on the ring, as an honest rank's. */
+        struct hoop_ring *r = &comm->ring;
+        uint64_t dl = 0;
+        hoop_frame_begin(r, HOOP_COLL_ALLREDUCE, MEM_COUNT, HOOP_F32, HOOP_SUM, -1);
+        int rc = hoop_frame_announce(r, 1, 1);
+        if (rc || (rc = hoop_frame_announce_wait(r, &dl, 10.0)))
+            return harness_failf(rank, "the ring's announcements: %s", strerror(-rc));
         struct hoop_mem_ctl *ctl = (struct hoop_mem_ctl *)g->base;
         ctl->count = MEM_COUNT;
         ctl->dtype = HOOP_F32;
@@ -470,4 +478,34 @@ Test(mem, a_rank_without_memfd_keeps_every_rank_its_own_n2, .timeout = 120)
 {
     shm("auto");
     run_ranks(2, no_memfd, NULL);
+}
+
+/* Rank 1's count puts its call at or below HOOP_SMALL_BYTES, where the
+ * others' go in place: every rank fails at once with HOOP_ERR_MISMATCH
+ * (the ring's announcements meet the small path's messages), not at the
+ * 30 s deadline. */
+static int small_against_mapped(hoop_comm_t *comm, int rank, int size, void *arg)
+{
+    (void)size;
+    (void)arg;
+    size_t bytes = MEM_COUNT * 4;
+    void *send = NULL, *recv = NULL;
+    if (shared_pair(comm, rank, bytes, &send, &recv))
+        return 1;
+    memset(send, 0, bytes);
+    double t0 = harness_now();
+    hoop_status_t st =
+        hoop_allreduce(comm, send, recv, rank == 1 ? 1000 : MEM_COUNT, HOOP_F32, HOOP_SUM);
+    if (st != HOOP_ERR_MISMATCH)
+        return harness_failf(rank, "returned %s, not HOOP_ERR_MISMATCH: %s", hoop_status_str(st),
+                             hoop_last_error());
+    if (harness_since(t0) > 10.0)
+        return harness_failf(rank, "told after %.1f s", harness_since(t0));
+    return 0;
+}
+
+Test(mem, a_count_at_or_below_the_small_threshold_is_a_mismatch_n3, .timeout = 120)
+{
+    shm("auto");
+    run_ranks(3, small_against_mapped, NULL);
 }
