@@ -1,19 +1,21 @@
 /* mapped.c - the allreduce in place in memory every rank of the host maps
  * (mem.h).
  *
- * Each rank announces where its buffers lie in its control page and
- * waits until every rank has announced the same call. Every rank reads
- * every announcement, so all decide alike: a disagreement (count, dtype,
- * op) fails the call on every rank; a rank whose buffers are not all in
- * shared memory sends every rank to the ring instead. Otherwise rank k
- * reduces segment k of the buffer from every rank's sendbuf, in rank
- * order, a block at a time through a buffer in its cache, and writes the
- * block into every rank's recvbuf: each input byte is read once, each
- * output byte written once, and no rank's other segments are touched, so
- * the buffers may be in place on any rank. Every rank then says it is done
- * and returns once all are, so that no buffer is read or written after
- * its rank returned. Every wait watches the deadline, the communicator's
- * abort and its root, and the other ranks' processes. */
+ * The call opens with the ring's announcements (frame.h), as every
+ * collective's does, so that a neighbour in another call is a mismatch at
+ * once. Each rank then announces where its buffers lie in its control page
+ * and waits until every rank has announced the same call. Every rank reads
+ * every announcement, so all decide alike: a disagreement (count, dtype, op)
+ * fails the call on every rank; a rank whose buffers are not all in shared
+ * memory sends every rank to the ring instead. Otherwise rank k reduces
+ * segment k of the buffer from every rank's sendbuf, in rank order, a block
+ * at a time through a buffer in its cache, and writes the block into every
+ * rank's recvbuf: each input byte is read once, each output byte written
+ * once, and no rank's other segments are touched, so the buffers may be in
+ * place on any rank. Every rank then says it is done and returns once all
+ * are, so that no buffer is read or written after its rank returned. Every
+ * wait watches the deadline, the communicator's abort and its root, and the
+ * other ranks' processes. */
 #include "collectives/comm.h"
 #include "collectives/mem.h"
 #include "common/clock.h"
