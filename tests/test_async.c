@@ -2538,15 +2538,30 @@ Test(async, big_tensors_run_alone_n3, .timeout = 60)
 #define NS 12
 #define NS_COUNT 30000 /* 117 KiB each: a group is past HOOP_SMALL_BYTES */
 
-/* One step of NS tensors enqueued within a cycle by the ranks that have
- * not joined (the others give zeros): exact, as their sum. */
-static int shared_step(hoop_engine_t *e, int rank, int size, int step, int active)
+/* One step of NS tensors by the ranks that have not joined (the others
+ * give zeros): exact, as their sum. grouped: one grouped allreduce, which
+ * always goes through the fusion buffer; else one enqueue each within a
+ * cycle (fused as the cycles catch them). */
+static int shared_step(hoop_engine_t *e, int rank, int size, int step, int active, int grouped)
 {
     static int32_t buf[NS][NS_COUNT];
     hoop_engine_handle_t *h[NS];
+    const void *sb[NS];
+    void *rb[NS];
+    size_t cnt[NS];
     for (int t = 0; t < NS; t++) {
         for (int i = 0; i < NS_COUNT; i++)
             buf[t][i] = val(rank, t + step, (size_t)i);
+        sb[t] = rb[t] = buf[t];
+        cnt[t] = NS_COUNT;
+    }
+    if (grouped) {
+        hoop_status_t st = hoop_engine_grouped_allreduce(e, "shared", NS, sb, rb, cnt, HOOP_I32,
+                                                         HOOP_SUM, 1.0, 1.0, NULL, NULL, &h[0]);
+        if (st)
+            return harness_fail(rank, "shared", st);
+    }
+    for (int t = 0; t < NS && !grouped; t++) {
         char name[32];
         snprintf(name, sizeof name, "shared.%d", t);
         hoop_status_t st = hoop_engine_allreduce(e, name, buf[t], buf[t], NS_COUNT, HOOP_I32,
@@ -2554,10 +2569,12 @@ static int shared_step(hoop_engine_t *e, int rank, int size, int step, int activ
         if (st)
             return harness_fail(rank, name, st);
     }
-    for (int t = 0; t < NS; t++) {
+    for (int t = 0; t < (grouped ? 1 : NS); t++) {
         if (wait_ok(h[t], rank, "shared"))
             return 1;
         hoop_engine_release(h[t]);
+    }
+    for (int t = 0; t < NS; t++) {
         for (int i = 0; i < NS_COUNT; i++) {
             int32_t want = 0;
             for (int r = 0; r < active; r++)
@@ -2570,14 +2587,14 @@ static int shared_step(hoop_engine_t *e, int rank, int size, int step, int activ
     return 0;
 }
 
-/* The fusion buffer comes from hoop_mem_alloc: fused groups run in place
- * in it (the communicator counts them), exact; then with the last rank
- * joined, whose zeros go through its own copy of the group, the others'
- * steps are still exact. */
+/* The fusion buffer comes from hoop_mem_alloc: a grouped allreduce runs in
+ * place in it (the communicator counts it), exact; then with the last
+ * rank joined, whose zeros go through its own copy of each tensor, the
+ * others' tensors, fused as the cycles catch them, are still exact. */
 static int body_shared_fusion(hoop_engine_t *e, int rank, int size, void *arg)
 {
     (void)arg;
-    if (shared_step(e, rank, size, 0, size))
+    if (shared_step(e, rank, size, 0, size, 1))
         return 1;
     /* The handles completed after the collective that counted. */
     uint64_t mapped = e->comm->mem ? e->comm->mem->mapped : 0;
@@ -2585,7 +2602,7 @@ static int body_shared_fusion(hoop_engine_t *e, int rank, int size, void *arg)
         return harness_failf(rank, "no fused group ran in place in the shared fusion buffer");
     if (rank < size - 1) {
         for (int step = 1; step < 3; step++)
-            if (shared_step(e, rank, size, step, size - 1))
+            if (shared_step(e, rank, size, step, size - 1, 0))
                 return 1;
     }
     hoop_engine_handle_t *j;
