@@ -67,6 +67,18 @@ static int one_call(hoop_comm_t *comm, int rank, int size, uint8_t *send, uint8_
     return 0;
 }
 
+/* one_call of an f32 sum of MEM_COUNT elements out of place, with its own
+ * buffer for the expected result: 0 or a harness_failf. */
+static int sum_call(hoop_comm_t *comm, int rank, int size, void *send, void *recv)
+{
+    uint8_t *want = malloc(MEM_COUNT * 4);
+    if (!want)
+        return harness_failf(rank, "out of memory");
+    int rc = one_call(comm, rank, size, send, recv, want, MEM_COUNT, HOOP_F32, HOOP_SUM, 0);
+    free(want);
+    return rc;
+}
+
 static int every_dtype_and_op(hoop_comm_t *comm, int rank, int size, void *arg)
 {
     (void)arg;
@@ -158,12 +170,7 @@ static int one_rank_elsewhere(hoop_comm_t *comm, int rank, int size, void *arg)
                              "outside it",
                              (unsigned long long)mapped_calls(comm), odd);
     /* And in place again, once every rank's buffers are shared. */
-    want = malloc(bytes);
-    if (!want)
-        return harness_failf(rank, "out of memory");
-    rc = one_call(comm, rank, size, send, recv, want, MEM_COUNT, HOOP_F32, HOOP_SUM, 0);
-    free(want);
-    if (rc)
+    if (sum_call(comm, rank, size, send, recv))
         return 1;
     if (mapped_calls(comm) != 1)
         return harness_failf(rank, "the call on shared buffers did not run in place");
@@ -186,12 +193,7 @@ static int shm_off(hoop_comm_t *comm, int rank, int size, void *arg)
     void *send = NULL, *recv = NULL;
     if (shared_pair(comm, rank, bytes, &send, &recv))
         return 1;
-    uint8_t *want = malloc(bytes);
-    if (!want)
-        return harness_failf(rank, "out of memory");
-    int rc = one_call(comm, rank, size, send, recv, want, MEM_COUNT, HOOP_F32, HOOP_SUM, 0);
-    free(want);
-    if (rc)
+    if (sum_call(comm, rank, size, send, recv))
         return 1;
     if (mapped_calls(comm) || hoop_mem_ctl_region(comm))
         return harness_failf(rank, "memory was shared with HOOP_SHM=0");
@@ -462,12 +464,7 @@ static int no_memfd(hoop_comm_t *comm, int rank, int size, void *arg)
         return harness_failf(rank, "setrlimit: %s", strerror(errno));
     if (hoop_mem_ctl_region(comm))
         return harness_failf(rank, "the memory was shared though rank 1 made no memfd");
-    uint8_t *want = malloc(bytes);
-    if (!want)
-        return harness_failf(rank, "out of memory");
-    rc = one_call(comm, rank, size, send, recv, want, MEM_COUNT, HOOP_F32, HOOP_SUM, 0);
-    free(want);
-    if (rc)
+    if (sum_call(comm, rank, size, send, recv))
         return 1;
     if (mapped_calls(comm))
         return harness_failf(rank, "a call ran in shared memory that is not shared");
